@@ -1,0 +1,155 @@
+"""BertConfig: the hyper-parameters of a BERT encoder, its presets and its parameter count.
+
+Field names follow the Hugging Face `config.json` of `BertModel`, so that a config converts both
+ways without a renaming table. Sizes of the presets are those of the BERT paper (base, large) and of
+Turc et al. 2019, "Well-Read Students Learn Better" (tiny .. medium).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from typing import Any, Mapping
+
+ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu", "silu", "tanh")
+DTYPES = ("float32", "bfloat16", "float16")
+REMAT_POLICIES = ("none", "full", "dots", "dots_no_batch")
+
+# name: (num_hidden_layers, hidden_size, num_attention_heads, intermediate_size)
+PRESETS: dict[str, tuple[int, int, int, int]] = {
+    "tiny": (2, 128, 2, 512),
+    "mini": (4, 256, 4, 1024),
+    "small": (4, 512, 8, 2048),
+    "medium": (8, 512, 8, 2048),
+    "base": (12, 768, 12, 3072),
+    "large": (24, 1024, 16, 4096),
+}
+
+
+class ConfigError(ValueError):
+    """A BertConfig (or the config.json it came from) is not a valid BERT configuration."""
+
+
+@dataclasses.dataclass(frozen=True)
+class BertConfig:
+    """Hyper-parameters of a BERT encoder.
+
+    Architecture fields are those of the paper; `dtype` is the compute dtype of activations and
+    matmuls, `param_dtype` the storage dtype of parameters, `remat_policy` what each encoder layer
+    keeps for the backward pass ("none": everything, "full": nothing, "dots": matmul outputs,
+    "dots_no_batch": matmul outputs without a batch dimension, i.e. the cheapest to keep).
+    """
+
+    vocab_size: int = 30522
+    hidden_size: int = 768
+    num_hidden_layers: int = 12
+    num_attention_heads: int = 12
+    intermediate_size: int = 3072
+    hidden_act: str = "gelu"
+    hidden_dropout_prob: float = 0.1
+    attention_probs_dropout_prob: float = 0.1
+    max_position_embeddings: int = 512
+    type_vocab_size: int = 2
+    initializer_range: float = 0.02
+    layer_norm_eps: float = 1e-12
+    pad_token_id: int = 0
+    dtype: str = "float32"
+    param_dtype: str = "float32"
+    remat_policy: str = "none"
+
+    def __post_init__(self):
+        for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                     "intermediate_size", "max_position_embeddings", "type_vocab_size"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise ConfigError(f"BertConfig.{name} must be a positive integer, got {value!r}")
+        if self.hidden_size % self.num_attention_heads:
+            raise ConfigError(
+                f"BertConfig.hidden_size={self.hidden_size} is not divisible by "
+                f"num_attention_heads={self.num_attention_heads}")
+        if self.hidden_act not in ACTIVATIONS:
+            raise ConfigError(
+                f"BertConfig.hidden_act={self.hidden_act!r} is unknown; choose one of {ACTIVATIONS}")
+        for name in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
+            value = getattr(self, name)
+            if not 0.0 <= value < 1.0:
+                raise ConfigError(f"BertConfig.{name} must be in [0, 1), got {value!r}")
+        if self.layer_norm_eps <= 0 or self.initializer_range <= 0:
+            raise ConfigError("BertConfig.layer_norm_eps and initializer_range must be positive")
+        for name in ("dtype", "param_dtype"):
+            if getattr(self, name) not in DTYPES:
+                raise ConfigError(f"BertConfig.{name}={getattr(self, name)!r}; choose one of {DTYPES}")
+        if self.remat_policy not in REMAT_POLICIES:
+            raise ConfigError(
+                f"BertConfig.remat_policy={self.remat_policy!r}; choose one of {REMAT_POLICIES}")
+        if not 0 <= self.pad_token_id < self.vocab_size:
+            raise ConfigError(f"BertConfig.pad_token_id={self.pad_token_id} is outside the vocabulary")
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_attention_heads
+
+    @classmethod
+    def preset(cls, name: str, **overrides: Any) -> "BertConfig":
+        """The named preset (tiny, mini, small, medium, base, large), with fields overridden."""
+        if name not in PRESETS:
+            raise ConfigError(f"unknown BERT preset {name!r}; choose one of {sorted(PRESETS)}")
+        layers, hidden, heads, ffn = PRESETS[name]
+        return cls(**{"num_hidden_layers": layers, "hidden_size": hidden,
+                      "num_attention_heads": heads, "intermediate_size": ffn, **overrides})
+
+    def replace(self, **changes: Any) -> "BertConfig":
+        return dataclasses.replace(self, **changes)
+
+    def num_params(self, with_pooler: bool = True) -> int:
+        """Number of parameters of the encoder (no task heads), from the published formula."""
+        d, f = self.hidden_size, self.intermediate_size
+        embeddings = (self.vocab_size + self.max_position_embeddings + self.type_vocab_size) * d
+        embeddings += 2 * d  # LayerNorm
+        attention = 4 * (d * d + d) + 2 * d  # Q, K, V, output projections; LayerNorm
+        feed_forward = (d * f + f) + (f * d + d) + 2 * d  # two dense layers; LayerNorm
+        pooler = d * d + d
+        total = embeddings + self.num_hidden_layers * (attention + feed_forward)
+        return total + (pooler if with_pooler else 0)
+
+    # ----- Hugging Face config.json ------------------------------------------------------------
+    _HF_ONLY_KEYS = ("dtype", "param_dtype", "remat_policy")
+
+    def to_hf_dict(self) -> dict[str, Any]:
+        """The `config.json` dict of the equivalent `transformers.BertModel`."""
+        out = {k: v for k, v in dataclasses.asdict(self).items() if k not in self._HF_ONLY_KEYS}
+        out.update(model_type="bert", architectures=["BertModel"],
+                   position_embedding_type="absolute", torch_dtype="float32")
+        return out
+
+    @classmethod
+    def from_hf_dict(cls, hf: Mapping[str, Any], source: str = "config.json",
+                     **overrides: Any) -> "BertConfig":
+        """A BertConfig from a Hugging Face `config.json` dict; `source` names it in errors."""
+        model_type = hf.get("model_type", "bert")
+        if model_type != "bert":
+            raise ConfigError(f"{source}: model_type={model_type!r}, expected 'bert'")
+        position_type = hf.get("position_embedding_type", "absolute")
+        if position_type != "absolute":
+            raise ConfigError(f"{source}: position_embedding_type={position_type!r} is not "
+                              "supported (only 'absolute', as in the BERT paper)")
+        fields = {f.name for f in dataclasses.fields(cls)} - set(cls._HF_ONLY_KEYS)
+        kwargs = {k: hf[k] for k in fields if k in hf and hf[k] is not None}
+        kwargs.update(overrides)
+        try:
+            return cls(**kwargs)
+        except ConfigError as e:
+            raise ConfigError(f"{source}: {e}") from None
+
+    @classmethod
+    def from_json_file(cls, path: str | os.PathLike, **overrides: Any) -> "BertConfig":
+        path = os.fspath(path)
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"no BERT config file at {path}")
+        try:
+            with open(path, encoding="utf-8") as f:
+                hf = json.load(f)
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise ConfigError(f"{path}: not valid JSON ({e})") from None
+        return cls.from_hf_dict(hf, source=path, **overrides)

@@ -1,0 +1,151 @@
+"""The building blocks of BERT: embeddings, multi-head self-attention, feed-forward, encoder layer.
+
+Every parameter carries logical axis names (`vocab`, `embed`, `heads`, `kv`, `mlp`); the rules in
+`bert_jax.sharding` map them onto a device mesh, so the model itself knows nothing of devices.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Callable
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from bert_jax.config import BertConfig
+
+Array = jax.Array
+
+ACTIVATION_FNS: dict[str, Callable[[Array], Array]] = {
+    "gelu": functools.partial(jax.nn.gelu, approximate=False),  # exact, erf-based: as published
+    "gelu_new": functools.partial(jax.nn.gelu, approximate=True),
+    "gelu_pytorch_tanh": functools.partial(jax.nn.gelu, approximate=True),
+    "relu": jax.nn.relu,
+    "silu": jax.nn.silu,
+    "tanh": jnp.tanh,
+}
+
+
+def weight_init(cfg: BertConfig, axes: tuple[str | None, ...]):
+    """Truncated normal(0, initializer_range), as in the original BERT, tagged with logical axes."""
+    return nn.with_logical_partitioning(
+        nn.initializers.truncated_normal(stddev=cfg.initializer_range), axes)
+
+
+def zeros_init(axes: tuple[str | None, ...]):
+    return nn.with_logical_partitioning(nn.initializers.zeros_init(), axes)
+
+
+def layer_norm(cfg: BertConfig, name: str) -> nn.LayerNorm:
+    return nn.LayerNorm(
+        epsilon=cfg.layer_norm_eps, dtype=cfg.dtype, param_dtype=cfg.param_dtype, name=name,
+        scale_init=nn.with_logical_partitioning(nn.initializers.ones_init(), ("embed",)),
+        bias_init=zeros_init(("embed",)))
+
+
+def dense(cfg: BertConfig, features: int, axes: tuple[str | None, str | None], name: str):
+    return nn.Dense(features, dtype=cfg.dtype, param_dtype=cfg.param_dtype, name=name,
+                    kernel_init=weight_init(cfg, axes), bias_init=zeros_init(axes[1:]))
+
+
+class Embeddings(nn.Module):
+    """Word + position + token-type embeddings, then LayerNorm and dropout.
+
+    input_ids, position_ids, token_type_ids: [batch, seq] -> [batch, seq, hidden]
+    """
+
+    cfg: BertConfig
+
+    def setup(self):
+        cfg = self.cfg
+        embed = functools.partial(nn.Embed, features=cfg.hidden_size, dtype=cfg.dtype,
+                                  param_dtype=cfg.param_dtype)
+        self.word_embeddings = embed(
+            cfg.vocab_size, embedding_init=weight_init(cfg, ("vocab", "embed")))
+        self.position_embeddings = embed(
+            cfg.max_position_embeddings, embedding_init=weight_init(cfg, (None, "embed")))
+        self.token_type_embeddings = embed(
+            cfg.type_vocab_size, embedding_init=weight_init(cfg, (None, "embed")))
+        self.layer_norm = layer_norm(cfg, "layer_norm")
+        self.dropout = nn.Dropout(cfg.hidden_dropout_prob)
+
+    def __call__(self, input_ids, position_ids, token_type_ids, deterministic: bool) -> Array:
+        x = (self.word_embeddings(input_ids) + self.position_embeddings(position_ids)
+             + self.token_type_embeddings(token_type_ids))
+        return self.dropout(self.layer_norm(x), deterministic=deterministic)
+
+    def attend(self, hidden: Array) -> Array:
+        """Scores against every word embedding (the tied MLM decoder): [..., hidden] -> [..., vocab]."""
+        return self.word_embeddings.attend(hidden)
+
+
+class SelfAttention(nn.Module):
+    """Multi-head self-attention: softmax(Q K^T / sqrt(head_dim)) V per head, then an output projection.
+
+    x: [batch, seq, hidden]; mask: boolean, broadcastable to [batch, heads, seq, seq], True = may attend.
+    """
+
+    cfg: BertConfig
+
+    @nn.compact
+    def __call__(self, x: Array, mask: Array, deterministic: bool) -> Array:
+        cfg = self.cfg
+        heads, head_dim = cfg.num_attention_heads, cfg.head_dim
+        projection = functools.partial(
+            nn.DenseGeneral, features=(heads, head_dim), dtype=cfg.dtype, param_dtype=cfg.param_dtype,
+            kernel_init=weight_init(cfg, ("embed", "heads", "kv")), bias_init=zeros_init(("heads", "kv")))
+        query = projection(name="query")(x)  # [batch, seq, heads, head_dim]
+        key = projection(name="key")(x)
+        value = projection(name="value")(x)
+
+        dropout_rate = cfg.attention_probs_dropout_prob
+        if deterministic or dropout_rate == 0.0:
+            # Fused path (cuDNN flash attention on GPU where the dtype allows; XLA elsewhere).
+            context = jax.nn.dot_product_attention(query, key, value, mask=mask)
+        else:
+            # Attention-probability dropout, as published, needs the probabilities themselves.
+            scores = jnp.einsum("bqnh,bknh->bnqk", query, key) / jnp.sqrt(head_dim).astype(query.dtype)
+            scores = jnp.where(mask, scores, jnp.finfo(scores.dtype).min)
+            probs = jax.nn.softmax(scores.astype(jnp.float32), axis=-1).astype(cfg.dtype)
+            probs = nn.Dropout(dropout_rate)(probs, deterministic=False)
+            context = jnp.einsum("bnqk,bknh->bqnh", probs, value)
+
+        return nn.DenseGeneral(
+            cfg.hidden_size, axis=(-2, -1), dtype=cfg.dtype, param_dtype=cfg.param_dtype,
+            kernel_init=weight_init(cfg, ("heads", "kv", "embed")), bias_init=zeros_init(("embed",)),
+            name="output")(context)  # [batch, seq, hidden]
+
+
+class FeedForward(nn.Module):
+    """Position-wise FFN: dense(hidden -> intermediate), activation, dense(intermediate -> hidden).
+
+    x: [batch, seq, hidden] -> [batch, seq, hidden]
+    """
+
+    cfg: BertConfig
+
+    @nn.compact
+    def __call__(self, x: Array) -> Array:
+        cfg = self.cfg
+        h = dense(cfg, cfg.intermediate_size, ("embed", "mlp"), "intermediate")(x)
+        h = ACTIVATION_FNS[cfg.hidden_act](h)
+        return dense(cfg, cfg.hidden_size, ("mlp", "embed"), "output")(h)
+
+
+class EncoderLayer(nn.Module):
+    """One post-LN Transformer block: x = LN(x + Attn(x)); x = LN(x + FFN(x)), dropout before each add.
+
+    x: [batch, seq, hidden] -> [batch, seq, hidden]
+    """
+
+    cfg: BertConfig
+
+    @nn.compact
+    def __call__(self, x: Array, mask: Array, deterministic: bool) -> Array:
+        cfg = self.cfg
+        dropout = nn.Dropout(cfg.hidden_dropout_prob)
+        attended = SelfAttention(cfg, name="attention")(x, mask, deterministic)
+        x = layer_norm(cfg, "attention_layer_norm")(x + dropout(attended, deterministic=deterministic))
+        transformed = FeedForward(cfg, name="feed_forward")(x)
+        return layer_norm(cfg, "output_layer_norm")(x + dropout(transformed, deterministic=deterministic))

@@ -1,0 +1,126 @@
+"""Device mesh and the one table that maps logical axis names onto it.
+
+Parameters carry logical names (`vocab`, `embed`, `heads`, `kv`, `mlp`), batches (`batch`,
+`length`). LOGICAL_AXIS_RULES maps them onto the mesh axes `data`, `fsdp`, `tensor`; a dimension
+that a mesh axis does not divide is replicated instead of failing. A one-device mesh is the same
+code path as a pod.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping, Sequence
+
+import flax.linen as nn
+import jax
+import numpy as np
+from jax.experimental import mesh_utils
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+MESH_AXES = ("data", "fsdp", "tensor")
+
+LOGICAL_AXIS_RULES: tuple[tuple[str, Any], ...] = (
+    ("batch", ("data", "fsdp")),
+    ("length", None),
+    ("vocab", "tensor"),
+    ("embed", "fsdp"),
+    ("heads", "tensor"),
+    ("kv", None),
+    ("mlp", "tensor"),
+    ("layers", None),
+)
+
+
+def mesh_shape(data: int = -1, fsdp: int = 1, tensor: int = 1,
+               num_devices: int | None = None) -> tuple[int, int, int]:
+    """Resolve one -1 in (data, fsdp, tensor) to the remaining devices; check the product."""
+    num_devices = jax.device_count() if num_devices is None else num_devices
+    shape = [data, fsdp, tensor]
+    if shape.count(-1) > 1:
+        raise ValueError(f"mesh (data, fsdp, tensor)={tuple(shape)}: at most one axis may be -1")
+    if any(s == 0 or s < -1 for s in shape):
+        raise ValueError(f"mesh (data, fsdp, tensor)={tuple(shape)}: sizes must be positive or -1")
+    known = int(np.prod([s for s in shape if s != -1]))
+    if -1 in shape:
+        if num_devices % known:
+            raise ValueError(f"mesh (data, fsdp, tensor)={tuple(shape)}: {num_devices} devices are "
+                             f"not divisible by {known}")
+        shape[shape.index(-1)] = num_devices // known
+    if int(np.prod(shape)) != num_devices:
+        raise ValueError(f"mesh (data, fsdp, tensor)={tuple(shape)} needs {int(np.prod(shape))} "
+                         f"devices, but {num_devices} are available")
+    return tuple(shape)  # type: ignore[return-value]
+
+
+def make_mesh(data: int = -1, fsdp: int = 1, tensor: int = 1,
+              devices: Sequence[jax.Device] | None = None) -> Mesh:
+    """A Mesh with axes (data, fsdp, tensor) over all devices (of every process) by default."""
+    devices = list(jax.devices() if devices is None else devices)
+    shape = mesh_shape(data, fsdp, tensor, len(devices))
+    if len(devices) == jax.device_count():
+        device_grid = mesh_utils.create_device_mesh(shape, devices=devices)
+    else:
+        device_grid = np.asarray(devices).reshape(shape)
+    return Mesh(device_grid, MESH_AXES)
+
+
+def mesh_axes_for(logical_axes: Sequence[str | None] | None, shape: Sequence[int], mesh: Mesh,
+                  rules: Sequence[tuple[str, Any]] = LOGICAL_AXIS_RULES) -> P:
+    """PartitionSpec for one array: logical names -> mesh axes, replicating what doesn't divide."""
+    if logical_axes is None:
+        return P()
+    rule_table = dict(rules)
+    spec, used = [], set()
+    for name, size in zip(logical_axes, shape):
+        target = rule_table.get(name) if name is not None else None
+        axes = (target,) if isinstance(target, str) else tuple(target or ())
+        axes = tuple(a for a in axes if a not in used and mesh.shape[a] > 1)
+        if axes and size % int(np.prod([mesh.shape[a] for a in axes])) == 0:
+            used.update(axes)
+            spec.append(axes[0] if len(axes) == 1 else axes)
+        else:
+            spec.append(None)
+    return P(*spec)
+
+
+def logical_specs(boxed_tree: Any) -> Any:
+    """The logical axis names of every leaf of a tree of (possibly) nn.Partitioned params."""
+    return nn.get_partition_spec(boxed_tree)
+
+
+def shardings_for(shapes: Any, specs: Any, mesh: Mesh) -> Any:
+    """NamedShardings for a tree of arrays (or ShapeDtypeStructs) given their logical specs."""
+    def one(spec, x):
+        axes = tuple(spec) if isinstance(spec, P) else spec
+        return NamedSharding(mesh, mesh_axes_for(axes, x.shape, mesh))
+    return jax.tree.map(one, specs, shapes, is_leaf=lambda s: isinstance(s, P) or s is None)
+
+
+def init_sharded(init_fn: Callable[[], Any], mesh: Mesh) -> tuple[Any, Any]:
+    """Run `init_fn` (returns boxed params) under jit so that every leaf is born sharded.
+
+    Returns (unboxed params placed on `mesh`, their NamedShardings).
+    """
+    abstract = jax.eval_shape(init_fn)
+    shardings = shardings_for(nn.meta.unbox(abstract), logical_specs(abstract), mesh)
+    params = jax.jit(lambda: nn.meta.unbox(init_fn()), out_shardings=shardings)()
+    return params, shardings
+
+
+def batch_sharding(mesh: Mesh) -> NamedSharding:
+    """Batches are split along their first dimension over (data, fsdp)."""
+    return NamedSharding(mesh, P(("data", "fsdp")))
+
+
+def replicated(mesh: Mesh) -> NamedSharding:
+    return NamedSharding(mesh, P())
+
+
+def data_parallel_size(mesh: Mesh) -> int:
+    return mesh.shape["data"] * mesh.shape["fsdp"]
+
+
+def device_put_batch(host_batch: Mapping[str, np.ndarray], mesh: Mesh) -> dict[str, jax.Array]:
+    """Host-local numpy batch (this process's rows) -> global jax.Arrays sharded over (data, fsdp)."""
+    sharding = batch_sharding(mesh)
+    return {k: jax.make_array_from_process_local_data(sharding, np.asarray(v))
+            for k, v in host_batch.items()}

@@ -1,0 +1,39 @@
+"""bert_jax: BERT encoders in JAX/Flax (pip install -e '.[test]')."""
+
+from setuptools import find_packages, setup
+
+RUNTIME = [
+    "jax>=0.10.2,<0.11",
+    "flax==0.12.8",
+    "optax==0.2.8",
+    "orbax-checkpoint==0.12.8",
+    "grain==0.2.18",
+    "tensorflow-datasets==4.9.10",
+    "array-record>=0.8",
+    "tokenizers>=0.22,<0.23",
+    "safetensors>=0.4",
+    "absl-py>=2.1",
+    "ml-collections>=1.0",
+    "numpy>=1.26",
+    "tensorboardX>=2.6",
+    "mwparserfromhell>=0.6",
+    "gensim>=4.3",  # ships the demo corpus (real English text) under gensim/test/test_data/
+]
+
+setup(
+    name="bert_jax",
+    version="0.1.0",
+    description="BERT encoders in JAX/Flax: pre-training, fine-tuning, Hugging Face weights in and out",
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    python_requires=">=3.10",
+    packages=find_packages(include=["bert_jax", "bert_jax.*"]),
+    install_requires=RUNTIME,
+    extras_require={
+        # Reference implementation for parity tests. torch is pinned: a CPU wheel of exactly this
+        # version is on our machines' disk, any other pulls GBs of CUDA.
+        "test": ["pytest>=8", "torch==2.13.0", "transformers==4.57.*"],
+        # Peers for experiments/benchmark.py (4.57 is the last transformers with Flax classes).
+        "bench": ["torch==2.13.0", "transformers==4.57.*", "psutil"],
+    },
+)
