@@ -1,0 +1,528 @@
+"""Hugging Face BERT checkpoints <-> our parameter trees.
+
+A Hugging Face folder holds `config.json` and the weights, as `model.safetensors` (read with the
+safetensors numpy API, no torch needed), a sharded `model.safetensors.index.json`, or
+`pytorch_model.bin` (read only when torch is installed).
+
+Which tree `load` returns is decided by what the checkpoint holds:
+
+  checkpoint tensors                             returned tree fits
+  encoder only (BertModel)                       BertModel(cfg, add_pooler=<pooler present>)
+  + cls.predictions (BertForMaskedLM)            BertForPreTraining(cfg, with_nsp=False)
+  + cls.predictions + cls.seq_relationship       BertForPreTraining(cfg, with_nsp=True)
+  + classifier / qa_outputs                      the `bert/...` tree plus `classifier` / `qa_outputs`
+
+With heads, the encoder sits under `bert/` and the heads beside it (`mlm`, `nsp`, `classifier`,
+`qa_outputs`); `load(..., with_heads=False)` drops the heads and returns the bare BertModel tree.
+`model_for(cfg, params)` gives the module that a returned tree fits. A checkpoint may lack the
+pooler (BertForMaskedLM has none): the tree then has no `pooler`, and the model to use is
+`BertModel(cfg, add_pooler=False)`. An MLM head without NSP fits BertForPreTraining(with_nsp=False),
+which has no pooler, so a pooler next to an MLM head alone is dropped (unused by that model).
+
+Layouts: a torch Linear weight is [out, in], our Dense kernel [in, out]; our attention projections
+keep the heads apart: query/key/value kernels [hidden, heads, head_dim] with biases [heads, head_dim],
+and the output kernel [heads, head_dim, hidden].
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+from typing import Any, Callable, Iterable, Mapping
+
+import numpy as np
+from safetensors import safe_open
+from safetensors.numpy import save_file
+
+from bert_jax.config import BertConfig, ConfigError
+
+SAFETENSORS = "model.safetensors"
+SAFETENSORS_INDEX = "model.safetensors.index.json"
+PYTORCH_BIN = "pytorch_model.bin"
+CONFIG = "config.json"
+
+# Tensors a checkpoint may carry that are not parameters.
+_BUFFERS = ("embeddings.position_ids",)
+HEADS = ("mlm", "nsp", "classifier", "qa_outputs")
+
+Params = dict[str, Any]
+
+
+class CheckpointError(ValueError):
+    """A checkpoint folder or a parameter tree does not hold what the config says it should."""
+
+
+# ----- the correspondence table ---------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class Layout:
+    """How one tensor is stored on each side: a torch-side shape and the maps between the two."""
+
+    to_ours: Callable[[np.ndarray], np.ndarray]
+    to_hf: Callable[[np.ndarray], np.ndarray]
+    ours_shape: Callable[[tuple[int, ...]], tuple[int, ...]]
+
+
+def _same() -> Layout:
+    return Layout(lambda t: t, lambda t: t, lambda s: s)
+
+
+def _linear() -> Layout:
+    """torch Linear weight [out, in] <-> Dense kernel [in, out]."""
+    return Layout(lambda t: t.T, lambda k: k.T, lambda s: s[::-1])
+
+
+def _head_projection(heads: int, head_dim: int) -> Layout:
+    """query/key/value weight [heads*head_dim, hidden] <-> kernel [hidden, heads, head_dim]."""
+    return Layout(lambda t: t.T.reshape(t.shape[1], heads, head_dim),
+                  lambda k: k.reshape(k.shape[0], heads * head_dim).T,
+                  lambda s: (s[1], heads, head_dim))
+
+
+def _head_bias(heads: int, head_dim: int) -> Layout:
+    """query/key/value bias [heads*head_dim] <-> [heads, head_dim]."""
+    return Layout(lambda t: t.reshape(heads, head_dim), lambda b: b.reshape(heads * head_dim),
+                  lambda s: (heads, head_dim))
+
+
+def _head_merge(heads: int, head_dim: int) -> Layout:
+    """attention output weight [hidden, heads*head_dim] <-> kernel [heads, head_dim, hidden]."""
+    return Layout(lambda t: t.T.reshape(heads, head_dim, t.shape[0]),
+                  lambda k: k.reshape(heads * head_dim, k.shape[-1]).T,
+                  lambda s: (heads, head_dim, s[0]))
+
+
+@dataclasses.dataclass(frozen=True)
+class Entry:
+    """One parameter: its Hugging Face name (without the `bert.` prefix for encoder tensors),
+    its path in our tree, its torch-side shape, and the layout map."""
+
+    hf_key: str
+    path: tuple[str, ...]
+    hf_shape: tuple[int, ...]
+    layout: Layout
+
+    @property
+    def ours_shape(self) -> tuple[int, ...]:
+        return tuple(self.layout.ours_shape(self.hf_shape))
+
+
+def _layer_norm(hf_prefix: str, path: tuple[str, ...], d: int) -> list[Entry]:
+    return [Entry(f"{hf_prefix}.weight", path + ("scale",), (d,), _same()),
+            Entry(f"{hf_prefix}.bias", path + ("bias",), (d,), _same())]
+
+
+def _dense(hf_prefix: str, path: tuple[str, ...], d_in: int, d_out: int) -> list[Entry]:
+    return [Entry(f"{hf_prefix}.weight", path + ("kernel",), (d_out, d_in), _linear()),
+            Entry(f"{hf_prefix}.bias", path + ("bias",), (d_out,), _same())]
+
+
+def encoder_entries(cfg: BertConfig, with_pooler: bool = True) -> list[Entry]:
+    """Every tensor of a BertModel, in the BertModel tree (no `bert` prefix)."""
+    d, f = cfg.hidden_size, cfg.intermediate_size
+    n, h = cfg.num_attention_heads, cfg.head_dim
+    entries = [
+        Entry("embeddings.word_embeddings.weight", ("embeddings", "word_embeddings", "embedding"),
+              (cfg.vocab_size, d), _same()),
+        Entry("embeddings.position_embeddings.weight",
+              ("embeddings", "position_embeddings", "embedding"), (cfg.max_position_embeddings, d),
+              _same()),
+        Entry("embeddings.token_type_embeddings.weight",
+              ("embeddings", "token_type_embeddings", "embedding"), (cfg.type_vocab_size, d), _same()),
+        *_layer_norm("embeddings.LayerNorm", ("embeddings", "layer_norm"), d),
+    ]
+    for i in range(cfg.num_hidden_layers):
+        hf, ours = f"encoder.layer.{i}", ("encoder", f"layer_{i}")
+        for name in ("query", "key", "value"):
+            entries += [
+                Entry(f"{hf}.attention.self.{name}.weight", ours + ("attention", name, "kernel"),
+                      (n * h, d), _head_projection(n, h)),
+                Entry(f"{hf}.attention.self.{name}.bias", ours + ("attention", name, "bias"),
+                      (n * h,), _head_bias(n, h)),
+            ]
+        entries += [
+            Entry(f"{hf}.attention.output.dense.weight", ours + ("attention", "output", "kernel"),
+                  (d, n * h), _head_merge(n, h)),
+            Entry(f"{hf}.attention.output.dense.bias", ours + ("attention", "output", "bias"), (d,),
+                  _same()),
+            *_layer_norm(f"{hf}.attention.output.LayerNorm", ours + ("attention_layer_norm",), d),
+            *_dense(f"{hf}.intermediate.dense", ours + ("feed_forward", "intermediate"), d, f),
+            *_dense(f"{hf}.output.dense", ours + ("feed_forward", "output"), f, d),
+            *_layer_norm(f"{hf}.output.LayerNorm", ours + ("output_layer_norm",), d),
+        ]
+    if with_pooler:
+        entries += _dense("pooler.dense", ("pooler", "dense"), d, d)
+    return entries
+
+
+def head_entries(cfg: BertConfig, head: str, num_labels: int = 2) -> list[Entry]:
+    """The tensors of one head (`mlm`, `nsp`, `classifier`, `qa_outputs`), at the top level."""
+    d = cfg.hidden_size
+    if head == "mlm":
+        # The decoder weight is the word embedding matrix (tied), so it is not a tensor of its own.
+        return [*_dense("cls.predictions.transform.dense", ("mlm", "transform"), d, d),
+                *_layer_norm("cls.predictions.transform.LayerNorm", ("mlm", "transform_layer_norm"), d),
+                Entry("cls.predictions.bias", ("mlm", "output_bias"), (cfg.vocab_size,), _same())]
+    if head == "nsp":
+        return _dense("cls.seq_relationship", ("nsp", "dense"), d, 2)
+    if head == "classifier":
+        return _dense("classifier", ("classifier", "dense"), d, num_labels)
+    if head == "qa_outputs":
+        return _dense("qa_outputs", ("qa_outputs", "dense"), d, 2)
+    raise ValueError(f"unknown head {head!r}; choose one of {HEADS}")
+
+
+# ----- reading tensors ---------------------------------------------------------------------------
+
+class _TensorFiles:
+    """The tensors of a checkpoint folder, read lazily, each remembered with the file it is in."""
+
+    def __init__(self, directory: str):
+        self.directory = directory
+        self._file_of: dict[str, str] = {}
+        self._eager: dict[str, np.ndarray] = {}
+        self._handles: dict[str, Any] = {}
+        single, index, binary = (os.path.join(directory, name)
+                                 for name in (SAFETENSORS, SAFETENSORS_INDEX, PYTORCH_BIN))
+        if os.path.isfile(single):
+            self._open_safetensors([single])
+        elif os.path.isfile(index):
+            with open(index, encoding="utf-8") as f:
+                weight_map = json.load(f).get("weight_map")
+            if not isinstance(weight_map, dict):
+                raise CheckpointError(f"{index}: no 'weight_map' dict")
+            self._open_safetensors(sorted({os.path.join(directory, v) for v in weight_map.values()}))
+        elif os.path.isfile(binary):
+            self._read_pytorch_bin(binary)
+        else:
+            raise FileNotFoundError(
+                f"{directory}: no weights file; expected {SAFETENSORS}, {SAFETENSORS_INDEX} "
+                f"or {PYTORCH_BIN}")
+
+    def _open_safetensors(self, paths: Iterable[str]) -> None:
+        for path in paths:
+            if not os.path.isfile(path):
+                raise FileNotFoundError(f"{path}: listed in {SAFETENSORS_INDEX} but missing")
+            try:
+                handle = safe_open(path, framework="np")
+            except Exception as e:  # safetensors raises its own error types for corrupt headers
+                raise CheckpointError(f"{path}: cannot read as safetensors ({e})") from None
+            self._handles[path] = handle
+            for key in handle.keys():
+                self._file_of[key] = path
+
+    def _read_pytorch_bin(self, path: str) -> None:
+        try:
+            import torch  # pylint: disable=import-outside-toplevel
+        except ImportError:
+            raise CheckpointError(
+                f"{path}: reading pytorch_model.bin needs torch, which is not installed; install "
+                "torch, or convert the checkpoint to model.safetensors") from None
+        state = torch.load(path, map_location="cpu", weights_only=True)
+        for key, tensor in state.items():
+            if tensor.is_floating_point():
+                tensor = tensor.float()
+            self._eager[key] = tensor.numpy()
+            self._file_of[key] = path
+
+    def keys(self) -> set[str]:
+        return set(self._file_of)
+
+    def file_of(self, key: str) -> str:
+        return self._file_of[key]
+
+    def shape(self, key: str) -> tuple[int, ...]:
+        if key in self._eager:
+            return tuple(self._eager[key].shape)
+        return tuple(self._handles[self._file_of[key]].get_slice(key).get_shape())
+
+    def get(self, key: str) -> np.ndarray:
+        if key in self._eager:
+            return self._eager[key]
+        return self._handles[self._file_of[key]].get_tensor(key)
+
+
+def _set(tree: Params, path: tuple[str, ...], value: Any) -> None:
+    for name in path[:-1]:
+        tree = tree.setdefault(name, {})
+    tree[path[-1]] = value
+
+
+def _get(tree: Mapping[str, Any], path: tuple[str, ...]) -> Any:
+    for name in path:
+        tree = tree[name]
+    return tree
+
+
+def _flatten(tree: Mapping[str, Any], prefix: tuple[str, ...] = ()) -> dict[tuple[str, ...], Any]:
+    flat = {}
+    for name, value in tree.items():
+        if isinstance(value, Mapping):
+            flat.update(_flatten(value, prefix + (name,)))
+        else:
+            flat[prefix + (name,)] = value
+    return flat
+
+
+def _find(files: _TensorFiles, prefix: str, key: str) -> str | None:
+    """The stored name of `key` (with the prefix, or the older gamma/beta LayerNorm names)."""
+    candidates = [prefix + key]
+    if key.endswith("LayerNorm.weight"):
+        candidates.append(prefix + key[: -len("weight")] + "gamma")
+    elif key.endswith("LayerNorm.bias"):
+        candidates.append(prefix + key[: -len("bias")] + "beta")
+    if key == "cls.predictions.bias":  # some exports keep only the decoder's copy of the bias
+        candidates.append(prefix + "cls.predictions.decoder.bias")
+    return next((c for c in candidates if c in files.keys()), None)
+
+
+def _read(files: _TensorFiles, entries: list[Entry], prefix: str, dtype: np.dtype,
+          config_path: str, used: set[str]) -> Params:
+    tree: Params = {}
+    for entry in entries:
+        stored = _find(files, prefix, entry.hf_key)
+        if stored is None:
+            raise CheckpointError(
+                f"{files.directory}: missing tensor {prefix + entry.hf_key!r} (expected shape "
+                f"{list(entry.hf_shape)} from {config_path})")
+        shape = files.shape(stored)
+        if shape != entry.hf_shape:
+            raise CheckpointError(
+                f"{files.file_of(stored)}: tensor {stored!r} has shape {list(shape)}, but "
+                f"{config_path} implies {list(entry.hf_shape)}")
+        value = entry.layout.to_ours(np.asarray(files.get(stored), dtype=np.float32))
+        _set(tree, entry.path, np.ascontiguousarray(value).astype(dtype))
+        used.add(stored)
+    return tree
+
+
+def _encoder_prefix(files: _TensorFiles) -> str:
+    for prefix in ("", "bert."):
+        if prefix + "embeddings.word_embeddings.weight" in files.keys():
+            return prefix
+    raise CheckpointError(
+        f"{files.directory}: no BERT word embeddings: neither 'embeddings.word_embeddings.weight' "
+        "nor 'bert.embeddings.word_embeddings.weight' is in the checkpoint")
+
+
+def load(directory: str | os.PathLike, *, with_heads: bool = True,
+         **config_overrides: Any) -> tuple[BertConfig, Params]:
+    """Read a Hugging Face BERT folder: (BertConfig, plain numpy params tree).
+
+    The tree is the BertModel tree for an encoder-only checkpoint (or with `with_heads=False`),
+    else the composite tree with `bert/` and the heads present (see the module docstring).
+    `config_overrides` replace config fields (e.g. dtype="bfloat16"); the params are cast to
+    the resulting `param_dtype`.
+    """
+    directory = os.fspath(directory)
+    if not os.path.isdir(directory):
+        raise FileNotFoundError(f"{directory}: no such checkpoint folder")
+    config_path = os.path.join(directory, CONFIG)
+    if not os.path.isfile(config_path):
+        raise FileNotFoundError(f"{directory}: no {CONFIG} in the checkpoint folder")
+    cfg = BertConfig.from_json_file(config_path, **config_overrides)
+    with open(config_path, encoding="utf-8") as f:
+        hf_config = json.load(f)
+    files = _TensorFiles(directory)
+    dtype = np.dtype(_numpy_dtype(cfg.param_dtype))
+    prefix = _encoder_prefix(files)
+    keys = files.keys()
+
+    present = []
+    if with_heads:
+        if any(k.startswith("cls.predictions.") for k in keys):
+            present.append("mlm")
+        if any(k.startswith("cls.seq_relationship.") for k in keys):
+            present.append("nsp")
+        if any(k.startswith("classifier.") for k in keys):
+            present.append("classifier")
+        if any(k.startswith("qa_outputs.") for k in keys):
+            present.append("qa_outputs")
+    has_pooler = any(k.startswith(prefix + "pooler.") for k in keys)
+    if "nsp" in present and not has_pooler:
+        raise CheckpointError(f"{directory}: the NSP head (cls.seq_relationship) needs the pooler, "
+                              f"but {prefix}pooler.dense.weight is missing")
+    if present == ["mlm"] and has_pooler:
+        logging.info("%s: dropping the pooler: BertForPreTraining(with_nsp=False) has none", directory)
+        has_pooler = False
+        dropped = {k for k in keys if k.startswith(prefix + "pooler.")}
+    else:
+        dropped = set()
+
+    used = {k for k in keys if k.removeprefix(prefix) in _BUFFERS} | dropped
+    encoder = _read(files, encoder_entries(cfg, with_pooler=has_pooler), prefix, dtype, config_path,
+                    used)
+    if not present:
+        params = encoder
+    else:
+        params = {"bert": encoder}
+        for head in present:
+            num_labels = _num_labels(files, hf_config, config_path) if head == "classifier" else 2
+            params.update(_read(files, head_entries(cfg, head, num_labels), "", dtype, config_path,
+                                used))
+        if "mlm" in present:
+            _check_tied_decoder(files, encoder, config_path, used)
+
+    unused = sorted(keys - used)
+    stray = [k for k in unused if k.startswith(prefix)
+             and k.removeprefix(prefix).split(".")[0] in ("embeddings", "encoder", "pooler")]
+    if stray:
+        raise CheckpointError(
+            f"{files.file_of(stray[0])}: tensor {stray[0]!r} is not part of the BERT encoder that "
+            f"{config_path} describes (num_hidden_layers={cfg.num_hidden_layers}); "
+            f"{len(stray)} such tensor(s)")
+    if unused:
+        logging.warning("%s: ignoring %d tensor(s) that no head of ours uses, e.g. %s",
+                        directory, len(unused), unused[:3])
+    return cfg, params
+
+
+def _num_labels(files: _TensorFiles, hf_config: Mapping[str, Any], config_path: str) -> int:
+    """The classifier's label count: from id2label in config.json, else from the tensor."""
+    labels = hf_config.get("id2label")
+    if labels:
+        return len(labels)
+    if "classifier.bias" in files.keys():
+        return files.shape("classifier.bias")[0]
+    raise CheckpointError(f"{config_path}: no id2label, and no 'classifier.bias' to count labels")
+
+
+def _check_tied_decoder(files: _TensorFiles, encoder: Params, config_path: str,
+                        used: set[str]) -> None:
+    """Our MLM decoder is the word embedding matrix; refuse a checkpoint whose decoder differs."""
+    key = "cls.predictions.decoder.weight"
+    if key not in files.keys():
+        return
+    decoder = np.asarray(files.get(key), dtype=np.float32)
+    words = encoder["embeddings"]["word_embeddings"]["embedding"]
+    if decoder.shape != words.shape or not np.array_equal(decoder, words.astype(np.float32)):
+        raise CheckpointError(
+            f"{files.file_of(key)}: tensor {key!r} differs from the word embeddings; our MLM head "
+            f"ties them (untied decoders, tie_word_embeddings=false in {config_path}, are not "
+            "supported)")
+    used.add(key)
+    used.add("cls.predictions.decoder.bias")
+
+
+def _numpy_dtype(name: str):
+    if name == "bfloat16":
+        import ml_dtypes  # pylint: disable=import-outside-toplevel
+        return ml_dtypes.bfloat16
+    return np.dtype(name)
+
+
+# ----- which model a tree fits ----------------------------------------------------------------
+
+def heads_of(params: Mapping[str, Any]) -> tuple[str, ...]:
+    """The heads present in a tree: () for a bare BertModel tree."""
+    if "bert" not in params:
+        return ()
+    return tuple(h for h in HEADS if h in params)
+
+
+def model_for(cfg: BertConfig, params: Mapping[str, Any]):
+    """The Flax module that a tree returned by `load` (or given to `save`) fits."""
+    from bert_jax.model import (BertForPreTraining, BertForQuestionAnswering,  # pylint: disable=import-outside-toplevel
+                                BertForSequenceClassification, BertModel)
+    heads = heads_of(params)
+    if not heads:
+        return BertModel(cfg, add_pooler="pooler" in params)
+    if "mlm" in heads:
+        return BertForPreTraining(cfg, with_nsp="nsp" in heads)
+    if heads == ("classifier",):
+        return BertForSequenceClassification(cfg, params["classifier"]["dense"]["bias"].shape[0])
+    if heads == ("qa_outputs",):
+        return BertForQuestionAnswering(cfg)
+    raise ValueError(f"no single model of ours has the heads {heads}")
+
+
+# ----- writing -----------------------------------------------------------------------------------
+
+def _plain(params: Mapping[str, Any]) -> Params:
+    """Unboxed numpy float32 arrays (accepts boxed Flax params and sharded jax arrays)."""
+    try:
+        import flax.linen as nn  # pylint: disable=import-outside-toplevel
+        params = nn.meta.unbox(params)
+    except ImportError:  # pragma: no cover - flax is a dependency, kept for numpy-only use
+        pass
+    if "params" in params and len(params) == 1:
+        params = params["params"]
+    return {k: (_plain(v) if isinstance(v, Mapping) else np.asarray(v, dtype=np.float32))
+            for k, v in params.items()}
+
+
+def _architecture(heads: tuple[str, ...]) -> str:
+    if not heads:
+        return "BertModel"
+    if set(heads) == {"mlm", "nsp"}:
+        return "BertForPreTraining"
+    if heads == ("mlm",):
+        return "BertForMaskedLM"
+    if heads == ("nsp",):
+        return "BertForNextSentencePrediction"
+    if heads == ("classifier",):
+        return "BertForSequenceClassification"
+    if heads == ("qa_outputs",):
+        return "BertForQuestionAnswering"
+    raise CheckpointError(f"no single Hugging Face architecture has the heads {heads}")
+
+
+def to_hf_tensors(cfg: BertConfig, params: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    """Our tree -> Hugging Face tensors (torch layouts, float32), checked against the config."""
+    params = _plain(params)
+    heads = heads_of(params)
+    encoder = params["bert"] if heads else params
+    prefix = "bert." if heads else ""
+    entries = [(prefix, ("bert",) if heads else (), e)
+               for e in encoder_entries(cfg, with_pooler="pooler" in encoder)]
+    for head in heads:
+        num_labels = params["classifier"]["dense"]["bias"].shape[0] if head == "classifier" else 2
+        entries += [("", (), e) for e in head_entries(cfg, head, num_labels)]
+
+    expected = {root + e.path for _, root, e in entries}
+    unknown = sorted(set(_flatten(params)) - expected)
+    if unknown:
+        raise CheckpointError(f"params: {'/'.join(unknown[0])} is not a parameter of the BERT model "
+                              f"that the config describes ({len(unknown)} such leaves)")
+    tensors = {}
+    for key_prefix, root, entry in entries:
+        name = "/".join(root + entry.path)
+        try:
+            value = _get(params, root + entry.path)
+        except KeyError:
+            raise CheckpointError(f"params: missing {name}") from None
+        if tuple(value.shape) != entry.ours_shape:
+            raise CheckpointError(f"params: {name} has shape {list(value.shape)}, but the config "
+                                  f"implies {list(entry.ours_shape)}")
+        tensors[key_prefix + entry.hf_key] = np.ascontiguousarray(entry.layout.to_hf(value))
+    return tensors
+
+
+def save(cfg: BertConfig, params: Mapping[str, Any], directory: str | os.PathLike) -> None:
+    """Write `config.json` and `model.safetensors` (float32) that transformers loads.
+
+    A bare BertModel tree gives a `BertModel` checkpoint; a tree with heads gives the matching
+    architecture (BertForPreTraining, BertForMaskedLM, ...) with the encoder under `bert.`. The
+    MLM decoder weight is not written: transformers ties it to the word embeddings on load.
+    """
+    directory = os.fspath(directory)
+    tensors = to_hf_tensors(cfg, params)
+    heads = heads_of(_plain(params))
+    hf_config = cfg.to_hf_dict()
+    hf_config["architectures"] = [_architecture(heads)]
+    hf_config["tie_word_embeddings"] = True
+    if "classifier" in heads:
+        num_labels = tensors["classifier.bias"].shape[0]
+        hf_config["id2label"] = {str(i): f"LABEL_{i}" for i in range(num_labels)}
+        hf_config["label2id"] = {f"LABEL_{i}": i for i in range(num_labels)}
+    os.makedirs(directory, exist_ok=True)
+    save_file(tensors, os.path.join(directory, SAFETENSORS), metadata={"format": "pt"})
+    with open(os.path.join(directory, CONFIG), "w", encoding="utf-8") as f:
+        json.dump(hf_config, f, indent=2, sort_keys=True)
+        f.write("\n")
+
+
+__all__ = ["CheckpointError", "ConfigError", "load", "save", "model_for", "heads_of",
+           "to_hf_tensors", "encoder_entries", "head_entries"]
