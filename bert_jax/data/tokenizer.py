@@ -1,0 +1,172 @@
+"""BERT's WordPiece tokenizer, built on Hugging Face `tokenizers`.
+
+The pipeline of the BERT paper: normalize (clean control characters, space out CJK characters,
+optionally lower-case and strip accents), split on whitespace and punctuation, then greedy
+longest-match-first WordPiece with "##" marking a piece that continues a word. Sequences get
+[CLS] A [SEP] (or [CLS] A [SEP] B [SEP]) when special tokens are asked for.
+
+`load_tokenizer` reads a `vocab.txt` (one token per line; the line number is the id) or a
+`tokenizer.json` (Hugging Face format, e.g. the one shipped with MiniLM); `train_wordpiece` learns a
+vocabulary of a given size from texts and saves both files. Every vocabulary must hold the five
+special tokens [PAD] [UNK] [CLS] [SEP] [MASK]; a missing one is an error naming the file.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Iterable, Sequence
+
+import numpy as np
+import tokenizers
+from tokenizers import decoders, models, normalizers, pre_tokenizers, processors, trainers
+
+PAD, UNK, CLS, SEP, MASK = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
+SPECIAL_TOKENS = (PAD, UNK, CLS, SEP, MASK)
+CONTINUATION_PREFIX = "##"
+
+
+class WordPieceTokenizer:
+    """A `tokenizers.Tokenizer` with BERT's special ids and per-token facts the pipeline needs.
+
+    Attributes: vocab_size, pad_id, unk_id, cls_id, sep_id, mask_id, special_ids (sorted tuple),
+    is_continuation [vocab] bool ("##" pieces), is_ordinary [vocab] bool (not a bracketed token
+    such as [PAD] or [unused3]; random replacements in masking are drawn from these).
+    """
+
+    def __init__(self, tokenizer: tokenizers.Tokenizer, source: str = "<memory>"):
+        tokenizer.no_truncation()
+        tokenizer.no_padding()
+        self.tokenizer = tokenizer
+        self.source = source
+        vocab = tokenizer.get_vocab(with_added_tokens=True)
+        missing = [token for token in SPECIAL_TOKENS if token not in vocab]
+        if missing:
+            raise ValueError(f"vocabulary {source} lacks the special token(s) {missing}; a BERT "
+                             f"vocabulary needs all of {list(SPECIAL_TOKENS)}")
+        self.vocab_size = max(vocab.values()) + 1
+        self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id = (
+            vocab[token] for token in SPECIAL_TOKENS)
+        self.special_ids = tuple(sorted(vocab[token] for token in SPECIAL_TOKENS))
+        self.is_continuation = np.zeros(self.vocab_size, bool)
+        self.is_ordinary = np.zeros(self.vocab_size, bool)
+        for token, index in vocab.items():
+            self.is_continuation[index] = token.startswith(CONTINUATION_PREFIX)
+            self.is_ordinary[index] = not (len(token) > 2 and token[0] == "[" and token[-1] == "]")
+
+    def encode(self, text: str) -> list[int]:
+        """Ids of `text` without special tokens."""
+        return self.tokenizer.encode(text, add_special_tokens=False).ids
+
+    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
+        """Ids of each text without special tokens (tokenized in parallel threads)."""
+        return [e.ids for e in self.tokenizer.encode_batch(list(texts), add_special_tokens=False)]
+
+    def encode_pair(self, text_a: str, text_b: str | None = None) -> tokenizers.Encoding:
+        """[CLS] A [SEP] (B [SEP]) with type ids: the fine-tuning input format."""
+        return self.tokenizer.encode(text_a, text_b, add_special_tokens=True)
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return self.tokenizer.decode(list(ids), skip_special_tokens=False)
+
+    def id_to_token(self, index: int) -> str | None:
+        return self.tokenizer.id_to_token(index)
+
+    def token_to_id(self, token: str) -> int | None:
+        return self.tokenizer.token_to_id(token)
+
+
+def bert_wordpiece(vocab: dict[str, int] | None = None, lowercase: bool = True,
+                   strip_accents: bool | None = None) -> tokenizers.Tokenizer:
+    """An (untrained when vocab is None) BERT WordPiece `tokenizers.Tokenizer`.
+
+    strip_accents: None follows `lowercase`, as in the original BERT.
+    """
+    model = models.WordPiece(vocab or {}, unk_token=UNK, continuing_subword_prefix=CONTINUATION_PREFIX,
+                             max_input_chars_per_word=100)
+    tokenizer = tokenizers.Tokenizer(model)
+    tokenizer.normalizer = normalizers.BertNormalizer(
+        clean_text=True, handle_chinese_chars=True, strip_accents=strip_accents, lowercase=lowercase)
+    tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tokenizer.decoder = decoders.WordPiece(prefix=CONTINUATION_PREFIX)
+    if vocab:
+        tokenizer.post_processor = bert_post_processor(vocab)
+    return tokenizer
+
+
+def bert_post_processor(vocab: dict[str, int]) -> processors.TemplateProcessing:
+    """[CLS] A [SEP] with type 0, then B [SEP] with type 1."""
+    return processors.TemplateProcessing(
+        single=f"{CLS}:0 $A:0 {SEP}:0", pair=f"{CLS}:0 $A:0 {SEP}:0 $B:1 {SEP}:1",
+        special_tokens=[(CLS, vocab[CLS]), (SEP, vocab[SEP])])
+
+
+def read_vocab_txt(path: str) -> dict[str, int]:
+    """token -> id from a BERT vocab.txt (id = line number)."""
+    vocab: dict[str, int] = {}
+    with open(path, encoding="utf-8") as f:
+        for index, line in enumerate(f):
+            token = line.rstrip("\n").rstrip("\r")
+            if token in vocab:
+                raise ValueError(f"{path}:{index + 1}: token {token!r} repeats line "
+                                 f"{vocab[token] + 1}")
+            vocab[token] = index
+    if not vocab:
+        raise ValueError(f"vocabulary file {path} is empty")
+    return vocab
+
+
+def load_tokenizer(path: str, lowercase: bool = True,
+                   strip_accents: bool | None = None) -> WordPieceTokenizer:
+    """Loads `vocab.txt`, `tokenizer.json`, or a folder holding either (tokenizer.json preferred).
+
+    For vocab.txt, `lowercase`/`strip_accents` configure the normalizer; a tokenizer.json carries
+    its own normalizer and they are ignored.
+    """
+    path = os.path.expanduser(path)
+    if os.path.isdir(path):
+        for name in ("tokenizer.json", "vocab.txt"):
+            if os.path.isfile(os.path.join(path, name)):
+                return load_tokenizer(os.path.join(path, name), lowercase, strip_accents)
+        raise FileNotFoundError(f"{path} holds neither tokenizer.json nor vocab.txt")
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"vocabulary file {path} does not exist")
+    if path.endswith(".json"):
+        try:
+            tokenizer = tokenizers.Tokenizer.from_file(path)
+        except Exception as e:
+            raise ValueError(f"{path} is not a readable tokenizers JSON file: {e}") from e
+        if not isinstance(tokenizer.model, models.WordPiece):
+            raise ValueError(f"{path} holds a {type(tokenizer.model).__name__} model, not WordPiece")
+        return WordPieceTokenizer(tokenizer, source=path)
+    vocab = read_vocab_txt(path)
+    missing = [token for token in SPECIAL_TOKENS if token not in vocab]
+    if missing:
+        raise ValueError(f"vocabulary {path} lacks the special token(s) {missing}; a BERT "
+                         f"vocabulary needs all of {list(SPECIAL_TOKENS)}")
+    return WordPieceTokenizer(bert_wordpiece(vocab, lowercase, strip_accents), source=path)
+
+
+def train_wordpiece(texts: Iterable[str], vocab_size: int, out_dir: str, lowercase: bool = True,
+                    strip_accents: bool | None = None, min_frequency: int = 2) -> str:
+    """Learns a WordPiece vocabulary of at most `vocab_size` tokens; returns the vocab.txt path.
+
+    Ids 0..4 are [PAD] [UNK] [CLS] [SEP] [MASK]. Also writes tokenizer.json next to vocab.txt.
+    """
+    if vocab_size <= len(SPECIAL_TOKENS):
+        raise ValueError(f"vocab_size={vocab_size} leaves no room beside the special tokens")
+    tokenizer = bert_wordpiece(None, lowercase, strip_accents)
+    trainer = trainers.WordPieceTrainer(
+        vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=list(SPECIAL_TOKENS),
+        continuing_subword_prefix=CONTINUATION_PREFIX, show_progress=False)
+    tokenizer.train_from_iterator(texts, trainer)
+    vocab = tokenizer.get_vocab()
+    tokenizer.post_processor = bert_post_processor(vocab)
+    os.makedirs(out_dir, exist_ok=True)
+    vocab_path = os.path.join(out_dir, "vocab.txt")
+    tmp_path = vocab_path + ".tmp"
+    with open(tmp_path, "w", encoding="utf-8") as f:
+        for token, _ in sorted(vocab.items(), key=lambda item: item[1]):
+            f.write(token + "\n")
+    tokenizer.save(os.path.join(out_dir, "tokenizer.json"))
+    os.replace(tmp_path, vocab_path)  # vocab.txt last: its presence means the folder is complete
+    return vocab_path
