@@ -1,0 +1,207 @@
+"""Checkpoints with Orbax: train state, data-iterator state and model config, saved together.
+
+One checkpoint step (a folder `<directory>/<step>/`) holds three items:
+
+    state          the TrainState (step, params, optimizer state, rng), every leaf a global
+                   jax.Array (Orbax refuses host-local arrays when there are several processes)
+    data_iterator  each process's grain iterator state (`process_<i>-of-<n>.json`)
+    metadata       JSON: the BertConfig of the model and whatever the caller adds (task, labels)
+
+Saves are asynchronous (training continues while the arrays are written) and only the newest
+`keep` steps stay on disk. Restoring takes the target shardings of the *current* mesh, so a
+checkpoint written on (2, 2, 2) devices restores onto one device, or any other mesh.
+
+Public API (DESIGN.md): `load_params(checkpoint_dir) -> (BertConfig, params)` reads the
+parameters of the newest (or a named) step, for fine-tuning or evaluation.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from typing import Any, Mapping, Optional
+
+import jax
+import numpy as np
+import orbax.checkpoint as ocp
+from etils import epath
+from grain import checkpoint as grain_checkpoint
+
+from bert_jax.config import BertConfig
+
+STATE, DATA, METADATA = "state", "data_iterator", "metadata"
+
+
+class CheckpointMismatchError(ValueError):
+    """A checkpoint on disk does not fit the model or train state of the current run."""
+
+
+def make_manager(directory: str | os.PathLike, keep: int = 3,
+                 async_saves: bool = True) -> ocp.CheckpointManager:
+    """A CheckpointManager over `directory` that keeps the newest `keep` steps."""
+    options = ocp.CheckpointManagerOptions(
+        max_to_keep=keep, create=True, enable_async_checkpointing=async_saves)
+    return ocp.CheckpointManager(os.path.abspath(os.fspath(directory)), options=options,
+                                 item_names=(STATE, DATA, METADATA))
+
+
+# ----- the data iterator's state, through grain's Orbax handler --------------------------------
+
+class _IteratorSnapshot:
+    """The iterator's state taken *now*, handed to grain's handler (which may write it later)."""
+
+    def __init__(self, iterator: Any):
+        self._state = json.dumps(iterator.get_state(), indent=1).encode()
+
+    def get_state(self) -> bytes:
+        return self._state
+
+
+class _IteratorStateReceiver:
+    """Receives the state grain's handler reads back; the caller then sets it on its iterator."""
+
+    state: Optional[Any] = None
+
+    def set_state(self, state: bytes) -> None:
+        self.state = json.loads(state.decode())
+
+    def start_prefetch(self) -> None:
+        pass
+
+
+# ----- save / restore --------------------------------------------------------------------------
+
+def metadata_for(model_config: BertConfig, extra: Optional[Mapping[str, Any]] = None) -> dict:
+    return {"model_config": dataclasses.asdict(model_config), **dict(extra or {})}
+
+
+def save(manager: ocp.CheckpointManager, step: int, state: Any, *,
+         model_config: BertConfig, data_iterator: Any = None,
+         extra_metadata: Optional[Mapping[str, Any]] = None, force: bool = False) -> bool:
+    """Start an (asynchronous) save of `state` and the iterator's current state at `step`."""
+    items = {STATE: ocp.args.StandardSave(state),
+             METADATA: ocp.args.JsonSave(metadata_for(model_config, extra_metadata))}
+    if data_iterator is not None:
+        items[DATA] = grain_checkpoint.CheckpointSave(_IteratorSnapshot(data_iterator))
+    return manager.save(step, args=ocp.args.Composite(**items), force=force)
+
+
+def read_metadata(manager: ocp.CheckpointManager, step: int) -> dict:
+    restored = manager.restore(step, args=ocp.args.Composite(**{METADATA: ocp.args.JsonRestore()}))
+    return dict(restored[METADATA])
+
+
+def _path_name(path: tuple[Any, ...]) -> str:
+    parts = []
+    for key in path:
+        for attr in ("name", "key", "idx"):
+            if hasattr(key, attr):
+                parts.append(str(getattr(key, attr)))
+                break
+        else:
+            parts.append(str(key))
+    return "/".join(parts)
+
+
+def _shapes_by_path(tree: Any) -> dict[str, tuple[int, ...]]:
+    leaves = jax.tree_util.tree_flatten_with_path(tree)[0]
+    return {_path_name(path): tuple(leaf.shape) for path, leaf in leaves}
+
+
+def check_compatible(manager: ocp.CheckpointManager, step: int, abstract_state: Any,
+                     model_config: BertConfig) -> None:
+    """Raise CheckpointMismatchError naming what differs between the checkpoint and this run."""
+    where = f"{manager.directory}/{step}"
+    saved_config = read_metadata(manager, step).get("model_config", {})
+    ours = dataclasses.asdict(model_config)
+    shape_fields = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                    "intermediate_size", "max_position_embeddings", "type_vocab_size")
+    differing = [f"{name}: checkpoint {saved_config.get(name)!r} vs config {ours[name]!r}"
+                 for name in shape_fields if saved_config.get(name) != ours[name]]
+    if differing:
+        raise CheckpointMismatchError(
+            f"the checkpoint {where} holds a model of another shape ("
+            + "; ".join(differing) + "). Use another --workdir, or the model config it was "
+            "trained with.")
+    saved = _shapes_by_path(manager.item_metadata(step)[STATE])
+    wanted = _shapes_by_path(abstract_state)
+    missing = sorted(set(wanted) - set(saved))
+    unexpected = sorted(set(saved) - set(wanted))
+    wrong = sorted(p for p in set(saved) & set(wanted) if saved[p] != wanted[p])
+    if missing or unexpected or wrong:
+        problems = ([f"shape of {p}: checkpoint {saved[p]} vs run {wanted[p]}" for p in wrong[:5]]
+                    + [f"missing in checkpoint: {p}" for p in missing[:5]]
+                    + [f"not in this run: {p}" for p in unexpected[:5]])
+        raise CheckpointMismatchError(
+            f"the train state in {where} does not match this run's ("
+            + "; ".join(problems) + "). Different model head or optimizer?")
+
+
+def restore(manager: ocp.CheckpointManager, step: int, abstract_state: Any, *,
+            model_config: BertConfig, data_iterator: Any = None) -> Any:
+    """The TrainState at `step`, placed with the shardings of `abstract_state` (any mesh).
+
+    abstract_state: a tree of jax.ShapeDtypeStruct with `.sharding` set, e.g. from
+    jax.eval_shape plus the state shardings. The iterator, if given, is set to its saved state.
+    """
+    check_compatible(manager, step, abstract_state, model_config)
+    items = {STATE: ocp.args.StandardRestore(abstract_state)}
+    receiver = _IteratorStateReceiver()
+    if data_iterator is not None:
+        if not (manager.directory / str(step) / DATA).exists():
+            raise CheckpointMismatchError(
+                f"checkpoint {manager.directory}/{step} has no data-iterator state to resume from")
+        items[DATA] = grain_checkpoint.CheckpointRestore(receiver)
+    restored = manager.restore(step, args=ocp.args.Composite(**items))
+    if data_iterator is not None:
+        data_iterator.set_state(receiver.state)
+    return restored[STATE]
+
+
+# ----- parameters only (the public API) --------------------------------------------------------
+
+def _resolve_step_dir(checkpoint_dir: str | os.PathLike, step: Optional[int]) -> tuple[epath.Path, int]:
+    root = epath.Path(os.path.abspath(os.fspath(checkpoint_dir)))
+    if not root.exists():
+        raise FileNotFoundError(f"no checkpoint directory at {root}")
+    steps = sorted(int(p.name) for p in root.iterdir() if p.name.isdigit() and p.is_dir())
+    if not steps and (root / STATE).exists() and root.name.isdigit():
+        return root.parent, int(root.name)  # a step folder itself was given
+    if not steps:
+        raise FileNotFoundError(f"{root} holds no checkpoint steps (expected folders named by step)")
+    if step is None:
+        return root, steps[-1]
+    if step not in steps:
+        raise FileNotFoundError(f"{root} has no checkpoint for step {step}; it has {steps}")
+    return root, step
+
+
+def load_params(checkpoint_dir: str | os.PathLike, step: Optional[int] = None,
+                sharding: Optional[jax.sharding.Sharding] = None) -> tuple[BertConfig, Any]:
+    """(BertConfig, params) of the newest (or the given) step in `checkpoint_dir`.
+
+    checkpoint_dir: `<workdir>/checkpoints` (or one step folder in it). Every parameter is put
+    on `sharding` (default: the first local device), whatever mesh wrote the checkpoint.
+    """
+    root, step = _resolve_step_dir(checkpoint_dir, step)
+    manager = ocp.CheckpointManager(root, item_names=(STATE, DATA, METADATA),
+                                    options=ocp.CheckpointManagerOptions(read_only=True))
+    try:
+        metadata = read_metadata(manager, step)
+        if "model_config" not in metadata:
+            raise ValueError(f"{root}/{step}/{METADATA} has no model_config")
+        model_config = BertConfig(**metadata["model_config"])
+        saved = manager.item_metadata(step)[STATE]
+        if "params" not in saved:
+            raise ValueError(f"{root}/{step}/{STATE} holds no params")
+        sharding = sharding or jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+        target = jax.tree.map(
+            lambda m: jax.ShapeDtypeStruct(tuple(m.shape), np.dtype(m.dtype), sharding=sharding),
+            dict(saved["params"]))
+        restored = manager.restore(step, args=ocp.args.Composite(**{STATE: ocp.args.PyTreeRestore(
+            item={"params": target}, restore_args=ocp.checkpoint_utils.construct_restore_args(
+                {"params": target}), partial_restore=True)}))
+        return model_config, restored[STATE]["params"]
+    finally:
+        manager.close()
