@@ -230,6 +230,11 @@ class _TensorFiles:
     def keys(self) -> set[str]:
         return set(self._file_of)
 
+    def describe(self) -> str:
+        """The weights file(s), for error messages."""
+        paths = sorted(set(self._file_of.values())) or [self.directory]
+        return paths[0] if len(paths) == 1 else f"{paths[0]} (and {len(paths) - 1} more shards)"
+
     def file_of(self, key: str) -> str:
         return self._file_of[key]
 
@@ -285,7 +290,7 @@ def _read(files: _TensorFiles, entries: list[Entry], prefix: str, dtype: np.dtyp
         stored = _find(files, prefix, entry.hf_key)
         if stored is None:
             raise CheckpointError(
-                f"{files.directory}: missing tensor {prefix + entry.hf_key!r} (expected shape "
+                f"{files.describe()}: missing tensor {prefix + entry.hf_key!r} (expected shape "
                 f"{list(entry.hf_shape)} from {config_path})")
         shape = files.shape(stored)
         if shape != entry.hf_shape:
