@@ -149,10 +149,10 @@ SMALL = dict(vocab_size=120, hidden_size=64, num_hidden_layers=2, num_attention_
              intermediate_size=128, max_position_embeddings=40, type_vocab_size=2)
 
 
-def random_reference(cls, seed=0):
+def random_reference(cls, seed=0, **config):
     """A transformers model with every parameter perturbed (nonzero biases, non-unit LayerNorm)."""
     torch.manual_seed(seed)
-    model = cls(transformers.BertConfig(**SMALL)).eval()
+    model = cls(transformers.BertConfig(**SMALL, **config)).eval()
     with torch.no_grad():
         for parameter in model.parameters():  # tied tensors are listed once
             parameter.add_(0.1 * torch.randn_like(parameter))
@@ -412,3 +412,22 @@ def test_save_refuses_params_that_do_not_fit_the_config(tmp_path, small_checkpoi
     with pytest.raises(hf.CheckpointError, match="missing encoder/layer_1/output_layer_norm/bias"):
         hf.save(cfg, params, tmp_path / "c")
     assert not (tmp_path / "c").exists()  # nothing half-written
+
+
+def test_sequence_classification_checkpoint_both_ways(tmp_path):
+    reference = random_reference(transformers.BertForSequenceClassification, seed=7, num_labels=3)
+    reference.save_pretrained(tmp_path / "in", safe_serialization=True)
+    cfg, params = hf.load(tmp_path / "in")
+    assert hf.heads_of(params) == ("classifier",)
+    model = hf.model_for(cfg, params)
+    batch, _ = small_batch(5)
+    ours = jax.jit(model.apply)({"params": params}, batch["input_ids"], batch["token_type_ids"],
+                                batch["attention_mask"])
+    expected = torch_outputs(reference, batch).logits.numpy()
+    assert ours.shape == (3, 3) and np.abs(np.asarray(ours) - expected).max() <= FP32_TOLERANCE
+
+    hf.save(cfg, params, tmp_path / "out")
+    reloaded, info = transformers.BertForSequenceClassification.from_pretrained(
+        tmp_path / "out", output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"]
+    np.testing.assert_array_equal(torch_outputs(reloaded.eval(), batch).logits.numpy(), expected)

@@ -452,8 +452,10 @@ def _plain(params: Mapping[str, Any]) -> Params:
         params = nn.meta.unbox(params)
     except ImportError:  # pragma: no cover - flax is a dependency, kept for numpy-only use
         pass
-    if "params" in params and len(params) == 1:
+    if set(params) == {"params"}:  # variables as returned by `model.init`
         params = params["params"]
+    if set(params) == {"bert"}:  # a composite tree without heads is the encoder alone
+        params = params["bert"]
     return {k: (_plain(v) if isinstance(v, Mapping) else np.asarray(v, dtype=np.float32))
             for k, v in params.items()}
 
