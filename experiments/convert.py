@@ -1,0 +1,101 @@
+"""Convert BERT weights between Hugging Face folders and our Orbax checkpoints.
+
+  # Hugging Face folder (config.json + model.safetensors or pytorch_model.bin) -> our checkpoint
+  python experiments/convert.py --direction=hf_to_ours --hf_dir=PATH --checkpoint_dir=OUT
+
+  # our checkpoint (newest step, or --step) -> a folder transformers.BertModel.from_pretrained loads
+  python experiments/convert.py --direction=ours_to_hf --checkpoint_dir=WORKDIR/checkpoints --hf_dir=OUT
+
+The checkpoint written by hf_to_ours is an ordinary step-0 checkpoint of our trainer (params and
+model config; no optimizer state): `bert_jax.train.checkpointing.load_params(OUT)` reads it.
+Heads travel with the weights: a BertForPreTraining checkpoint gives `bert/`, `mlm/`, `nsp/`
+(see bert_jax.convert.hf); --encoder_only keeps the encoder alone. After writing, the output is
+read back and compared with what was written, tensor by tensor.
+"""
+
+from __future__ import annotations
+
+import os
+
+import jax
+import numpy as np
+from absl import app, flags, logging
+
+from bert_jax.convert import hf
+from bert_jax.train import checkpointing
+
+FLAGS = flags.FLAGS
+flags.DEFINE_enum("direction", None, ["hf_to_ours", "ours_to_hf"], "Which way to convert.")
+flags.DEFINE_string("hf_dir", None, "Hugging Face folder: read (hf_to_ours) or written (ours_to_hf).")
+flags.DEFINE_string("checkpoint_dir", None,
+                    "Our Orbax checkpoint folder: written (hf_to_ours) or read (ours_to_hf).")
+flags.DEFINE_integer("step", None, "ours_to_hf: the step to convert (default: the newest).")
+flags.DEFINE_boolean("encoder_only", False, "Drop the heads (MLM, NSP, classifier, ...).")
+flags.mark_flags_as_required(["direction", "hf_dir", "checkpoint_dir"])
+
+
+def _count(params) -> int:
+    return sum(int(np.prod(np.shape(leaf))) for leaf in jax.tree.leaves(params))
+
+
+def _encoder(params):
+    return params["bert"] if hf.heads_of(params) else params
+
+
+def _assert_same(written, read_back, where: str) -> None:
+    written_leaves = jax.tree_util.tree_leaves_with_path(written)
+    read_leaves = jax.tree_util.tree_leaves_with_path(read_back)
+    if [p for p, _ in written_leaves] != [p for p, _ in read_leaves]:
+        raise RuntimeError(f"{where}: the tree read back differs from the tree written")
+    for (path, a), (_, b) in zip(written_leaves, read_leaves):
+        if not np.array_equal(np.asarray(a, np.float32), np.asarray(b, np.float32)):
+            raise RuntimeError(f"{where}: {jax.tree_util.keystr(path)} differs after reading back")
+
+
+def hf_to_ours(hf_dir: str, checkpoint_dir: str, encoder_only: bool) -> None:
+    cfg, params = hf.load(hf_dir, with_heads=not encoder_only)
+    manager = checkpointing.make_manager(checkpoint_dir, keep=1, async_saves=False)
+    try:
+        if manager.latest_step() is not None:
+            raise FileExistsError(f"--checkpoint_dir={checkpoint_dir} already holds checkpoints; "
+                                  "give an empty or new folder")
+        checkpointing.save(manager, 0, {"params": params}, model_config=cfg,
+                           extra_metadata={"converted_from": os.path.abspath(hf_dir),
+                                           "heads": list(hf.heads_of(params))})
+        manager.wait_until_finished()
+    finally:
+        manager.close()
+    cfg_back, params_back = checkpointing.load_params(checkpoint_dir, step=0)
+    if cfg_back != cfg:
+        raise RuntimeError(f"{checkpoint_dir}: the config read back differs: {cfg_back} vs {cfg}")
+    _assert_same(params, params_back, checkpoint_dir)
+    logging.info("wrote %s: %d parameters (%d in the encoder), heads %s, %s",
+                 checkpoint_dir, _count(params), _count(_encoder(params)),
+                 list(hf.heads_of(params)) or "none", cfg)
+
+
+def ours_to_hf(checkpoint_dir: str, hf_dir: str, step: int | None, encoder_only: bool) -> None:
+    cfg, params = checkpointing.load_params(checkpoint_dir, step=step)
+    params = jax.tree.map(np.asarray, params)
+    if encoder_only:
+        params = _encoder(params)
+    hf.save(cfg, params, hf_dir)
+    _, params_back = hf.load(hf_dir, with_heads=not encoder_only)
+    if hf.heads_of(params) == ("mlm",) and "pooler" in params.get("bert", {}):
+        params["bert"] = {k: v for k, v in params["bert"].items() if k != "pooler"}
+    _assert_same(params, params_back, hf_dir)
+    logging.info("wrote %s: %d parameters, heads %s", hf_dir, _count(params),
+                 list(hf.heads_of(params)) or "none")
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    if FLAGS.direction == "hf_to_ours":
+        hf_to_ours(FLAGS.hf_dir, FLAGS.checkpoint_dir, FLAGS.encoder_only)
+    else:
+        ours_to_hf(FLAGS.checkpoint_dir, FLAGS.hf_dir, FLAGS.step, FLAGS.encoder_only)
+
+
+if __name__ == "__main__":
+    app.run(main)
