@@ -177,6 +177,11 @@ def _resolve_step_dir(checkpoint_dir: str | os.PathLike, step: Optional[int]) ->
     return root, step
 
 
+def resolve_step(checkpoint_dir: str | os.PathLike, step: Optional[int] = None) -> int:
+    """`step` if `checkpoint_dir` holds it, else the newest step there; errors name the folder."""
+    return _resolve_step_dir(checkpoint_dir, step)[1]
+
+
 def load_params(checkpoint_dir: str | os.PathLike, step: Optional[int] = None,
                 sharding: Optional[jax.sharding.Sharding] = None) -> tuple[BertConfig, Any]:
     """(BertConfig, params) of the newest (or the given) step in `checkpoint_dir`.

@@ -273,6 +273,17 @@ def make_evaluator(loss_fn: steps.LossFn, make_iterator: Callable[[], Iterable[M
     return evaluate
 
 
+def quiet_orbax_logs() -> None:
+    """Keep Orbax's per-save INFO chatter out of the training log (its warnings still show)."""
+    import logging as std_logging
+
+    class _DropOrbaxInfo(std_logging.Filter):
+        def filter(self, record):
+            return record.levelno >= std_logging.WARNING or "/orbax/" not in record.pathname
+
+    logging.get_absl_handler().addFilter(_DropOrbaxInfo())
+
+
 # ----- preemption ------------------------------------------------------------------------------
 
 class _PreemptionFlag:
@@ -401,6 +412,7 @@ def train(task: Task, optimizer: optax.GradientTransformation, train_iterator: I
             if config.eval_every_steps and step % config.eval_every_steps == 0 \
                     and step != config.total_steps:
                 last_eval = run_eval(step)
+                last_log_time = time.perf_counter()  # evaluation is not training throughput
             if preemption.should_stop():
                 logging.warning("SIGTERM received: saving step %d and stopping", step)
                 save(step, force=True)
