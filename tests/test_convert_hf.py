@@ -15,6 +15,7 @@ pooled 0.0016. The bounds below keep a margin of about 3x over those.
 import importlib.util
 import json
 import os
+import subprocess
 import sys
 
 import flax.linen as nn
@@ -431,3 +432,58 @@ def test_sequence_classification_checkpoint_both_ways(tmp_path):
         tmp_path / "out", output_loading_info=True)
     assert not info["missing_keys"] and not info["unexpected_keys"]
     np.testing.assert_array_equal(torch_outputs(reloaded.eval(), batch).logits.numpy(), expected)
+
+
+def run_convert_script(*flags, succeed=True):
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    result = subprocess.run([sys.executable, os.path.join(root, "experiments", "convert.py"), *flags],
+                            capture_output=True, text=True, timeout=300, cwd=root,
+                            env={**os.environ, "JAX_PLATFORMS": "cpu"})
+    assert (result.returncode == 0) == succeed, result.stderr[-3000:]
+    return result
+
+
+def test_convert_script_both_directions(tmp_path):
+    """HF BertForPreTraining -> our Orbax checkpoint -> HF again: transformers gives the same logits."""
+    reference = random_reference(transformers.BertForPreTraining, seed=8)
+    reference.save_pretrained(tmp_path / "hf_in", safe_serialization=True)
+    run_convert_script("--direction=hf_to_ours", f"--hf_dir={tmp_path / 'hf_in'}",
+                       f"--checkpoint_dir={tmp_path / 'ours'}")
+    run_convert_script("--direction=ours_to_hf", f"--checkpoint_dir={tmp_path / 'ours'}",
+                       f"--hf_dir={tmp_path / 'hf_out'}")
+    batch, _ = small_batch(6)
+    reloaded = transformers.BertForPreTraining.from_pretrained(tmp_path / "hf_out").eval()
+    expected, again = torch_outputs(reference, batch), torch_outputs(reloaded, batch)
+    np.testing.assert_array_equal(again.prediction_logits.numpy(), expected.prediction_logits.numpy())
+    np.testing.assert_array_equal(again.seq_relationship_logits.numpy(),
+                                  expected.seq_relationship_logits.numpy())
+
+    # A second conversion into the same folder is refused rather than mixed with the first.
+    refused = run_convert_script("--direction=hf_to_ours", f"--hf_dir={tmp_path / 'hf_in'}",
+                                 f"--checkpoint_dir={tmp_path / 'ours'}", succeed=False)
+    assert "already holds checkpoints" in refused.stderr
+
+
+def test_sharded_safetensors_checkpoint(tmp_path):
+    reference = random_reference(transformers.BertModel, seed=9)
+    reference.save_pretrained(tmp_path, safe_serialization=True, max_shard_size="100KB")
+    assert (tmp_path / "model.safetensors.index.json").exists()
+    assert not (tmp_path / "model.safetensors").exists()
+    cfg, params = hf.load(tmp_path)
+    batch, _ = small_batch(7)
+    ours = apply_bert(cfg, params, batch)
+    assert np.abs(np.asarray(ours.pooled_output)
+                  - torch_outputs(reference, batch).pooler_output.numpy()).max() <= FP32_TOLERANCE
+
+
+def test_nsp_head_without_pooler_is_refused(tmp_path):
+    random_reference(transformers.BertForPreTraining, seed=10).save_pretrained(
+        tmp_path, safe_serialization=True)
+    path = rewrite_tensors(tmp_path, lambda tensors: [tensors.pop(k) for k in list(tensors)
+                                                      if k.startswith("bert.pooler.")])
+    with pytest.raises(hf.CheckpointError) as error:
+        hf.load(tmp_path)
+    assert path in str(error.value) and "'bert.pooler.dense.weight' is missing" in str(error.value)
+    # The encoder alone is still usable.
+    cfg, params = hf.load(tmp_path, with_heads=False)
+    assert "pooler" not in params and isinstance(hf.model_for(cfg, params), BertModel)

@@ -308,7 +308,7 @@ def _encoder_prefix(files: _TensorFiles) -> str:
         if prefix + "embeddings.word_embeddings.weight" in files.keys():
             return prefix
     raise CheckpointError(
-        f"{files.directory}: no BERT word embeddings: neither 'embeddings.word_embeddings.weight' "
+        f"{files.describe()}: no BERT word embeddings: neither 'embeddings.word_embeddings.weight' "
         "nor 'bert.embeddings.word_embeddings.weight' is in the checkpoint")
 
 
@@ -347,8 +347,8 @@ def load(directory: str | os.PathLike, *, with_heads: bool = True,
             present.append("qa_outputs")
     has_pooler = any(k.startswith(prefix + "pooler.") for k in keys)
     if "nsp" in present and not has_pooler:
-        raise CheckpointError(f"{directory}: the NSP head (cls.seq_relationship) needs the pooler, "
-                              f"but {prefix}pooler.dense.weight is missing")
+        raise CheckpointError(f"{files.describe()}: the NSP head (cls.seq_relationship) needs the "
+                              f"pooler, but {prefix + 'pooler.dense.weight'!r} is missing")
     if present == ["mlm"] and has_pooler:
         logging.info("%s: dropping the pooler: BertForPreTraining(with_nsp=False) has none", directory)
         has_pooler = False
@@ -368,7 +368,7 @@ def load(directory: str | os.PathLike, *, with_heads: bool = True,
             params.update(_read(files, head_entries(cfg, head, num_labels), "", dtype, config_path,
                                 used))
         if "mlm" in present:
-            _check_tied_decoder(files, encoder, config_path, used)
+            _check_tied_decoder(files, prefix, config_path, used)
 
     unused = sorted(keys - used)
     stray = [k for k in unused if k.startswith(prefix)
@@ -394,21 +394,20 @@ def _num_labels(files: _TensorFiles, hf_config: Mapping[str, Any], config_path: 
     raise CheckpointError(f"{config_path}: no id2label, and no 'classifier.bias' to count labels")
 
 
-def _check_tied_decoder(files: _TensorFiles, encoder: Params, config_path: str,
-                        used: set[str]) -> None:
-    """Our MLM decoder is the word embedding matrix; refuse a checkpoint whose decoder differs."""
-    key = "cls.predictions.decoder.weight"
-    if key not in files.keys():
-        return
-    decoder = np.asarray(files.get(key), dtype=np.float32)
-    words = encoder["embeddings"]["word_embeddings"]["embedding"]
-    if decoder.shape != words.shape or not np.array_equal(decoder, words.astype(np.float32)):
-        raise CheckpointError(
-            f"{files.file_of(key)}: tensor {key!r} differs from the word embeddings; our MLM head "
-            f"ties them (untied decoders, tie_word_embeddings=false in {config_path}, are not "
-            "supported)")
-    used.add(key)
-    used.add("cls.predictions.decoder.bias")
+def _check_tied_decoder(files: _TensorFiles, prefix: str, config_path: str, used: set[str]) -> None:
+    """Our MLM decoder is the word embedding matrix plus `output_bias`: refuse a checkpoint whose
+    separately stored decoder weight or bias says otherwise."""
+    for key, tied_to in (("cls.predictions.decoder.weight", prefix + "embeddings.word_embeddings.weight"),
+                         ("cls.predictions.decoder.bias", "cls.predictions.bias")):
+        if key not in files.keys() or tied_to not in files.keys():
+            continue
+        if files.shape(key) != files.shape(tied_to) or not np.array_equal(
+                np.asarray(files.get(key), np.float32), np.asarray(files.get(tied_to), np.float32)):
+            raise CheckpointError(
+                f"{files.file_of(key)}: tensor {key!r} differs from {tied_to!r}; our MLM head ties "
+                f"them (untied decoders, tie_word_embeddings=false in {config_path}, are not "
+                "supported)")
+        used.add(key)
 
 
 def _numpy_dtype(name: str):
