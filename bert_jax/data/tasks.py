@@ -84,6 +84,19 @@ def _check_file(path: str) -> None:
         raise DataError(f"{path}: the file is empty")
 
 
+def _lines(path: str, encoding: str) -> Iterator[tuple[int, str]]:
+    """(line number, line) of a text file; undecodable bytes name the file, line and encoding."""
+    number = 0
+    try:
+        with open(path, encoding=encoding) as f:
+            for number, line in enumerate(f, 1):
+                yield number, line
+    except UnicodeDecodeError as e:
+        raise DataError(f"{path}:{number + 1}: not valid {encoding} ({e.reason} at byte "
+                        f"{e.start} of a block); set the file's encoding (data.encoding, e.g. "
+                        "cp1252 or latin-1)") from None
+
+
 def _label_value(raw: Any, regression: bool, where: str) -> Any:
     if raw is None or (isinstance(raw, str) and not raw.strip()):
         raise DataError(f"{where}: the label is empty")
@@ -118,49 +131,48 @@ def _from_records(records: Iterator[tuple[str, Mapping[str, Any]]], path: str, t
 
 def read_table(path: str, text_column: str, label_column: str,
                text_pair_column: Optional[str] = None, regression: bool = False,
-               delimiter: Optional[str] = None) -> list[TextExample]:
+               delimiter: Optional[str] = None, encoding: str = "utf-8") -> list[TextExample]:
     """CSV or TSV with a header row; the delimiter defaults to a tab for .tsv, else a comma."""
     _check_file(path)
     delimiter = delimiter or ("\t" if path.endswith(".tsv") else ",")
-    with open(path, encoding="utf-8", newline="") as f:
-        reader = csv.DictReader(f, delimiter=delimiter, quoting=csv.QUOTE_MINIMAL)
-        if not reader.fieldnames:
-            raise DataError(f"{path}: no header row")
-        missing = [c for c in (text_column, text_pair_column, label_column)
-                   if c is not None and c not in reader.fieldnames]
-        if missing:
-            raise DataError(f"{path}: no column(s) {missing} in the header; the columns are "
-                            f"{reader.fieldnames}")
+    lines = (line for _, line in _lines(path, encoding))
+    reader = csv.DictReader(lines, delimiter=delimiter, quoting=csv.QUOTE_MINIMAL)
+    if not reader.fieldnames:
+        raise DataError(f"{path}: no header row")
+    missing = [c for c in (text_column, text_pair_column, label_column)
+               if c is not None and c not in reader.fieldnames]
+    if missing:
+        raise DataError(f"{path}: no column(s) {missing} in the header; the columns are "
+                        f"{reader.fieldnames}")
 
-        def records():
-            for row in reader:
-                if None in row or any(v is None for v in row.values()):
-                    raise DataError(f"{path}:{reader.line_num}: the row does not have the "
-                                    f"{len(reader.fieldnames)} columns of the header")
-                yield f"{path}:{reader.line_num}", row
+    def records():
+        for row in reader:
+            if None in row or any(v is None for v in row.values()):
+                raise DataError(f"{path}:{reader.line_num}: the row does not have the "
+                                f"{len(reader.fieldnames)} columns of the header")
+            yield f"{path}:{reader.line_num}", row
 
-        return _from_records(records(), path, text_column, label_column, text_pair_column,
-                             regression)
+    return _from_records(records(), path, text_column, label_column, text_pair_column,
+                         regression)
 
 
 def read_jsonl(path: str, text_column: str, label_column: str,
                text_pair_column: Optional[str] = None, regression: bool = False,
-               ) -> list[TextExample]:
+               encoding: str = "utf-8") -> list[TextExample]:
     """One JSON object per line, with the named keys."""
     _check_file(path)
 
     def records():
-        with open(path, encoding="utf-8") as f:
-            for number, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                try:
-                    record = json.loads(line)
-                except json.JSONDecodeError as e:
-                    raise DataError(f"{path}:{number}: not valid JSON ({e.msg})") from None
-                if not isinstance(record, dict):
-                    raise DataError(f"{path}:{number}: expected a JSON object per line")
-                yield f"{path}:{number}", record
+        for number, line in _lines(path, encoding):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise DataError(f"{path}:{number}: not valid JSON ({e.msg})") from None
+            if not isinstance(record, dict):
+                raise DataError(f"{path}:{number}: expected a JSON object per line")
+            yield f"{path}:{number}", record
 
     return _from_records(records(), path, text_column, label_column, text_pair_column,
                          regression)
@@ -169,22 +181,21 @@ def read_jsonl(path: str, text_column: str, label_column: str,
 FASTTEXT_PREFIX = "__label__"
 
 
-def read_fasttext(path: str) -> list[TextExample]:
-    """Lines `__label__<name> text` (the format of gensim's pang_lee_polarity.cor)."""
+def read_fasttext(path: str, encoding: str = "utf-8") -> list[TextExample]:
+    """Lines `__label__<name> text` (the format of gensim's pang_lee_polarity.cor, in cp1252)."""
     _check_file(path)
     examples = []
-    with open(path, encoding="utf-8") as f:
-        for number, line in enumerate(f, 1):
-            line = line.strip()
-            if not line:
-                continue
-            label, _, text = line.partition(" ")
-            if not label.startswith(FASTTEXT_PREFIX) or len(label) == len(FASTTEXT_PREFIX):
-                raise DataError(f"{path}:{number}: expected '{FASTTEXT_PREFIX}<label> <text>', got "
-                                f"{line[:60]!r}")
-            if not text.strip():
-                raise DataError(f"{path}:{number}: the text after the label is empty")
-            examples.append(TextExample(text.strip(), None, label[len(FASTTEXT_PREFIX):]))
+    for number, line in _lines(path, encoding):
+        line = line.strip()
+        if not line:
+            continue
+        label, _, text = line.partition(" ")
+        if not label.startswith(FASTTEXT_PREFIX) or len(label) == len(FASTTEXT_PREFIX):
+            raise DataError(f"{path}:{number}: expected '{FASTTEXT_PREFIX}<label> <text>', got "
+                            f"{line[:60]!r}")
+        if not text.strip():
+            raise DataError(f"{path}:{number}: the text after the label is empty")
+        examples.append(TextExample(text.strip(), None, label[len(FASTTEXT_PREFIX):]))
     if not examples:
         raise DataError(f"{path}: holds no examples")
     return examples
@@ -192,7 +203,7 @@ def read_fasttext(path: str) -> list[TextExample]:
 
 def read_text_examples(path: str, file_format: str = "auto", text_column: str = "text",
                        label_column: str = "label", text_pair_column: Optional[str] = None,
-                       regression: bool = False) -> list[TextExample]:
+                       regression: bool = False, encoding: str = "utf-8") -> list[TextExample]:
     """Dispatch on `file_format` (csv | tsv | jsonl | fasttext), or on the extension for auto."""
     if file_format == "auto":
         extension = os.path.splitext(path)[1].lower()
@@ -203,17 +214,18 @@ def read_text_examples(path: str, file_format: str = "auto", text_column: str = 
                             "set the format to csv, tsv, jsonl or fasttext")
     if file_format in ("csv", "tsv"):
         return read_table(path, text_column, label_column, text_pair_column, regression,
-                          delimiter="\t" if file_format == "tsv" else ",")
+                          delimiter="\t" if file_format == "tsv" else ",", encoding=encoding)
     if file_format == "jsonl":
-        return read_jsonl(path, text_column, label_column, text_pair_column, regression)
+        return read_jsonl(path, text_column, label_column, text_pair_column, regression,
+                          encoding)
     if file_format == "fasttext":
         if regression:
             raise DataError(f"{path}: fastText label lines name classes, not regression targets")
-        return read_fasttext(path)
+        return read_fasttext(path, encoding)
     raise DataError(f"unknown text file format {file_format!r}: use csv, tsv, jsonl or fasttext")
 
 
-def read_conll(path: str, tag_column: int = -1) -> list[TaggedSentence]:
+def read_conll(path: str, tag_column: int = -1, encoding: str = "utf-8") -> list[TaggedSentence]:
     """CoNLL: `token [other columns] tag` per line, a blank line between sentences.
 
     Lines starting with -DOCSTART- are skipped. A line with fewer than two columns, or fewer
@@ -231,27 +243,26 @@ def read_conll(path: str, tag_column: int = -1) -> list[TaggedSentence]:
             sentences.append(TaggedSentence(tuple(words), tuple(tags)))
         words, tags, width = [], [], 0
 
-    with open(path, encoding="utf-8") as f:
-        for number, line in enumerate(f, 1):
-            columns = line.split()
-            if not columns:
-                close_sentence()
-                continue
-            if columns[0] == "-DOCSTART-":
-                close_sentence()
-                continue
-            if len(columns) < 2 or (width and len(columns) != width):
-                expected = f"{width} columns like the sentence's first line" if width else \
-                    "a token and a tag separated by whitespace"
-                raise DataError(f"{path}:{number}: malformed CoNLL line {line.rstrip()!r}: "
-                                f"expected {expected}")
-            width = width or len(columns)
-            try:
-                tag = columns[tag_column]
-            except IndexError:
-                raise DataError(f"{path}:{number}: no tag column {tag_column}") from None
-            words.append(columns[0])
-            tags.append(tag)
+    for number, line in _lines(path, encoding):
+        columns = line.split()
+        if not columns:
+            close_sentence()
+            continue
+        if columns[0] == "-DOCSTART-":
+            close_sentence()
+            continue
+        if len(columns) < 2 or (width and len(columns) != width):
+            expected = f"{width} columns like the sentence's first line" if width else \
+                "a token and a tag separated by whitespace"
+            raise DataError(f"{path}:{number}: malformed CoNLL line {line.rstrip()!r}: "
+                            f"expected {expected}")
+        width = width or len(columns)
+        try:
+            tag = columns[tag_column]
+        except IndexError:
+            raise DataError(f"{path}:{number}: no tag column {tag_column}") from None
+        words.append(columns[0])
+        tags.append(tag)
     close_sentence()
     if not sentences:
         raise DataError(f"{path}: holds no sentences")
@@ -281,6 +292,8 @@ def read_squad_json(path: str) -> list[QAExample]:
             document = json.load(f)
     except json.JSONDecodeError as e:
         raise DataError(f"{path}: not valid JSON ({e})") from None
+    except UnicodeDecodeError as e:
+        raise DataError(f"{path}: not valid UTF-8 ({e.reason} at byte {e.start})") from None
     if not isinstance(document, dict) or not isinstance(document.get("data"), list):
         raise DataError(f"{path}: expected a SQuAD object with a 'data' list")
     examples = []

@@ -1,0 +1,85 @@
+"""Fine-tuning metrics: against scipy where it has the metric, against hand-worked cases elsewhere."""
+
+import numpy as np
+import pytest
+import scipy.stats
+
+from bert_jax.train import metrics
+
+
+def test_accuracy_f1_mcc_binary_by_hand():
+    labels = [1, 1, 1, 0, 0, 0, 0, 1]
+    predictions = [1, 1, 0, 0, 0, 1, 0, 1]
+    # TP=3, FN=1, FP=1, TN=3
+    assert metrics.accuracy(predictions, labels) == 6 / 8
+    assert metrics.f1_score(predictions, labels) == pytest.approx(2 * 3 / (2 * 3 + 1 + 1))
+    expected_mcc = (3 * 3 - 1 * 1) / np.sqrt(4 * 4 * 4 * 4)
+    assert metrics.matthews_corrcoef(predictions, labels) == pytest.approx(expected_mcc)
+
+
+def test_mcc_multiclass_and_degenerate():
+    rng = np.random.default_rng(0)
+    labels = rng.integers(0, 3, 200)
+    assert metrics.matthews_corrcoef(labels, labels) == pytest.approx(1.0)
+    assert metrics.matthews_corrcoef(np.zeros(10, int), labels[:10]) == 0.0  # constant prediction
+    noisy = np.where(rng.random(200) < 0.3, rng.integers(0, 3, 200), labels)
+    assert 0.3 < metrics.matthews_corrcoef(noisy, labels) < 1.0
+
+
+def test_macro_f1_three_classes():
+    labels = [0, 1, 2, 2]
+    predictions = [0, 2, 2, 2]
+    per_class = [1.0, 0.0, 2 * 2 / (2 * 2 + 1 + 0)]
+    assert metrics.f1_score(predictions, labels, num_classes=3) == pytest.approx(np.mean(per_class))
+
+
+def test_pearson_spearman_match_scipy_with_ties():
+    rng = np.random.default_rng(1)
+    x = rng.integers(0, 6, 50).astype(float)  # many ties
+    y = x + rng.normal(0, 2, 50)
+    assert metrics.pearson(x, y) == pytest.approx(scipy.stats.pearsonr(x, y)[0], abs=1e-12)
+    assert metrics.spearman(x, y) == pytest.approx(scipy.stats.spearmanr(x, y)[0], abs=1e-12)
+    np.testing.assert_allclose(metrics.average_ranks(x), scipy.stats.rankdata(x))
+
+
+def test_entity_chunks_follow_conlleval_rules():
+    tags = ["B-PER", "I-PER", "O", "I-LOC", "I-LOC", "B-LOC", "B-ORG", "I-PER", "O"]
+    assert metrics.entity_chunks(tags) == [
+        ("PER", 0, 1),   # B I
+        ("LOC", 3, 4),   # an I- after O opens a chunk (IOB1-style lenience, as seqeval)
+        ("LOC", 5, 5),   # B- after I- of the same type closes the previous chunk
+        ("ORG", 6, 6),
+        ("PER", 7, 7),   # a type change opens a new chunk
+    ]
+    assert metrics.entity_chunks(["O", "O"]) == []
+    assert metrics.entity_chunks(["B-MISC"]) == [("MISC", 0, 0)]  # closed at the sentence end
+
+
+def test_entity_scores_micro_over_sentences():
+    gold = [["B-PER", "I-PER", "O", "B-LOC"], ["B-ORG", "O"]]
+    predicted = [["B-PER", "O", "O", "B-LOC"], ["B-ORG", "B-MISC"]]
+    # gold chunks: PER(0,1) LOC(3,3) ORG(0,0) = 3; predicted: PER(0,0) LOC ORG MISC = 4; TP = 2
+    scores = metrics.entity_scores(predicted, gold)
+    assert scores["entity_precision"] == pytest.approx(2 / 4)
+    assert scores["entity_recall"] == pytest.approx(2 / 3)
+    assert scores["entity_f1"] == pytest.approx(2 * 0.5 * (2 / 3) / (0.5 + 2 / 3))
+    with pytest.raises(ValueError, match="sentence 1"):
+        metrics.entity_scores([["O"], ["O"]], [["O"], ["O", "O"]])
+
+
+def test_squad_normalization_and_scores():
+    assert metrics.normalize_answer("The  Eiffel-Tower!") == "eiffeltower"
+    assert metrics.normalize_answer("an apple, a pear") == "apple pear"
+    assert metrics.answer_exact_match("the Denver Broncos", "Denver Broncos") == 1.0
+    # pred tokens {denver, broncos, team}, gold {denver, broncos}: P = 2/3, R = 1
+    assert metrics.answer_f1("Denver Broncos team", "Denver Broncos") == pytest.approx(0.8)
+    assert metrics.answer_f1("", "") == 1.0 and metrics.answer_f1("x", "") == 0.0
+    scores = metrics.squad_scores(
+        {"a": "Denver Broncos", "b": "Carolina", "c": ""},
+        {"a": ["Denver Broncos", "Broncos"], "b": ["Carolina Panthers"], "c": []})
+    assert scores["exact_match"] == pytest.approx(2 / 3)  # a exact, c (no answer) exact
+    assert scores["f1"] == pytest.approx((1 + 2 / 3 + 1) / 3)  # b: P 1, R 1/2 -> 2/3
+    assert scores["has_answer_exact_match"] == pytest.approx(0.5)
+    assert scores["no_answer_exact_match"] == 1.0
+    with pytest.raises(ValueError, match="no prediction for question"):
+        metrics.squad_scores({}, {"a": ["x"]})
