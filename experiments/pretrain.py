@@ -34,9 +34,6 @@ from bert_jax.model import BertForPreTraining
 from bert_jax.train import checkpointing, flops, loop, optimizer, steps
 
 FLAGS = flags.FLAGS
-config_flags.DEFINE_config_file("config", None, "Path to a config file (get_config()).",
-                                lock_config=True)
-flags.DEFINE_string("workdir", None, "Directory for checkpoints, metrics and logs.")
 
 SYNTHETIC = "synthetic"
 
@@ -273,5 +270,13 @@ def main(argv):
                  result.last_train_metrics, result.last_eval_metrics)
 
 
+def define_flags() -> None:
+    """Flags are defined only when run as a script, so evaluate.py can import this module."""
+    config_flags.DEFINE_config_file("config", None, "Path to a config file (get_config()).",
+                                    lock_config=True)
+    flags.DEFINE_string("workdir", None, "Directory for checkpoints, metrics and logs.")
+
+
 if __name__ == "__main__":
+    define_flags()
     app.run(main)

@@ -43,7 +43,13 @@ def make_manager(directory: str | os.PathLike, keep: int = 3,
     options = ocp.CheckpointManagerOptions(
         max_to_keep=keep, create=True, enable_async_checkpointing=async_saves)
     return ocp.CheckpointManager(os.path.abspath(os.fspath(directory)), options=options,
-                                 item_names=(STATE, DATA, METADATA))
+                                 item_handlers=_item_handlers(ocp.StandardCheckpointHandler()))
+
+
+def _item_handlers(state_handler) -> dict[str, Any]:
+    """Handlers by item, so that a fresh manager can read metadata before any save/restore."""
+    return {STATE: state_handler, DATA: grain_checkpoint.CheckpointHandler(),
+            METADATA: ocp.JsonCheckpointHandler()}
 
 
 # ----- the data iterator's state, through grain's Orbax handler --------------------------------
@@ -190,8 +196,9 @@ def load_params(checkpoint_dir: str | os.PathLike, step: Optional[int] = None,
     on `sharding` (default: the first local device), whatever mesh wrote the checkpoint.
     """
     root, step = _resolve_step_dir(checkpoint_dir, step)
-    manager = ocp.CheckpointManager(root, item_names=(STATE, DATA, METADATA),
-                                    options=ocp.CheckpointManagerOptions(read_only=True))
+    manager = ocp.CheckpointManager(  # the PyTree handler reads Standard saves, and partially
+        root, item_handlers=_item_handlers(ocp.PyTreeCheckpointHandler()),
+        options=ocp.CheckpointManagerOptions(read_only=True))
     try:
         metadata = read_metadata(manager, step)
         if "model_config" not in metadata:
