@@ -121,7 +121,8 @@ def prepare_vocabulary(config: ml_collections.ConfigDict, workdir: str) -> tuple
                              f"{config.data.corpus!r} needs a vocabulary (vocab.txt or "
                              "tokenizer.json)")
         vocab_path = pretraining.prepare_demo(data_dir_of(config, workdir),
-                                              vocab_size=config.data.vocab_size)
+                                              vocab_size=config.data.vocab_size,
+                                              lowercase=config.data.lowercase)
     return vocab_path, tokenizer.load_tokenizer(vocab_path, lowercase=config.data.lowercase).vocab_size
 
 
