@@ -238,3 +238,25 @@ def test_bad_inputs_are_refused():
         model.apply({"params": params}, jnp.zeros((4,), jnp.int32))
     with pytest.raises(ValueError, match="exceeds max_position_embeddings=64"):
         model.apply({"params": params}, jnp.zeros((1, 65), jnp.int32))
+
+
+def test_bf16_compute_trains_with_fp32_parameters():
+    cfg = TINY.replace(dtype="bfloat16")
+    model = BertForPreTraining(cfg)
+    ids, positions = random_ids(11, (2, 12)), jnp.array([[1, 4], [0, 7]])
+    params = init_plain(model, ids, positions)
+    assert {leaf.dtype for leaf in jax.tree.leaves(params)} == {jnp.dtype("float32")}
+
+    def loss(p):
+        out = model.apply({"params": p}, ids, positions, deterministic=False,
+                          rngs={"dropout": jax.random.key(0)})
+        assert out.mlm_logits.dtype == jnp.bfloat16
+        log_probs = jax.nn.log_softmax(out.mlm_logits.astype(jnp.float32))
+        targets = jnp.take_along_axis(ids, positions, axis=1)
+        return -jnp.take_along_axis(log_probs, targets[..., None], axis=-1).mean()
+
+    value, grads = jax.jit(jax.value_and_grad(loss))(params)
+    assert np.isfinite(value) and value > 0
+    assert all(g.dtype == jnp.float32 and np.isfinite(np.asarray(g)).all()
+               for g in jax.tree.leaves(grads))
+    assert max(float(jnp.abs(g).max()) for g in jax.tree.leaves(grads)) > 0
