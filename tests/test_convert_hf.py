@@ -415,23 +415,38 @@ def test_save_refuses_params_that_do_not_fit_the_config(tmp_path, small_checkpoi
     assert not (tmp_path / "c").exists()  # nothing half-written
 
 
-def test_sequence_classification_checkpoint_both_ways(tmp_path):
-    reference = random_reference(transformers.BertForSequenceClassification, seed=7, num_labels=3)
+@pytest.mark.parametrize("architecture", ["BertForSequenceClassification",
+                                          "BertForTokenClassification", "BertForQuestionAnswering"])
+def test_fine_tuning_checkpoints_both_ways(tmp_path, architecture):
+    hf_class = getattr(transformers, architecture)
+    num_labels = 2 if architecture == "BertForQuestionAnswering" else 3  # start/end for QA
+    reference = random_reference(hf_class, seed=7, num_labels=num_labels)
     reference.save_pretrained(tmp_path / "in", safe_serialization=True)
     cfg, params = hf.load(tmp_path / "in")
-    assert hf.heads_of(params) == ("classifier",)
     model = hf.model_for(cfg, params)
+    assert type(model).__name__ == architecture
+
     batch, _ = small_batch(5)
+    mask = batch["attention_mask"].astype(bool)
     ours = jax.jit(model.apply)({"params": params}, batch["input_ids"], batch["token_type_ids"],
                                 batch["attention_mask"])
-    expected = torch_outputs(reference, batch).logits.numpy()
-    assert ours.shape == (3, 3) and np.abs(np.asarray(ours) - expected).max() <= FP32_TOLERANCE
+    expected = torch_outputs(reference, batch)
+    if architecture == "BertForQuestionAnswering":
+        pairs = [(ours[0], expected.start_logits), (ours[1], expected.end_logits)]
+    else:
+        pairs = [(ours, expected.logits)]
+    for got, want in pairs:
+        diff = np.abs(np.asarray(got) - want.numpy())
+        assert (diff if architecture == "BertForSequenceClassification" else diff[mask]).max() \
+            <= FP32_TOLERANCE
 
     hf.save(cfg, params, tmp_path / "out")
-    reloaded, info = transformers.BertForSequenceClassification.from_pretrained(
-        tmp_path / "out", output_loading_info=True)
+    assert json.loads((tmp_path / "out" / "config.json").read_text())["architectures"] == [architecture]
+    reloaded, info = hf_class.from_pretrained(tmp_path / "out", output_loading_info=True)
     assert not info["missing_keys"] and not info["unexpected_keys"]
-    np.testing.assert_array_equal(torch_outputs(reloaded.eval(), batch).logits.numpy(), expected)
+    again = torch_outputs(reloaded.eval(), batch)
+    for name in ("start_logits", "end_logits") if architecture == "BertForQuestionAnswering" else ("logits",):
+        np.testing.assert_array_equal(getattr(again, name).numpy(), getattr(expected, name).numpy())
 
 
 def run_convert_script(*flags, succeed=True):

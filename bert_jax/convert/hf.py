@@ -10,7 +10,9 @@ Which tree `load` returns is decided by what the checkpoint holds:
   encoder only (BertModel)                       BertModel(cfg, add_pooler=<pooler present>)
   + cls.predictions (BertForMaskedLM)            BertForPreTraining(cfg, with_nsp=False)
   + cls.predictions + cls.seq_relationship       BertForPreTraining(cfg, with_nsp=True)
-  + classifier / qa_outputs                      the `bert/...` tree plus `classifier` / `qa_outputs`
+  + classifier, with the pooler                  BertForSequenceClassification(cfg, num_labels)
+  + classifier, without the pooler               BertForTokenClassification(cfg, num_labels)
+  + qa_outputs                                   BertForQuestionAnswering(cfg)
 
 With heads, the encoder sits under `bert/` and the heads beside it (`mlm`, `nsp`, `classifier`,
 `qa_outputs`); `load(..., with_heads=False)` drops the heads and returns the bare BertModel tree.
@@ -428,15 +430,19 @@ def heads_of(params: Mapping[str, Any]) -> tuple[str, ...]:
 
 def model_for(cfg: BertConfig, params: Mapping[str, Any]):
     """The Flax module that a tree returned by `load` (or given to `save`) fits."""
-    from bert_jax.model import (BertForPreTraining, BertForQuestionAnswering,  # pylint: disable=import-outside-toplevel
-                                BertForSequenceClassification, BertModel)
+    from bert_jax.model import (  # pylint: disable=import-outside-toplevel
+        BertForPreTraining, BertForQuestionAnswering, BertForSequenceClassification,
+        BertForTokenClassification, BertModel)
     heads = heads_of(params)
     if not heads:
         return BertModel(cfg, add_pooler="pooler" in params)
     if "mlm" in heads:
         return BertForPreTraining(cfg, with_nsp="nsp" in heads)
-    if heads == ("classifier",):
-        return BertForSequenceClassification(cfg, params["classifier"]["dense"]["bias"].shape[0])
+    if heads == ("classifier",):  # on the pooled output (sequence) or on every token (no pooler)
+        num_labels = params["classifier"]["dense"]["bias"].shape[0]
+        if "pooler" in params["bert"]:
+            return BertForSequenceClassification(cfg, num_labels)
+        return BertForTokenClassification(cfg, num_labels)
     if heads == ("qa_outputs",):
         return BertForQuestionAnswering(cfg)
     raise ValueError(f"no single model of ours has the heads {heads}")
@@ -459,7 +465,7 @@ def _plain(params: Mapping[str, Any]) -> Params:
             for k, v in params.items()}
 
 
-def _architecture(heads: tuple[str, ...]) -> str:
+def _architecture(heads: tuple[str, ...], with_pooler: bool) -> str:
     if not heads:
         return "BertModel"
     if set(heads) == {"mlm", "nsp"}:
@@ -469,7 +475,7 @@ def _architecture(heads: tuple[str, ...]) -> str:
     if heads == ("nsp",):
         return "BertForNextSentencePrediction"
     if heads == ("classifier",):
-        return "BertForSequenceClassification"
+        return "BertForSequenceClassification" if with_pooler else "BertForTokenClassification"
     if heads == ("qa_outputs",):
         return "BertForQuestionAnswering"
     raise CheckpointError(f"no single Hugging Face architecture has the heads {heads}")
@@ -515,9 +521,10 @@ def save(cfg: BertConfig, params: Mapping[str, Any], directory: str | os.PathLik
     """
     directory = os.fspath(directory)
     tensors = to_hf_tensors(cfg, params)
-    heads = heads_of(_plain(params))
+    plain = _plain(params)
+    heads = heads_of(plain)
     hf_config = cfg.to_hf_dict()
-    hf_config["architectures"] = [_architecture(heads)]
+    hf_config["architectures"] = [_architecture(heads, "pooler" in (plain["bert"] if heads else plain))]
     hf_config["tie_word_embeddings"] = True
     if "classifier" in heads:
         num_labels = tensors["classifier.bias"].shape[0]
