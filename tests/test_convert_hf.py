@@ -73,9 +73,9 @@ def minilm():
     return cfg, params, reference, batch
 
 
-def torch_outputs(model, batch, **extra):
+def torch_outputs(model, batch):
     with torch.no_grad():
-        return model(**{k: torch.from_numpy(v.astype(np.int64)) for k, v in batch.items()}, **extra)
+        return model(**{k: torch.from_numpy(v.astype(np.int64)) for k, v in batch.items()})
 
 
 def apply_bert(cfg, params, batch, add_pooler=True):
@@ -102,6 +102,7 @@ def test_minilm_matches_transformers_on_real_sentences(minilm):
     lengths = mask.sum(1)
     assert len(set(lengths)) == len(SENTENCES) and (~mask).any()  # different lengths, padding
     assert set(np.unique(batch["token_type_ids"][mask])) == {0, 1}  # sentence pairs
+    assert (batch["input_ids"][:, 0] == 101).all()  # [CLS] first: the real WordPiece encoding
 
     ours = apply_bert(cfg, params, batch)
     ref = torch_outputs(reference, batch)
