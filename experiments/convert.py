@@ -22,7 +22,7 @@ import numpy as np
 from absl import app, flags, logging
 
 from bert_jax.convert import hf
-from bert_jax.train import checkpointing
+from bert_jax.train import checkpointing, loop
 
 FLAGS = flags.FLAGS
 flags.DEFINE_enum("direction", None, ["hf_to_ours", "ours_to_hf"], "Which way to convert.")
@@ -91,6 +91,7 @@ def ours_to_hf(checkpoint_dir: str, hf_dir: str, step: int | None, encoder_only:
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    loop.quiet_orbax_logs()
     if FLAGS.direction == "hf_to_ours":
         hf_to_ours(FLAGS.hf_dir, FLAGS.checkpoint_dir, FLAGS.encoder_only)
     else:
