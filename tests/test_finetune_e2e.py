@@ -1,0 +1,207 @@
+"""End to end fine-tuning on small synthetic NER and QA sets that a tiny BERT must learn.
+
+Learning them (> 90% entity F1, > 90% exact match) shows that the NER labels sit on the right
+sub-words and that SQuAD windows, offsets and span decoding are right: a misaligned label or an
+off-by-one span cannot score that high. The NER run is then evaluated again in a new process
+(experiments/finetune.py --mode=evaluate), which must reproduce the end-of-training metrics and
+predictions exactly.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from bert_jax.data import tasks
+from bert_jax.train import finetuning
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+FIRST_NAMES = ["john", "mary", "peter", "anna", "james", "linda", "omar", "yuki"]
+# Surnames cut into several pieces by the vocabulary below: the tag must sit on the first.
+SURNAMES = ["johnson", "blackburn", "smithers", "okafor"]
+PLACES = [["paris"], ["berlin"], ["new", "york"], ["san", "francisco"], ["lagos"], ["kyoto"]]
+ORGS = [["acme", "corp"], ["globex"], ["initech", "labs"]]
+FILLER = ["visited", "met", "works", "at", "in", "the", "today", "yesterday", "and", "with",
+          "from", "said", "that", "old", "red", "house", "book", "is", "where", "a", "car",
+          "garden", "bag", "key", ".", "who", "has"]
+OBJECTS = ["book", "car", "bag", "key", "ring", "lamp", "coin", "map"]
+PIECES = ["john", "##son", "black", "##burn", "smith", "##ers", "oka", "##for", "?"]
+
+
+def write_vocab(path) -> str:
+    words = {w for group in (FIRST_NAMES, FILLER, OBJECTS, PIECES) for w in group}
+    words |= {w for group in PLACES + ORGS for w in group}
+    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    path.write_text("\n".join(specials + sorted(words)) + "\n", encoding="utf-8")
+    return str(path)
+
+
+def person(rng):
+    words = [FIRST_NAMES[rng.integers(len(FIRST_NAMES))]]
+    if rng.random() < 0.6:
+        words.append(SURNAMES[rng.integers(len(SURNAMES))])
+    return words, ["B-PER"] + ["I-PER"] * (len(words) - 1)
+
+
+def entity(rng, choices, kind):
+    words = list(choices[rng.integers(len(choices))])
+    return words, [f"B-{kind}"] + [f"I-{kind}"] * (len(words) - 1)
+
+
+def ner_sentence(rng):
+    templates = [["PER", "visited", "LOC", "today"], ["PER", "works", "at", "ORG", "in", "LOC"],
+                 ["PER", "met", "PER", "in", "LOC", "yesterday"], ["ORG", "is", "from", "LOC"],
+                 ["the", "old", "house", "in", "LOC", "is", "red"],
+                 ["PER", "and", "PER", "said", "that", "ORG", "is", "old"]]
+    words, tags = [], []
+    for slot in templates[rng.integers(len(templates))]:
+        if slot == "PER":
+            w, t = person(rng)
+        elif slot == "LOC":
+            w, t = entity(rng, PLACES, "LOC")
+        elif slot == "ORG":
+            w, t = entity(rng, ORGS, "ORG")
+        else:
+            w, t = [slot], ["O"]
+        words += w
+        tags += t
+    return words, tags
+
+
+def write_conll(path, sentences) -> str:
+    with open(path, "w", encoding="utf-8") as f:
+        for words, tags in sentences:
+            f.writelines(f"{w} {t}\n" for w, t in zip(words, tags))
+            f.write("\n")
+    return str(path)
+
+
+def qa_example(rng, qid):
+    """Two facts among filler, 'the X is in P .' and 'N has the Y .'; the question asks either
+    'where is the X ?' (a place, maybe two words) or 'who has the Y ?' (a name, maybe with a
+    surname of several word pieces), so the answer depends on the question."""
+    objects = rng.choice(len(OBJECTS), 2, replace=False)
+    place = " ".join(PLACES[rng.integers(len(PLACES))])
+    name = " ".join(person(rng)[0])
+    pieces = [" ".join(rng.choice(FILLER[:12], rng.integers(3, 9))) + " ." for _ in range(3)]
+    facts = [f"the {OBJECTS[objects[0]]} is in {place} .", f"{name} has the {OBJECTS[objects[1]]} ."]
+    order = rng.permutation(2)
+    context = " ".join([pieces[0], facts[order[0]], pieces[1], facts[order[1]], pieces[2]])
+    if rng.random() < 0.5:
+        question, answer = f"where is the {OBJECTS[objects[0]]} ?", place
+        start = context.index(facts[0]) + facts[0].index(" is in ") + len(" is in ")
+    else:
+        question, answer = f"who has the {OBJECTS[objects[1]]} ?", name
+        start = context.index(facts[1])
+    assert context[start:start + len(answer)] == answer
+    return {"id": qid, "question": question,
+            "answers": [{"text": answer, "answer_start": start}], "is_impossible": False}, context
+
+
+def write_squad(path, rng, count, prefix) -> str:
+    paragraphs = []
+    for i in range(count):
+        qa, context = qa_example(rng, f"{prefix}{i}")
+        paragraphs.append({"context": context, "qas": [qa]})
+    path.write_text(json.dumps({"data": [{"title": "synthetic", "paragraphs": paragraphs}]}),
+                    encoding="utf-8")
+    return str(path)
+
+
+def tiny_config(vocab_path, **changes):
+    config = finetuning.default_config()
+    config.tokenizer = vocab_path
+    config.model.update(dict(preset="tiny", hidden_size=64, num_hidden_layers=2,
+                             num_attention_heads=2, intermediate_size=128,
+                             max_position_embeddings=64, hidden_dropout_prob=0.0,
+                             attention_probs_dropout_prob=0.0))
+    config.batch_size = 16
+    config.eval_batch_size = 32
+    config.warmup_fraction = 0.1
+    config.log_every_steps = 50
+    config.async_checkpoints = False
+    for key, value in changes.items():
+        target = config
+        *parents, leaf = key.split(".")
+        for parent in parents:
+            target = target[parent]
+        target[leaf] = value
+    return config
+
+
+def test_ner_learns_entities_and_evaluation_in_new_process_is_exact(tmp_path):
+    rng = np.random.default_rng(0)
+    vocab = write_vocab(tmp_path / "vocab.txt")
+    train = write_conll(tmp_path / "train.conll", [ner_sentence(rng) for _ in range(320)])
+    dev = write_conll(tmp_path / "dev.conll", [ner_sentence(rng) for _ in range(64)])
+    config = tiny_config(vocab, task="token_classification", max_seq_len=24, epochs=12.0,
+                         learning_rate=2e-3, **{"data.train_path": train, "data.eval_path": dev})
+    workdir = str(tmp_path / "ner")
+    os.makedirs(workdir)
+    with open(os.path.join(workdir, "config.json"), "w", encoding="utf-8") as f:
+        json.dump(config.to_dict(), f)  # as finetune.py does, for evaluate in a new process
+    result, final = finetuning.train_and_evaluate(config, workdir)
+    assert final["entity_f1"] > 0.9, final
+    # sub-word words are in the eval set, so the first-sub-word alignment is exercised
+    assert any(s in open(dev).read() for s in SURNAMES)
+
+    completed = subprocess.run(
+        [sys.executable, os.path.join(REPO, "experiments", "finetune.py"), "--mode=evaluate",
+         f"--workdir={workdir}"], capture_output=True, text=True, cwd=REPO,
+        env={**os.environ, "JAX_PLATFORMS": "cpu"})
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    step_dir = f"step_{result.step}"
+    with open(os.path.join(workdir, "predictions", step_dir, "metrics.json")) as f:
+        at_end = json.load(f)
+    with open(os.path.join(workdir, "evaluation", step_dir, "metrics.json")) as f:
+        reloaded = json.load(f)
+    assert reloaded == at_end  # exactly, every digit
+    with open(os.path.join(workdir, "predictions", step_dir, "predictions.conll")) as a, \
+            open(os.path.join(workdir, "evaluation", step_dir, "predictions.conll")) as b:
+        assert a.read() == b.read()
+
+
+def test_squad_style_qa_learns_spans_across_windows(tmp_path):
+    rng = np.random.default_rng(1)
+    vocab = write_vocab(tmp_path / "vocab.txt")
+    train = write_squad(tmp_path / "train.json", rng, 400, "t")
+    dev = write_squad(tmp_path / "dev.json", rng, 64, "d")
+    config = tiny_config(vocab, task="span_qa", max_seq_len=40, epochs=8.0, learning_rate=2e-3,
+                         **{"data.train_path": train, "data.eval_path": dev,
+                            "squad.doc_stride": 12, "squad.max_query_len": 8,
+                            "squad.max_answer_length": 6})
+    data = finetuning.build_task_data(config, tasks_tokenizer(vocab))
+    windows_per_question = np.bincount(data.eval_features["example_index"])
+    assert windows_per_question.max() >= 2  # contexts really are cut into windows
+    result, final = finetuning.train_and_evaluate(config, str(tmp_path / "qa"))
+    assert final["exact_match"] > 0.9, final
+    with open(tmp_path / "qa" / "predictions" / f"step_{result.step}" / "predictions.json") as f:
+        assert len(json.load(f)) == 64
+
+
+def tasks_tokenizer(vocab_path):
+    from bert_jax.data import tokenizer
+    return tokenizer.load_tokenizer(vocab_path)
+
+
+def test_bad_input_errors_name_the_fault(tmp_path):
+    vocab = write_vocab(tmp_path / "vocab.txt")
+    train = tmp_path / "train.csv"
+    train.write_text("sentence,label\nthe red car,pos\nthe old book,neg\n", encoding="utf-8")
+    dev = tmp_path / "dev.csv"
+    dev.write_text("sentence,label\nthe red bag,neutral\n", encoding="utf-8")
+    config = tiny_config(vocab, task="classification", max_seq_len=16,
+                         **{"data.train_path": str(train), "data.eval_path": str(dev),
+                            "data.text_column": "sentence"})
+    with pytest.raises(tasks.DataError, match=r"dev\.csv: label\(s\) \['neutral'\] never seen"):
+        finetuning.build_task_data(config, tasks_tokenizer(vocab))
+    config.data.text_column = "text"
+    with pytest.raises(tasks.DataError, match=r"train\.csv: no column\(s\) \['text'\]"):
+        finetuning.build_task_data(config, tasks_tokenizer(vocab))
+    config.task = "sentiment"
+    with pytest.raises(ValueError, match="config.task='sentiment' is unknown"):
+        finetuning.build_task_data(config, tasks_tokenizer(vocab))
