@@ -8,7 +8,9 @@ Three kinds of corpus, named by one string (`load_source(corpus, split, data_dir
                          news stories of the Lee corpus; about 3 MB of text, prepared in ~10 s.
   "text:GLOB"            local UTF-8 plain-text files matched by GLOB ("text:/data/books/*.txt");
                          documents are separated by blank lines (default), or one per file or one
-                         per line (`TextFilesConfig.document_delimiter`).
+                         per line (`TextFilesConfig.document_delimiter`). The prepared copy is
+                         keyed by the glob, the options and the matched files' sizes and times:
+                         adding or editing a file prepares a new copy, never a stale one.
   any other name         a TFDS catalog name ("wikipedia/20230601.en") passed through to TFDS, which
                          downloads and prepares it (network needed; field "text" by default).
 
@@ -76,9 +78,11 @@ def _split_documents(documents: Sequence[str], validation_fraction: float, origi
         raise ValueError(f"{origin} holds {len(documents)} document(s); a train and a validation "
                          "split need at least 2")
     hashes = [_unit_hash(doc) for doc in documents]
-    threshold = max(validation_fraction, min(hashes) + 1e-18)
-    train = [doc for doc, h in zip(documents, hashes) if h >= threshold]
-    validation = [doc for doc, h in zip(documents, hashes) if h < threshold]
+    held_out = [h < validation_fraction for h in hashes]
+    if not any(held_out):
+        held_out[hashes.index(min(hashes))] = True
+    train = [doc for doc, out in zip(documents, held_out) if not out]
+    validation = [doc for doc, out in zip(documents, held_out) if out]
     if not train:
         raise ValueError(f"{origin}: validation_fraction={validation_fraction} leaves no training "
                          "document")
@@ -98,6 +102,15 @@ def _text_features() -> tfds.features.FeaturesDict:
 # Local plain-text files.
 
 
+def matched_files(pattern: str) -> list[str]:
+    """Sorted files matched by `pattern` ("**" recurses); ValueError naming the glob if none."""
+    paths = sorted(p for p in globlib.glob(os.path.expanduser(pattern), recursive=True)
+                   if os.path.isfile(p))
+    if not paths:
+        raise ValueError(f"text corpus: the glob {pattern!r} matches no file")
+    return paths
+
+
 def read_text_documents(pattern: str, document_delimiter: str = "blank_line",
                         invalid_utf8: str = "fail") -> list[str]:
     """All documents of the files matched by `pattern`, in sorted file order.
@@ -110,12 +123,8 @@ def read_text_documents(pattern: str, document_delimiter: str = "blank_line",
                          f"{DOCUMENT_DELIMITERS}")
     if invalid_utf8 not in ("fail", "skip"):
         raise ValueError(f"invalid_utf8={invalid_utf8!r}; choose 'fail' or 'skip'")
-    paths = sorted(p for p in globlib.glob(os.path.expanduser(pattern), recursive=True)
-                   if os.path.isfile(p))
-    if not paths:
-        raise ValueError(f"text corpus: the glob {pattern!r} matches no file")
     documents = []
-    for path in paths:
+    for path in matched_files(pattern):
         with open(path, "rb") as f:
             raw = f.read()
         try:
@@ -155,7 +164,7 @@ def _documents_in(text: str, document_delimiter: str) -> list[str]:
 
 @dataclasses.dataclass
 class TextFilesConfig(tfds.core.BuilderConfig):
-    """Which files make the corpus; the config name is a hash of all fields (see `text_files_config`)."""
+    """Which files make the corpus; the name is a hash of them and the options (`text_files_config`)."""
 
     pattern: str = ""
     document_delimiter: str = "blank_line"
@@ -166,9 +175,13 @@ class TextFilesConfig(tfds.core.BuilderConfig):
 def text_files_config(pattern: str, document_delimiter: str = "blank_line",
                       invalid_utf8: str = "fail",
                       validation_fraction: float = 0.02) -> TextFilesConfig:
-    """A config whose name identifies the glob and options, so corpora never collide in data_dir."""
+    """A config whose name identifies the glob, the options and the matched files (paths, sizes,
+    modification times): corpora never collide in data_dir, and a changed file set is prepared
+    anew (in a new folder) instead of being served stale."""
     pattern = os.path.abspath(os.path.expanduser(pattern))
-    identity = f"{pattern}|{document_delimiter}|{invalid_utf8}|{validation_fraction!r}"
+    files = [(path, os.stat(path).st_size, os.stat(path).st_mtime_ns)
+             for path in matched_files(pattern)]
+    identity = f"{pattern}|{document_delimiter}|{invalid_utf8}|{validation_fraction!r}|{files}"
     name = "g" + hashlib.sha1(identity.encode("utf-8")).hexdigest()[:16]
     return TextFilesConfig(name=name, description=f"text files {pattern}", pattern=pattern,
                            document_delimiter=document_delimiter, invalid_utf8=invalid_utf8,
