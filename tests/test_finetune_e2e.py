@@ -138,7 +138,7 @@ def test_ner_learns_entities_and_evaluation_in_new_process_is_exact(tmp_path):
     vocab = write_vocab(tmp_path / "vocab.txt")
     train = write_conll(tmp_path / "train.conll", [ner_sentence(rng) for _ in range(320)])
     dev = write_conll(tmp_path / "dev.conll", [ner_sentence(rng) for _ in range(64)])
-    config = tiny_config(vocab, task="token_classification", max_seq_len=24, epochs=12.0,
+    config = tiny_config(vocab, task="token_classification", max_seq_len=24, epochs=6.0,
                          learning_rate=2e-3, **{"data.train_path": train, "data.eval_path": dev})
     workdir = str(tmp_path / "ner")
     os.makedirs(workdir)
