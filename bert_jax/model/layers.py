@@ -14,6 +14,7 @@ import jax
 import jax.numpy as jnp
 
 from bert_jax.config import BertConfig
+from bert_jax.model.precision import dot_general_for, mixed_dot_general
 
 Array = jax.Array
 
@@ -46,7 +47,8 @@ def layer_norm(cfg: BertConfig, name: str) -> nn.LayerNorm:
 
 def dense(cfg: BertConfig, features: int, axes: tuple[str | None, str | None], name: str):
     return nn.Dense(features, dtype=cfg.dtype, param_dtype=cfg.param_dtype, name=name,
-                    kernel_init=weight_init(cfg, axes), bias_init=zeros_init(axes[1:]))
+                    kernel_init=weight_init(cfg, axes), bias_init=zeros_init(axes[1:]),
+                    dot_general=dot_general_for(cfg.dtype))
 
 
 class Embeddings(nn.Module):
@@ -77,7 +79,11 @@ class Embeddings(nn.Module):
 
     def attend(self, hidden: Array) -> Array:
         """Scores against every word embedding (the tied MLM decoder): [..., hidden] -> [..., vocab]."""
-        return self.word_embeddings.attend(hidden)
+        if self.cfg.dtype == "float32":
+            return self.word_embeddings.attend(hidden)
+        table = jnp.asarray(self.word_embeddings.embedding, self.cfg.dtype)  # [vocab, hidden]
+        return mixed_dot_general(hidden.astype(self.cfg.dtype), table.T,
+                                 (((hidden.ndim - 1,), (0,)), ((), ())))
 
 
 class SelfAttention(nn.Module):
@@ -94,6 +100,7 @@ class SelfAttention(nn.Module):
         heads, head_dim = cfg.num_attention_heads, cfg.head_dim
         projection = functools.partial(
             nn.DenseGeneral, features=(heads, head_dim), dtype=cfg.dtype, param_dtype=cfg.param_dtype,
+            dot_general=dot_general_for(cfg.dtype),
             kernel_init=weight_init(cfg, ("embed", "heads", "kv")), bias_init=zeros_init(("heads", "kv")))
         query = projection(name="query")(x)  # [batch, seq, heads, head_dim]
         key = projection(name="key")(x)
@@ -113,6 +120,7 @@ class SelfAttention(nn.Module):
 
         return nn.DenseGeneral(
             cfg.hidden_size, axis=(-2, -1), dtype=cfg.dtype, param_dtype=cfg.param_dtype,
+            dot_general=dot_general_for(cfg.dtype),
             kernel_init=weight_init(cfg, ("heads", "kv", "embed")), bias_init=zeros_init(("embed",)),
             name="output")(context)  # [batch, seq, hidden]
 
