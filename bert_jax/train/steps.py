@@ -196,7 +196,7 @@ def make_train_step(loss_fn: LossFn, optimizer: optax.GradientTransformation,
         updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
         new_state = state.replace(step=state.step + 1, params=params, opt_state=opt_state)
-        logged = {"loss": combine(terms), "grad_norm": optax.global_norm(grads)}
+        logged = {"loss": combine(terms), "grad_norm": optax.tree.norm(grads)}
         logged.update({name: mean_of(pair) for name, pair in {**terms, **metrics}.items()})
         if learning_rate_fn is not None:
             logged["learning_rate"] = jnp.asarray(learning_rate_fn(state.step), jnp.float32)
