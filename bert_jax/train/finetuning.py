@@ -22,7 +22,7 @@ EM/F1). The drivers, used by experiments/finetune.py and experiments/evaluate.py
 
 Initialisation (config.init): a Hugging Face BERT folder (`hf_dir`), a pre-training workdir's
 checkpoints (`checkpoint`), or neither (random init of config.model.preset). The encoder comes
-from there; the task head starts fresh. The label map is built from the training labels and saved
+from there; the task head starts fresh (or, with init.with_heads, from the HF folder's head). The label map is built from the training labels and saved
 with every checkpoint and in <workdir>/task.json, so evaluation maps classes the same way.
 """
 
@@ -69,7 +69,9 @@ def default_config():
     config.task = "classification"  # classification | regression | token_classification | span_qa
     # Where the encoder starts: a Hugging Face BERT folder, or the checkpoints folder of a
     # pre-training run (<workdir>/checkpoints); neither: random init of config.model.preset.
-    config.init = ml_collections.ConfigDict(dict(hf_dir="", checkpoint=""))
+    config.init = ml_collections.ConfigDict(dict(
+        hf_dir="", checkpoint="",
+        with_heads=False))  # True: also keep a task head of the HF folder whose shape fits
     config.tokenizer = ""  # vocab.txt, tokenizer.json or a folder; default: init.hf_dir
     config.lowercase = True  # for a vocab.txt (a tokenizer.json carries its own normalizer)
     config.model = ml_collections.ConfigDict(dict(
@@ -458,19 +460,20 @@ def _model_overrides(config) -> dict[str, Any]:
 
 
 def initial_encoder(config, vocab_size: int) -> tuple[BertConfig, Optional[dict]]:
-    """(BertConfig, {"bert": encoder params} or None) from config.init (module docstring)."""
+    """(BertConfig, initial params: {"bert": encoder} (+ HF heads with init.with_heads) or None)
+    from config.init (module docstring)."""
     overrides = _model_overrides(config)
     if config.init.hf_dir and config.init.checkpoint:
         raise ValueError("set config.init.hf_dir or config.init.checkpoint, not both")
     if config.init.hf_dir:
         from bert_jax.convert import hf
-        cfg, params = hf.load(config.init.hf_dir, with_heads=False, **overrides)
-        encoder = params
+        with_heads = bool(config.init.get("with_heads", False))
+        cfg, params = hf.load(config.init.hf_dir, with_heads=with_heads, **overrides)
+        initial = params if "bert" in params else {"bert": params}
     elif config.init.checkpoint:
         cfg, params = checkpointing.load_params(config.init.checkpoint)
         cfg = cfg.replace(**overrides)
-        params = jax.device_get(params)
-        encoder = params.get("bert", params)
+        initial = {"bert": jax.device_get(params).get("bert", params)}
     else:
         model = config.model.to_dict()
         preset = model.pop("preset")
@@ -480,7 +483,7 @@ def initial_encoder(config, vocab_size: int) -> tuple[BertConfig, Optional[dict]
     if cfg.vocab_size < vocab_size:
         raise ValueError(f"the tokenizer has {vocab_size} tokens but the initial model's "
                          f"vocab_size is {cfg.vocab_size}: they do not belong together")
-    return cfg, {"bert": encoder}
+    return cfg, initial
 
 
 def _check_lengths(config, cfg: BertConfig) -> None:
