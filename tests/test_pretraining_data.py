@@ -373,3 +373,14 @@ def test_bad_configs(demo, tmp_path):
     with pytest.raises(ValueError, match="vocab_path is empty"):
         pretraining.make_iterator(pretraining.PretrainingDataConfig(
             corpus=f"text:{tmp_path}/*.txt", data_dir=str(tmp_path)), "train", 8)
+
+
+def test_corpus_without_tokens_fails_instead_of_hanging(demo, tmp_path):
+    (tmp_path / "junk.txt").write_text("\x00\x01\n\n\x02\x03\n\n\x04\x05\n")
+    cfg = pretraining.PretrainingDataConfig(corpus=f"text:{tmp_path}/*.txt",
+                                            data_dir=str(tmp_path / "data"), vocab_path=demo[1])
+    for sentence_pairs in (False, True):
+        it = pretraining.make_iterator(dataclasses.replace(cfg, sentence_pairs=sentence_pairs),
+                                       "train", 4)
+        with pytest.raises(ValueError, match="gave no tokens"):
+            next(it)

@@ -62,12 +62,9 @@ def document_text(record: Any, text_key: str = "text") -> str:
     return record.decode("utf-8") if isinstance(record, bytes) else str(record)
 
 
-def is_validation(text: str, validation_fraction: float) -> bool:
-    """Stable split: hash of the text, uniform in [0, 1), compared with the fraction."""
-    return _unit_hash(text) < validation_fraction
-
-
 def _unit_hash(text: str) -> float:
+    """A stable hash of the text, uniform in [0, 1): the train/validation split compares it with
+    validation_fraction."""
     digest = hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest()
     return int.from_bytes(digest, "little") / 2.0**64
 

@@ -246,6 +246,7 @@ class PackingSpec:
     pad_id: int
     min_segment_tokens: int
     is_continuation: np.ndarray
+    documents_per_epoch: int
 
 
 def empty_row(seq_len: int, pad_id: int = 0) -> dict[str, np.ndarray]:
@@ -257,24 +258,33 @@ def empty_row(seq_len: int, pad_id: int = 0) -> dict[str, np.ndarray]:
 
 class _ResumableItems:
     """Reads a parent grain iterator one item at a time, remembering the parent state before the
-    current item, so a consumer can be checkpointed in the middle of an item."""
+    current item, so a consumer can be checkpointed in the middle of an item.
 
-    def __init__(self, parent: grain.DatasetIterator):
+    Empty items are skipped; `items_per_epoch` empty items in a row mean the data holds nothing
+    at all (every document tokenizes to nothing), an error rather than an endless loop.
+    """
+
+    def __init__(self, parent: grain.DatasetIterator, items_per_epoch: int):
         self.parent = parent
+        self.items_per_epoch = items_per_epoch
         self.item: Any = None
         self.offset = 0
         self.state_before_item: Any = None
 
     def advance(self) -> bool:
-        """Loads the next item (offset 0); False at the end of the parent."""
-        before = self.parent.get_state()
-        try:
-            self.item = next(self.parent)
-        except StopIteration:
-            self.item = None
-            return False
-        self.offset, self.state_before_item = 0, before
-        return True
+        """Loads the next non-empty item (offset 0); False at the end of the parent."""
+        for _ in range(self.items_per_epoch):
+            before = self.parent.get_state()
+            try:
+                self.item = next(self.parent)
+            except StopIteration:
+                self.item = None
+                return False
+            self.offset, self.state_before_item = 0, before
+            if len(self.item):
+                return True
+        raise ValueError(f"{self.items_per_epoch} documents in a row gave no tokens: the corpus "
+                         "holds no text this vocabulary can tokenize")
 
     def get_state(self) -> dict[str, Any]:
         if self.item is None:
@@ -293,7 +303,7 @@ class _ResumableItems:
 class _PackedRowsIterator(grain.DatasetIterator):
     def __init__(self, parent: grain.DatasetIterator, spec: PackingSpec):
         super().__init__(parent)
-        self._docs = _ResumableItems(parent)
+        self._docs = _ResumableItems(parent, spec.documents_per_epoch)
         self._spec = spec
 
     def __next__(self) -> dict[str, np.ndarray]:
@@ -301,10 +311,8 @@ class _PackedRowsIterator(grain.DatasetIterator):
         row = empty_row(spec.seq_len, spec.pad_id)
         used = segment = 0
         while True:
-            if docs.item is None or docs.offset >= len(docs.item):
-                if not docs.advance():
-                    break
-                continue
+            if (docs.item is None or docs.offset >= len(docs.item)) and not docs.advance():
+                break
             tokens, start = docs.item, docs.offset
             remaining = len(tokens) - start
             space = spec.seq_len - used - 2
@@ -441,9 +449,9 @@ def pair_row(tokens_a: np.ndarray, tokens_b: np.ndarray, label: int,
 
 
 class _FlattenedIterator(grain.DatasetIterator):
-    def __init__(self, parent: grain.DatasetIterator):
+    def __init__(self, parent: grain.DatasetIterator, lists_per_epoch: int):
         super().__init__(parent)
-        self._lists = _ResumableItems(parent)
+        self._lists = _ResumableItems(parent, lists_per_epoch)
 
     def __next__(self):
         lists = self._lists
@@ -463,8 +471,12 @@ class _FlattenedIterator(grain.DatasetIterator):
 class FlattenedIterDataset(grain.IterDataset):
     """Lists -> their elements, one at a time, with a state that can point inside a list."""
 
+    def __init__(self, parent: grain.IterDataset, lists_per_epoch: int):
+        super().__init__(parent)
+        self._lists_per_epoch = lists_per_epoch
+
     def __iter__(self) -> _FlattenedIterator:
-        return _FlattenedIterator(self._parent.__iter__())
+        return _FlattenedIterator(self._parent.__iter__(), self._lists_per_epoch)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -523,7 +535,7 @@ def build_rows(cfg: PretrainingDataConfig, source: corpora.TextSource,
         tokens = documents.shuffle(seed=cfg.seed).repeat(num_epochs).map(
             _Tokenize(vocab, cfg.text_key))
         spec = PackingSpec(cfg.seq_len, vocab.cls_id, vocab.sep_id, vocab.pad_id,
-                           cfg.min_segment_tokens, vocab.is_continuation)
+                           cfg.min_segment_tokens, vocab.is_continuation, len(documents))
         return PackedRowsIterDataset(tokens.to_iter_dataset(_READ_OPTIONS), spec)
     ends = tuple(i for i in (vocab.token_to_id(t) for t in (".", "!", "?")) if i is not None)
     spec = PairSpec(cfg.seq_len, vocab.cls_id, vocab.sep_id, vocab.pad_id, ends,
@@ -531,7 +543,7 @@ def build_rows(cfg: PretrainingDataConfig, source: corpora.TextSource,
     lines = documents.map(_TokenizeLines(vocab, cfg.text_key))
     order = grain.MapDataset.range(len(documents)).shuffle(seed=cfg.seed).repeat(num_epochs)
     row_lists = order.map_with_index(_PairRows(lines, spec, cfg.seed, process_index))
-    return FlattenedIterDataset(row_lists.to_iter_dataset(_READ_OPTIONS))
+    return FlattenedIterDataset(row_lists.to_iter_dataset(_READ_OPTIONS), len(documents))
 
 
 class PretrainingIterator:
