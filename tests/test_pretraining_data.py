@@ -332,15 +332,30 @@ def test_one_pass_pads_the_last_batch(demo, demo_vocab):
     assert (last["masked_weights"][empty] == 0).all() and (last["input_ids"][empty] == 0).all()
 
 
-def test_hosts_read_disjoint_halves(demo, demo_vocab):
+def test_training_hosts_read_disjoint_halves(demo, demo_vocab):
     cfg = demo_config(demo)
     count = lambda rows: sum(len(p) for row in rows for p in segment_pieces(row, demo_vocab))
     whole = count(unmasked_rows(cfg, demo_vocab, "validation"))
     halves = [count(unmasked_rows(cfg, demo_vocab, "validation", i, 2)) for i in range(2)]
     assert min(halves) > 0 and sum(halves) == whole
-    batch = next(pretraining.make_iterator(cfg, "validation", global_batch_size=8,
-                                           process_index=1, process_count=2))
-    assert batch["input_ids"].shape == (4, 128)
+    batches = [next(pretraining.make_iterator(cfg, "train", global_batch_size=8, process_index=i,
+                                              process_count=2)) for i in range(2)]
+    assert batches[0]["input_ids"].shape == (4, 128)
+    assert not np.array_equal(batches[0]["input_ids"], batches[1]["input_ids"])
+
+
+def test_finite_pass_gives_every_host_the_same_number_of_batches(demo):
+    cfg = demo_config(demo)
+    single = list(pretraining.make_iterator(cfg, "validation", 8, num_epochs=1))
+    hosts = [list(pretraining.make_iterator(cfg, "validation", 8, process_index=i,
+                                            process_count=2, num_epochs=1)) for i in range(2)]
+    assert len(hosts[0]) == len(hosts[1]) == len(single)
+    for whole, first, second in zip(single, *hosts):
+        for key in whole:  # host i holds rows i, i + 2, ... of the single-host batch
+            real = whole["segment_ids"].sum(axis=1) > 0
+            np.testing.assert_array_equal(first[key][:real[0::2].sum()], whole[key][0::2][real[0::2]])
+            np.testing.assert_array_equal(second[key][:real[1::2].sum()],
+                                          whole[key][1::2][real[1::2]])
 
 
 def test_worker_processes_resume_exactly(demo):

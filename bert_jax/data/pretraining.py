@@ -15,9 +15,11 @@
              one pair per row, sentences cut at ".", "!", "?" and line ends.
       -> (optional) grain worker processes (num_workers > 0)
       -> dynamic masking of each row in the main process, from a generator seeded by
-         (seed, process_index, row number): the masks of a row are the same however the run is
-         interrupted and resumed
-      -> batches of global_batch_size // process_count rows, as numpy arrays (see `make_iterator`).
+         (seed, stream, row number in the stream): the masks of a row are the same however the
+         run is interrupted and resumed
+      -> batches of global_batch_size // process_count rows, as numpy arrays (see `make_iterator`;
+         a finite pass instead reads every document on every host and deals rows round-robin,
+         so that all hosts make the same number of batches).
 
 Masking (Devlin et al. 2019): a fraction `mask_rate` of the maskable tokens of a row (all but
 [PAD] [UNK] [CLS] [SEP] [MASK]) is chosen, rounded stochastically so the expected fraction is
@@ -553,17 +555,22 @@ class PretrainingIterator:
       input_ids, token_type_ids, segment_ids, position_ids: [B, L] int32 (segment 0 = padding);
       masked_positions, masked_ids: [B, P] int32; masked_weights: [B, P] float32;
       nsp_labels: [B] int32 in sentence-pair mode only.
-    At the end of a finite pass, the last batch is filled with all-padding rows (segment_ids 0,
-    masked_weights 0), so every batch has the same shape and no row is dropped.
+    The iterator reads `stride * batch_rows` rows of its row stream per batch and keeps those at
+    `offset`, `offset + stride`, ... (stride 1 for a stream of this host's own documents; the
+    process count for a finite pass, where every host reads the same stream). At the end of a
+    finite pass the last batch is filled with all-padding rows (segment_ids 0, masked_weights 0),
+    so every batch has the same shape, no row is dropped, and all hosts make the same number of
+    batches.
     """
 
     def __init__(self, rows: grain.IterDataset, cfg: PretrainingDataConfig, masking: MaskingSpec,
-                 batch_rows: int, process_index: int, pad_id: int, fingerprint: str):
-        self._rows_dataset = rows
+                 batch_rows: int, stream_id: int, pad_id: int, fingerprint: str,
+                 stride: int = 1, offset: int = 0):
         self._rows = iter(rows)
         self._cfg, self._masking, self._batch_rows = cfg, masking, batch_rows
-        self._process_index, self._pad_id, self._fingerprint = process_index, pad_id, fingerprint
-        self._rows_emitted = 0
+        self._stream_id, self._pad_id, self._fingerprint = stream_id, pad_id, fingerprint
+        self._stride, self._offset = stride, offset
+        self._rows_read = 0
         self._finished = False
 
     def __iter__(self) -> "PretrainingIterator":
@@ -572,23 +579,26 @@ class PretrainingIterator:
     def __next__(self) -> dict[str, np.ndarray]:
         if self._finished:
             raise StopIteration
-        rows = []
-        for _ in range(self._batch_rows):
+        mine = []
+        read = 0
+        for _ in range(self._stride * self._batch_rows):
             try:
-                rows.append(next(self._rows))
+                row = next(self._rows)
             except StopIteration:
                 self._finished = True
                 break
-        if not rows:
+            if read % self._stride == self._offset:
+                mine.append(self._mask(row, self._rows_read + read))
+            read += 1
+        if read == 0:
             raise StopIteration
-        masked = [self._mask(row, self._rows_emitted + i) for i, row in enumerate(rows)]
-        self._rows_emitted += len(rows)
-        while len(masked) < self._batch_rows:
-            masked.append(self._padding_row())
-        return {key: np.stack([row[key] for row in masked]) for key in masked[0]}
+        self._rows_read += read
+        while len(mine) < self._batch_rows:
+            mine.append(self._padding_row())
+        return {key: np.stack([row[key] for row in mine]) for key in mine[0]}
 
     def _mask(self, row: dict[str, np.ndarray], row_number: int) -> dict[str, np.ndarray]:
-        rng = np.random.default_rng([self._cfg.seed, _MASK_STREAM, self._process_index, row_number])
+        rng = np.random.default_rng([self._cfg.seed, _MASK_STREAM, self._stream_id, row_number])
         input_ids, positions, ids, weights = mask_row(row["input_ids"], self._masking, rng)
         return {**row, "input_ids": input_ids, "masked_positions": positions, "masked_ids": ids,
                 "masked_weights": weights}
@@ -603,9 +613,9 @@ class PretrainingIterator:
         return row
 
     def get_state(self) -> dict[str, Any]:
-        """JSON-serialisable: {"version", "fingerprint", "rows_emitted", "finished", "grain"}."""
+        """JSON-serialisable: {"version", "fingerprint", "rows_read", "finished", "grain"}."""
         return {"version": STATE_VERSION, "fingerprint": self._fingerprint,
-                "rows_emitted": self._rows_emitted, "finished": self._finished,
+                "rows_read": self._rows_read, "finished": self._finished,
                 "grain": _jsonable(self._rows.get_state())}
 
     def set_state(self, state: dict[str, Any] | str | bytes) -> None:
@@ -620,7 +630,7 @@ class PretrainingIterator:
                              "sequence length, mode, batch size, process layout or worker count; "
                              "it cannot resume this one")
         self._rows.set_state(state["grain"])
-        self._rows_emitted = int(state["rows_emitted"])
+        self._rows_read = int(state["rows_read"])
         self._finished = bool(state["finished"])
 
     def close(self) -> None:
@@ -648,20 +658,26 @@ def make_iterator(cfg: PretrainingDataConfig, split: str = "train", global_batch
                   num_epochs: Optional[int] = None) -> PretrainingIterator:
     """This host's batches of global_batch_size // process_count rows of `split`.
 
-    num_epochs=None: forever (a new document order each epoch). num_epochs=k: k passes over this
-    host's documents, then StopIteration; the last batch is padded with zero-weight rows. Hosts may
-    produce different numbers of batches in a finite pass (packing depends on their documents): for
-    a multi-host evaluation use num_epochs=None and a fixed number of steps.
+    num_epochs=None (training): an endless stream of this host's documents
+      (source[process_index::process_count]), in a new order each epoch.
+    num_epochs=k (evaluation): k passes over the whole split, then StopIteration. Every host reads
+      all documents and keeps every process_count-th row, so all hosts make the same number of
+      batches (no host waits alone in a collective); the last batch is padded with zero-weight
+      rows. A host thus tokenizes the whole split: meant for held-out sets, not for huge corpora.
     """
     if global_batch_size % process_count:
         raise ValueError(f"global_batch_size={global_batch_size} is not divisible by "
                          f"process_count={process_count}")
     if not 0 <= process_index < process_count:
         raise ValueError(f"process_index={process_index} not in [0, {process_count})")
+    if num_epochs is not None and num_epochs < 1:
+        raise ValueError(f"num_epochs={num_epochs} must be None (endless) or positive")
     vocab = tok.load_tokenizer(resolve_vocab_path(cfg), lowercase=cfg.lowercase)
     source = corpora.load_source(cfg.corpus, split, cfg.data_dir, **(
         cfg.text_options() if cfg.corpus.startswith(corpora.TEXT_PREFIX) else {}))
-    rows = build_rows(cfg, source, vocab, process_index, process_count, num_epochs)
+    endless = num_epochs is None
+    shard = (process_index, process_count) if endless else (0, 1)
+    rows = build_rows(cfg, source, vocab, *shard, num_epochs)
     if cfg.num_workers > 0:
         _parse_absl_flags_if_needed()
         rows = rows.mp_prefetch(grain.MultiprocessingOptions(num_workers=cfg.num_workers))
@@ -671,5 +687,8 @@ def make_iterator(cfg: PretrainingDataConfig, split: str = "train", global_batch
     identity = [cfg.corpus, split, cfg.seq_len, cfg.seed, cfg.sentence_pairs, cfg.min_segment_tokens,
                 process_index, process_count, batch_rows, cfg.num_workers, num_epochs]
     fingerprint = hashlib.sha1(json.dumps(identity).encode()).hexdigest()[:16]
-    return PretrainingIterator(rows, cfg, masking, batch_rows, process_index, vocab.pad_id,
-                               fingerprint)
+    if endless:
+        return PretrainingIterator(rows, cfg, masking, batch_rows, stream_id=process_index,
+                                   pad_id=vocab.pad_id, fingerprint=fingerprint)
+    return PretrainingIterator(rows, cfg, masking, batch_rows, stream_id=0, pad_id=vocab.pad_id,
+                               fingerprint=fingerprint, stride=process_count, offset=process_index)
