@@ -138,7 +138,7 @@ def test_ner_learns_entities_and_evaluation_in_new_process_is_exact(tmp_path):
     vocab = write_vocab(tmp_path / "vocab.txt")
     train = write_conll(tmp_path / "train.conll", [ner_sentence(rng) for _ in range(320)])
     dev = write_conll(tmp_path / "dev.conll", [ner_sentence(rng) for _ in range(64)])
-    config = tiny_config(vocab, task="token_classification", max_seq_len=24, epochs=6.0,
+    config = tiny_config(vocab, task="token_classification", max_seq_len=24, epochs=4.0,
                          learning_rate=2e-3, **{"data.train_path": train, "data.eval_path": dev})
     workdir = str(tmp_path / "ner")
     os.makedirs(workdir)
@@ -205,3 +205,37 @@ def test_bad_input_errors_name_the_fault(tmp_path):
     config.task = "sentiment"
     with pytest.raises(ValueError, match="config.task='sentiment' is unknown"):
         finetuning.build_task_data(config, tasks_tokenizer(vocab))
+
+
+def test_token_loss_counts_first_subwords_of_real_rows_only(tmp_path):
+    """The NER loss sees only labelled positions (first sub-words) of real rows: logits
+    elsewhere do not move it, and its weight is the number of labelled words."""
+    import flax.linen as nn
+    import jax
+    import jax.numpy as jnp
+
+    vocab = write_vocab(tmp_path / "vocab.txt")
+    tokenizer = tasks_tokenizer(vocab)
+    sentences = [tasks.TaggedSentence(("john", "blackburn", "visited", "paris"),
+                                      ("B-PER", "I-PER", "O", "B-LOC")),
+                 tasks.TaggedSentence(("omar", "okafor"), ("B-PER", "I-PER"))]
+    label_map = ("B-LOC", "B-PER", "I-PER", "O")
+    features = tasks.encode_tagged_sentences(tokenizer, sentences, 12, label_map)
+    batch = {k: jnp.asarray(v) for k, v in features.items() if k != "word_index"}
+    batch["example_weights"] = jnp.asarray([1.0, 0.0])  # the second row is padding
+    config = tiny_config(vocab)
+    cfg, _ = finetuning.initial_encoder(config, tokenizer.vocab_size)
+    model = finetuning.make_model("token_classification", cfg, len(label_map))
+    params = nn.meta.unbox(finetuning.make_init_fn(model, 12)(jax.random.PRNGKey(0)))
+    terms, metric = finetuning.make_loss_fn("token_classification", model)(
+        params, batch, jax.random.PRNGKey(1), True)
+    assert float(terms["cross_entropy"][1]) == 4.0  # 4 words of the real row
+    assert float(metric["token_accuracy"][1]) == 4.0
+    # the same loss by hand, from the logits at the first sub-words of row 0
+    logits = model.apply({"params": params}, batch["input_ids"], batch["token_type_ids"],
+                         batch["attention_mask"], True)
+    positions = np.nonzero(features["labels"][0] >= 0)[0]
+    log_probs = jax.nn.log_softmax(logits[0, positions], -1)
+    expected = -sum(float(log_probs[i, features["labels"][0, p]])
+                    for i, p in enumerate(positions))
+    assert float(terms["cross_entropy"][0]) == pytest.approx(expected, rel=1e-5)
