@@ -29,7 +29,9 @@ Bad input (decided at preparation time, before any training starts):
 from __future__ import annotations
 
 import bz2
+import contextlib
 import dataclasses
+import fcntl
 import glob as globlib
 import hashlib
 import importlib.util
@@ -313,23 +315,45 @@ def builder_for(corpus: str, data_dir: str, **text_options) -> tfds.core.Dataset
                          f"that this installation can build ({first_line})") from e
 
 
+@contextlib.contextmanager
+def exclusive(data_dir: str):
+    """Holds an advisory lock on data_dir, so that processes of one job (e.g. several local
+    hosts) prepare a corpus or vocabulary once instead of racing on the same files."""
+    os.makedirs(data_dir, exist_ok=True)
+    with open(os.path.join(data_dir, ".bert_jax.lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
 def prepare(corpus: str, data_dir: str, **text_options) -> tfds.core.DatasetBuilder:
     """Prepares `corpus` under `data_dir` if it is not there yet (idempotent) and returns its builder."""
+    data_dir = os.path.expanduser(data_dir)
     builder = builder_for(corpus, data_dir, **text_options)
-    if not builder.is_prepared():
-        local = corpus == DEMO or corpus.startswith(TEXT_PREFIX)
-        tfds.display_progress_bar(False)
-        try:
-            builder.download_and_prepare()
-        except Exception as e:
-            if local:
-                raise
-            raise RuntimeError(
-                f"could not download and prepare the TFDS dataset {corpus!r} into {data_dir!r} "
-                f"(network access and the dataset's own dependencies are needed): {e}") from e
-        finally:
-            tfds.display_progress_bar(True)
-    return builder
+    if builder.is_prepared():
+        return builder
+    with exclusive(data_dir):
+        builder = builder_for(corpus, data_dir, **text_options)  # another process may have done it
+        if not builder.is_prepared():
+            _download_and_prepare(builder, corpus, data_dir)
+    return builder_for(corpus, data_dir, **text_options)
+
+
+def _download_and_prepare(builder: tfds.core.DatasetBuilder, corpus: str, data_dir: str) -> None:
+    local = corpus == DEMO or corpus.startswith(TEXT_PREFIX)
+    tfds.display_progress_bar(False)
+    try:
+        builder.download_and_prepare()
+    except Exception as e:
+        if local:
+            raise
+        raise RuntimeError(
+            f"could not download and prepare the TFDS dataset {corpus!r} into {data_dir!r} "
+            f"(network access and the dataset's own dependencies are needed): {e}") from e
+    finally:
+        tfds.display_progress_bar(True)
 
 
 def load_source(corpus: str, split: str, data_dir: str, **text_options) -> TextSource:

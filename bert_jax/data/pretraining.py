@@ -50,7 +50,7 @@ from bert_jax.data import tokenizer as tok
 _MASK_STREAM = 0x6D61736B  # "mask": separates the masking generator from other uses of the seed
 _PAIR_STREAM = 0x70616972  # "pair"
 STATE_VERSION = 1
-# Documents are read and tokenized ahead by a few threads (tokenizers releases the GIL).
+# Documents are read and tokenized ahead by a few threads.
 _READ_OPTIONS = grain.ReadOptions(num_threads=4, prefetch_buffer_size=32)
 
 
@@ -127,12 +127,13 @@ def prepare_demo(data_dir: str, vocab_size: int = 8192, lowercase: bool = True) 
     data_dir = os.path.expanduser(data_dir)
     name = f"demo_vocab_{vocab_size}_{'uncased' if lowercase else 'cased'}"
     vocab_path = os.path.join(data_dir, name, "vocab.txt")
-    if os.path.isfile(vocab_path):
-        corpora.prepare(corpora.DEMO, data_dir)
-        return vocab_path
     source = corpora.load_source(corpora.DEMO, "train", data_dir)
-    texts = (corpora.document_text(source[i]) for i in range(len(source)))
-    return tok.train_wordpiece(texts, vocab_size, os.path.dirname(vocab_path), lowercase=lowercase)
+    if not os.path.isfile(vocab_path):
+        with corpora.exclusive(data_dir):
+            if not os.path.isfile(vocab_path):  # another process may have trained it meanwhile
+                texts = (corpora.document_text(source[i]) for i in range(len(source)))
+                tok.train_wordpiece(texts, vocab_size, os.path.dirname(vocab_path), lowercase)
+    return vocab_path
 
 
 def resolve_vocab_path(cfg: PretrainingDataConfig) -> str:

@@ -163,7 +163,7 @@ def train_wordpiece(texts: Iterable[str], vocab_size: int, out_dir: str, lowerca
     tokenizer.post_processor = bert_post_processor(vocab)
     os.makedirs(out_dir, exist_ok=True)
     vocab_path = os.path.join(out_dir, "vocab.txt")
-    tmp_path = vocab_path + ".tmp"
+    tmp_path = f"{vocab_path}.{os.getpid()}.tmp"
     with open(tmp_path, "w", encoding="utf-8") as f:
         for token, _ in sorted(vocab.items(), key=lambda item: item[1]):
             f.write(token + "\n")
