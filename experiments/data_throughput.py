@@ -52,7 +52,8 @@ def time_pipeline(mode: str, num_workers: int) -> dict:
     total = FLAGS.batches * FLAGS.batch_size * FLAGS.seq_len
     return {"mode": mode, "num_workers": num_workers, "seq_len": FLAGS.seq_len,
             "tokens_per_s": round(total / seconds), "real_tokens_per_s": round(real / seconds),
-            "padding_fraction": round(1 - real / total, 5), "first_batch_s": round(first_batch_s, 2)}
+            "padding_fraction": round(1 - real / total, 5),
+            "first_batch_s": round(first_batch_s, 2)}
 
 
 def time_model(preset: str) -> dict:
@@ -69,7 +70,8 @@ def time_model(preset: str) -> dict:
     rows, length, predictions = FLAGS.model_batch, FLAGS.seq_len, 20
     rng = np.random.default_rng(0)
     batch = {"input_ids": jnp.asarray(rng.integers(5, cfg.vocab_size, (rows, length)), jnp.int32),
-             "masked_positions": jnp.asarray(rng.integers(0, length, (rows, predictions)), jnp.int32),
+             "masked_positions": jnp.asarray(rng.integers(0, length, (rows, predictions)),
+                                             jnp.int32),
              "masked_ids": jnp.asarray(rng.integers(5, cfg.vocab_size, (rows, predictions)),
                                        jnp.int32)}
     params = nn.meta.unbox(model.init(jax.random.PRNGKey(0), batch["input_ids"],

@@ -160,7 +160,8 @@ def test_long_document_is_split_at_word_starts(tmp_path):
     vocab = tok.load_tokenizer(vocab_path)
     cfg = pretraining.PretrainingDataConfig(corpus=f"text:{tmp_path}/*.txt",
                                             data_dir=str(tmp_path / "data"),
-                                            vocab_path=vocab_path, seq_len=32, validation_fraction=0.0)
+                                            vocab_path=vocab_path, seq_len=32,
+                                            validation_fraction=0.0)
     source = corpora.load_source(cfg.corpus, "train", cfg.data_dir, **cfg.text_options())
     order = list(grain.MapDataset.source(source).shuffle(seed=cfg.seed))
     expected = [vocab.encode(corpora.document_text(r)) for r in order]
@@ -184,7 +185,8 @@ def test_packed_segments_do_not_attend_to_each_other(demo, demo_vocab):
     assert row["segment_ids"].max() >= 2
     model = BertModel(BertConfig.preset("tiny", vocab_size=demo_vocab.vocab_size,
                                         hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0))
-    params = nn.meta.unbox(model.init(jax.random.PRNGKey(0), jnp.zeros([1, 8], jnp.int32))["params"])
+    params = nn.meta.unbox(
+        model.init(jax.random.PRNGKey(0), jnp.zeros([1, 8], jnp.int32))["params"])
     apply = jax.jit(model.apply)
     # Row 0: the packed row. Row s: segment s alone at the start of a padded row.
     n_segments = int(row["segment_ids"].max())
@@ -202,7 +204,8 @@ def test_packed_segments_do_not_attend_to_each_other(demo, demo_vocab):
     for segment in range(1, n_segments + 1):
         where = row["segment_ids"] == segment
         np.testing.assert_allclose(np.asarray(packed[0])[where],
-                                   np.asarray(alone[segment - 1, :where.sum()]), atol=2e-5, rtol=1e-4)
+                                   np.asarray(alone[segment - 1, :where.sum()]),
+                                   atol=2e-5, rtol=1e-4)
     # Perturbing one segment changes nothing in the others.
     perturbed = row["input_ids"].copy()
     first = row["segment_ids"] == 1
@@ -353,7 +356,8 @@ def test_finite_pass_gives_every_host_the_same_number_of_batches(demo):
     for whole, first, second in zip(single, *hosts):
         for key in whole:  # host i holds rows i, i + 2, ... of the single-host batch
             real = whole["segment_ids"].sum(axis=1) > 0
-            np.testing.assert_array_equal(first[key][:real[0::2].sum()], whole[key][0::2][real[0::2]])
+            np.testing.assert_array_equal(first[key][:real[0::2].sum()],
+                                          whole[key][0::2][real[0::2]])
             np.testing.assert_array_equal(second[key][:real[1::2].sum()],
                                           whole[key][1::2][real[1::2]])
 

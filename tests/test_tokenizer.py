@@ -1,4 +1,4 @@
-"""WordPiece tokenizer: training a vocabulary, loading vocab.txt / tokenizer.json, bad vocabularies."""
+"""WordPiece tokenizer: training a vocabulary, loading vocab.txt / tokenizer.json, bad vocabs."""
 
 import os
 

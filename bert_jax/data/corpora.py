@@ -163,7 +163,7 @@ def _documents_in(text: str, document_delimiter: str) -> list[str]:
 
 @dataclasses.dataclass
 class TextFilesConfig(tfds.core.BuilderConfig):
-    """Which files make the corpus; the name is a hash of them and the options (`text_files_config`)."""
+    """Which files make the corpus; its name hashes them and the options (`text_files_config`)."""
 
     pattern: str = ""
     document_delimiter: str = "blank_line"
@@ -311,8 +311,8 @@ def builder_for(corpus: str, data_dir: str, **text_options) -> tfds.core.Dataset
         return tfds.builder(corpus, data_dir=data_dir, file_format="array_record")
     except Exception as e:  # unknown name, or the catalog needs something missing
         first_line = str(e).strip().split("\n")[0]
-        raise ValueError(f"corpus {corpus!r} is neither 'demo', 'text:GLOB' nor a TFDS catalog name "
-                         f"that this installation can build ({first_line})") from e
+        raise ValueError(f"corpus {corpus!r} is neither 'demo', 'text:GLOB' nor a TFDS catalog "
+                         f"name that this installation can build ({first_line})") from e
 
 
 @contextlib.contextmanager
@@ -329,7 +329,7 @@ def exclusive(data_dir: str):
 
 
 def prepare(corpus: str, data_dir: str, **text_options) -> tfds.core.DatasetBuilder:
-    """Prepares `corpus` under `data_dir` if it is not there yet (idempotent) and returns its builder."""
+    """Prepares `corpus` under `data_dir` unless it is there (idempotent); returns its builder."""
     data_dir = os.path.expanduser(data_dir)
     builder = builder_for(corpus, data_dir, **text_options)
     if builder.is_prepared():

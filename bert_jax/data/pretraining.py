@@ -39,7 +39,7 @@ import json
 import logging
 import math
 import os
-from typing import Any, Callable, Iterator, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import grain
 import numpy as np
@@ -106,8 +106,8 @@ class PretrainingDataConfig:
         expected = math.ceil((self.seq_len - 2) * self.mask_rate)
         if self.max_predictions < expected:
             logging.warning("max_predictions=%d < ceil((seq_len - 2) * mask_rate)=%d: rows of "
-                            "seq_len tokens get fewer masks than the rate asks", self.max_predictions,
-                            expected)
+                            "seq_len tokens get fewer masks than the rate asks",
+                            self.max_predictions, expected)
 
     def text_options(self) -> dict[str, Any]:
         return dict(document_delimiter=self.document_delimiter, invalid_utf8=self.invalid_utf8,
@@ -344,7 +344,7 @@ class _PackedRowsIterator(grain.DatasetIterator):
 
 
 class PackedRowsIterDataset(grain.IterDataset):
-    """Token-id documents [n_i] -> rows of seq_len with segment and position ids (see module doc)."""
+    """Token-id documents [n_i] -> rows [seq_len] with segment and position ids (module doc)."""
 
     def __init__(self, parent: grain.IterDataset, spec: PackingSpec):
         super().__init__(parent)
@@ -393,7 +393,8 @@ def split_sentences(lines: Sequence[Sequence[int]], spec: PairSpec) -> list[np.n
 
 
 def pair_instances(sentences: list[np.ndarray], random_sentences: Callable[[], list[np.ndarray]],
-                   spec: PairSpec, rng: np.random.Generator) -> list[tuple[np.ndarray, np.ndarray, int]]:
+                   spec: PairSpec, rng: np.random.Generator,
+                   ) -> list[tuple[np.ndarray, np.ndarray, int]]:
     """BERT's instances from one document: (tokens_a, tokens_b, nsp_label) with 1 = random B.
 
     Every sentence of the document lands in some A or actual-next B; only random Bs are cut to fit.
@@ -642,7 +643,8 @@ class PretrainingIterator:
 
 def _jsonable(value):
     """grain states hold ints, strings, lists and dicts, sometimes numpy scalars: plain JSON."""
-    return json.loads(json.dumps(value, default=lambda v: v.item() if hasattr(v, "item") else str(v)))
+    plain = lambda v: v.item() if hasattr(v, "item") else str(v)  # noqa: E731
+    return json.loads(json.dumps(value, default=plain))
 
 
 def _parse_absl_flags_if_needed() -> None:
@@ -685,8 +687,8 @@ def make_iterator(cfg: PretrainingDataConfig, split: str = "train", global_batch
     masking = MaskingSpec.from_tokenizer(vocab, cfg.mask_rate, cfg.max_predictions,
                                          cfg.whole_word_masking)
     batch_rows = global_batch_size // process_count
-    identity = [cfg.corpus, split, cfg.seq_len, cfg.seed, cfg.sentence_pairs, cfg.min_segment_tokens,
-                process_index, process_count, batch_rows, cfg.num_workers, num_epochs]
+    identity = [cfg.corpus, split, cfg.seq_len, cfg.seed, cfg.sentence_pairs,
+                cfg.min_segment_tokens, process_index, process_count, batch_rows, cfg.num_workers, num_epochs]
     fingerprint = hashlib.sha1(json.dumps(identity).encode()).hexdigest()[:16]
     if endless:
         return PretrainingIterator(rows, cfg, masking, batch_rows, stream_id=process_index,

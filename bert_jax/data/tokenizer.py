@@ -81,11 +81,12 @@ def bert_wordpiece(vocab: dict[str, int] | None = None, lowercase: bool = True,
 
     strip_accents: None follows `lowercase`, as in the original BERT.
     """
-    model = models.WordPiece(vocab or {}, unk_token=UNK, continuing_subword_prefix=CONTINUATION_PREFIX,
-                             max_input_chars_per_word=100)
+    model = models.WordPiece(vocab or {}, unk_token=UNK, max_input_chars_per_word=100,
+                             continuing_subword_prefix=CONTINUATION_PREFIX)
     tokenizer = tokenizers.Tokenizer(model)
     tokenizer.normalizer = normalizers.BertNormalizer(
-        clean_text=True, handle_chinese_chars=True, strip_accents=strip_accents, lowercase=lowercase)
+        clean_text=True, handle_chinese_chars=True, strip_accents=strip_accents,
+        lowercase=lowercase)
     tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     tokenizer.decoder = decoders.WordPiece(prefix=CONTINUATION_PREFIX)
     if vocab:
@@ -136,7 +137,8 @@ def load_tokenizer(path: str, lowercase: bool = True,
         except Exception as e:
             raise ValueError(f"{path} is not a readable tokenizers JSON file: {e}") from e
         if not isinstance(tokenizer.model, models.WordPiece):
-            raise ValueError(f"{path} holds a {type(tokenizer.model).__name__} model, not WordPiece")
+            kind = type(tokenizer.model).__name__
+            raise ValueError(f"{path} holds a {kind} model, not WordPiece")
         return WordPieceTokenizer(tokenizer, source=path)
     vocab = read_vocab_txt(path)
     missing = [token for token in SPECIAL_TOKENS if token not in vocab]
