@@ -64,6 +64,8 @@ class PretrainingDataConfig:
     min_segment_tokens: a new piece starts in a row only if this many tokens (or the whole rest of
       its document) fit.
     short_seq_prob: sentence-pair mode: probability of a shorter target length (as in BERT).
+    num_workers: grain worker processes making rows (0: threads of this process only). On 2 cores
+      they pay off only in sentence-pair mode (see experiments/data_throughput.py).
     document_delimiter, invalid_utf8, validation_fraction: options of "text:GLOB" corpora.
     """
 
