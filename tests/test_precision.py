@@ -6,10 +6,8 @@ import numpy as np
 import pytest
 
 from bert_jax import BertConfig, BertForPreTraining
-from bert_jax.model.precision import dot_general_for, mixed_dot_general
+from bert_jax.model.precision import matmul
 
-DENSE = (((2,), (0,)), ((), ()))          # [b, s, e] . [e, f]
-TWO_CONTRACTED = (((2, 3), (0, 1)), ((), ()))  # [b, s, n, h] . [n, h, e]
 
 
 def _dot_signatures(stablehlo: str) -> list[tuple[str, str]]:
@@ -23,28 +21,36 @@ def _dot_signatures(stablehlo: str) -> list[tuple[str, str]]:
     return out
 
 
-@pytest.mark.parametrize("lhs_shape,rhs_shape,dims", [
-    ((3, 5, 32), (32, 24), DENSE),
-    ((3, 5, 4, 8), (4, 8, 16), TWO_CONTRACTED),
+@pytest.mark.parametrize("lhs_shape,rhs_shape,num_contract", [
+    ((3, 5, 32), (32, 24), 1),          # [b, s, e] . [e, f]
+    ((3, 5, 4, 8), (4, 8, 16), 2),      # [b, s, n, h] . [n, h, e]
+    ((3, 5, 32), (32, 4, 8), 1),        # [b, s, e] . [e, n, h]
 ])
-def test_values_and_gradients_match_fp32(lhs_shape, rhs_shape, dims):
+def test_values_and_gradients_match_fp32(lhs_shape, rhs_shape, num_contract):
     k1, k2 = jax.random.split(jax.random.key(0))
     lhs, rhs = jax.random.normal(k1, lhs_shape), jax.random.normal(k2, rhs_shape)
+    dims = ((tuple(range(len(lhs_shape) - num_contract, len(lhs_shape))),
+             tuple(range(num_contract))), ((), ()))
 
     def mixed(lhs, rhs):
-        out = mixed_dot_general(lhs.astype(jnp.bfloat16), rhs.astype(jnp.bfloat16), dims)
+        out = matmul(lhs, rhs, num_contract, jnp.bfloat16)
         assert out.dtype == jnp.bfloat16
         return out.astype(jnp.float32)
 
     def exact(lhs, rhs):
         return jax.lax.dot_general(lhs, rhs, dims, precision="highest")
 
+    # fp32 compute is the plain dot, bit for bit.
+    np.testing.assert_array_equal(matmul(lhs, rhs, num_contract, jnp.float32),
+                                  jax.lax.dot_general(lhs, rhs, dims))
+
     np.testing.assert_allclose(mixed(lhs, rhs), exact(lhs, rhs), rtol=0.02, atol=0.05)
     cotangent = jax.random.normal(jax.random.key(1), exact(lhs, rhs).shape)
     grads_mixed = jax.vjp(mixed, lhs, rhs)[1](cotangent)
     grads_exact = jax.vjp(exact, lhs, rhs)[1](cotangent)
     for got, want in zip(grads_mixed, grads_exact):
-        assert got.shape == want.shape and got.dtype == want.dtype
+        # fp32 in, fp32 gradient out: the weight's gradient is never rounded to bf16.
+        assert got.shape == want.shape and got.dtype == want.dtype == jnp.float32
         relative = float(jnp.max(jnp.abs(got - want)) / jnp.max(jnp.abs(want)))
         assert relative < 0.01, relative  # bf16 operands: ~3 significant digits
 
@@ -52,8 +58,8 @@ def test_values_and_gradients_match_fp32(lhs_shape, rhs_shape, dims):
 def test_gradient_matmuls_take_bf16_operands():
     """The backward dots must multiply bf16 by bf16 (the fast path), not the fp32 cotangent."""
     lhs = jnp.ones((4, 16), jnp.bfloat16)
-    rhs = jnp.ones((16, 8), jnp.bfloat16)
-    loss = lambda a, b: mixed_dot_general(a, b, (((1,), (0,)), ((), ()))).astype(jnp.float32).sum()
+    rhs = jnp.ones((16, 8), jnp.float32)  # a weight stored in fp32
+    loss = lambda a, b: matmul(a, b, 1, jnp.bfloat16).astype(jnp.float32).sum()
     hlo = jax.jit(jax.grad(loss, argnums=(0, 1))).lower(lhs, rhs).as_text()
     signatures = _dot_signatures(hlo)
     assert len(signatures) == 2
@@ -61,9 +67,7 @@ def test_gradient_matmuls_take_bf16_operands():
                for operands, result in signatures), signatures
 
 
-def test_model_dense_layers_use_fp32_accumulation_only_in_reduced_precision():
-    assert dot_general_for("float32") is None
-    assert dot_general_for("bfloat16") is mixed_dot_general
+def test_model_dense_layers_use_fp32_accumulation_in_bf16():
     cfg = BertConfig.preset("tiny", dtype="bfloat16", vocab_size=100)
     model = BertForPreTraining(cfg, with_nsp=False)
     ids = jnp.ones((2, 8), jnp.int32)

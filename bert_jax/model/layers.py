@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 
 from bert_jax.config import BertConfig
-from bert_jax.model.precision import dot_general_for, mixed_dot_general
+from bert_jax.model.precision import Dense, matmul
 
 Array = jax.Array
 
@@ -45,10 +45,13 @@ def layer_norm(cfg: BertConfig, name: str) -> nn.LayerNorm:
         bias_init=zeros_init(("embed",)))
 
 
-def dense(cfg: BertConfig, features: int, axes: tuple[str | None, str | None], name: str):
-    return nn.Dense(features, dtype=cfg.dtype, param_dtype=cfg.param_dtype, name=name,
-                    kernel_init=weight_init(cfg, axes), bias_init=zeros_init(axes[1:]),
-                    dot_general=dot_general_for(cfg.dtype))
+def dense(cfg: BertConfig, features: int | tuple[int, ...], axes: tuple[str | None, ...],
+          name: str, num_contract: int = 1) -> Dense:
+    """A dense layer whose kernel has logical `axes` (inputs then outputs); bias: the outputs'."""
+    features = (features,) if isinstance(features, int) else tuple(features)
+    return Dense(features, num_contract, kernel_init=weight_init(cfg, axes),
+                 bias_init=zeros_init(axes[num_contract:]), dtype=cfg.dtype,
+                 param_dtype=cfg.param_dtype, name=name)
 
 
 class Embeddings(nn.Module):
@@ -79,11 +82,8 @@ class Embeddings(nn.Module):
 
     def attend(self, hidden: Array) -> Array:
         """Scores against every word embedding (the tied MLM decoder): [..., hidden] -> [..., vocab]."""
-        if self.cfg.dtype == "float32":
-            return self.word_embeddings.attend(hidden)
-        table = jnp.asarray(self.word_embeddings.embedding, self.cfg.dtype)  # [vocab, hidden]
-        return mixed_dot_general(hidden.astype(self.cfg.dtype), table.T,
-                                 (((hidden.ndim - 1,), (0,)), ((), ())))
+        table = self.word_embeddings.embedding  # [vocab, hidden], in param_dtype
+        return matmul(hidden, table.T, 1, self.cfg.dtype)
 
 
 class SelfAttention(nn.Module):
@@ -98,13 +98,10 @@ class SelfAttention(nn.Module):
     def __call__(self, x: Array, mask: Array, deterministic: bool) -> Array:
         cfg = self.cfg
         heads, head_dim = cfg.num_attention_heads, cfg.head_dim
-        projection = functools.partial(
-            nn.DenseGeneral, features=(heads, head_dim), dtype=cfg.dtype, param_dtype=cfg.param_dtype,
-            dot_general=dot_general_for(cfg.dtype),
-            kernel_init=weight_init(cfg, ("embed", "heads", "kv")), bias_init=zeros_init(("heads", "kv")))
-        query = projection(name="query")(x)  # [batch, seq, heads, head_dim]
-        key = projection(name="key")(x)
-        value = projection(name="value")(x)
+        projection = functools.partial(dense, cfg, (heads, head_dim), ("embed", "heads", "kv"))
+        query = projection("query")(x)  # [batch, seq, heads, head_dim]
+        key = projection("key")(x)
+        value = projection("value")(x)
 
         dropout_rate = cfg.attention_probs_dropout_prob
         if deterministic or dropout_rate == 0.0:
@@ -118,11 +115,8 @@ class SelfAttention(nn.Module):
             probs = nn.Dropout(dropout_rate)(probs, deterministic=False)
             context = jnp.einsum("bnqk,bknh->bqnh", probs, value)
 
-        return nn.DenseGeneral(
-            cfg.hidden_size, axis=(-2, -1), dtype=cfg.dtype, param_dtype=cfg.param_dtype,
-            dot_general=dot_general_for(cfg.dtype),
-            kernel_init=weight_init(cfg, ("heads", "kv", "embed")), bias_init=zeros_init(("embed",)),
-            name="output")(context)  # [batch, seq, hidden]
+        return dense(cfg, cfg.hidden_size, ("heads", "kv", "embed"), "output", num_contract=2)(
+            context)  # [batch, seq, hidden]
 
 
 class FeedForward(nn.Module):
