@@ -106,6 +106,9 @@ def run_torch(config, train, evaluation, model=None) -> dict:
     from bert_jax.data import tasks
     from bert_jax.train import loop, metrics
 
+    # One thread: on a shared 2-core machine torch's OpenMP threads spin against each other
+    # (measured 2 s/step with one thread, 4-10 s with two). The results do not depend on it.
+    torch.set_num_threads(1)
     tokenizer = transformers.BertTokenizerFast.from_pretrained(config.init.hf_dir)
     label_map = tasks.build_label_map([e.label for e in train])
     model = model or torch_model(config, len(label_map))
