@@ -278,6 +278,19 @@ def define_flags() -> None:
     flags.DEFINE_string("workdir", None, "Directory for checkpoints, metrics and logs.")
 
 
+def parse_flags(argv: list[str]) -> list[str]:
+    """absl flag parsing, with a one-line error for an unknown or ill-typed --config.<key>."""
+    try:
+        return FLAGS(argv)
+    except flags.Error as e:
+        sys.exit(f"{os.path.basename(argv[0])}: error: {e}\nPass --help for the flags.")
+    except (AttributeError, KeyError, TypeError, ValueError) as e:
+        overrides = [a for a in argv[1:] if a.startswith("--config.")]
+        message = str(e).strip("'\"").replace("\\n", " ").replace("\\'", "'")
+        sys.exit(f"{os.path.basename(argv[0])}: error: bad config override among {overrides}: "
+                 f"{message}")
+
+
 if __name__ == "__main__":
     define_flags()
-    app.run(main)
+    app.run(main, flags_parser=parse_flags)

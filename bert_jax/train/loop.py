@@ -338,6 +338,9 @@ def train(task: Task, optimizer: optax.GradientTransformation, train_iterator: I
     latest = manager.latest_step()
     if latest is not None:
         logging.info("resuming from %s/%d", manager.directory, latest)
+        if not hasattr(train_iterator, "set_state"):
+            logging.warning("the train iterator has no set_state: its batches restart from the "
+                            "beginning, so this resumed run is not the uninterrupted one")
         state = checkpointing.restore(
             manager, latest, _abstract_with_shardings(abstract_state, shardings),
             model_config=task.model_config,

@@ -22,7 +22,8 @@ def model_overrides(**values) -> ml_collections.ConfigDict:
     fields = {"vocab_size": int, "hidden_size": int, "num_hidden_layers": int,
               "num_attention_heads": int, "intermediate_size": int,
               "max_position_embeddings": int, "hidden_dropout_prob": float,
-              "attention_probs_dropout_prob": float, "hidden_act": str}
+              "attention_probs_dropout_prob": float, "hidden_act": str,
+              "initializer_range": float}
     block = {name: config_dict.placeholder(kind) for name, kind in fields.items()}
     block.update(values)
     return ml_collections.ConfigDict(block)
