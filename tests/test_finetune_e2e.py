@@ -88,7 +88,8 @@ def qa_example(rng, qid):
     place = " ".join(PLACES[rng.integers(len(PLACES))])
     name = " ".join(person(rng)[0])
     pieces = [" ".join(rng.choice(FILLER[:12], rng.integers(3, 9))) + " ." for _ in range(3)]
-    facts = [f"the {OBJECTS[objects[0]]} is in {place} .", f"{name} has the {OBJECTS[objects[1]]} ."]
+    facts = [f"the {OBJECTS[objects[0]]} is in {place} .",
+             f"{name} has the {OBJECTS[objects[1]]} ."]
     order = rng.permutation(2)
     context = " ".join([pieces[0], facts[order[0]], pieces[1], facts[order[1]], pieces[2]])
     if rng.random() < 0.5:

@@ -1,4 +1,4 @@
-"""Fine-tuning metrics: against scipy where it has the metric, against hand-worked cases elsewhere."""
+"""Fine-tuning metrics: against scipy where it has the metric, hand-worked cases elsewhere."""
 
 import numpy as np
 import pytest

@@ -25,7 +25,8 @@ def write(path, text):
 # ----- readers -------------------------------------------------------------------------------
 
 def test_csv_tsv_jsonl_with_named_columns(tmp_path):
-    csv_path = write(tmp_path / "a.csv", 'id,sentence,other,gold\n1,"Hi, there",x,pos\n2,Bye,y,neg\n')
+    csv_path = write(tmp_path / "a.csv",
+                     'id,sentence,other,gold\n1,"Hi, there",x,pos\n2,Bye,y,neg\n')
     examples = tasks.read_text_examples(csv_path, text_column="sentence", label_column="gold")
     assert examples == [tasks.TextExample("Hi, there", None, "pos"),
                         tasks.TextExample("Bye", None, "neg")]
@@ -42,7 +43,8 @@ def test_fasttext_polarity_file_reads_200_balanced():
     package = importlib.util.find_spec("gensim")
     path = os.path.join(os.path.dirname(package.origin), "test", "test_data",
                         "pang_lee_polarity.cor")
-    with pytest.raises(tasks.DataError, match=r"pang_lee_polarity\.cor:\d+: not valid utf-8.*cp1252"):
+    with pytest.raises(tasks.DataError,
+                       match=r"pang_lee_polarity\.cor:\d+: not valid utf-8.*cp1252"):
         tasks.read_text_examples(path)  # the file is cp1252 (em dashes, accents)
     examples = tasks.read_text_examples(path, encoding="cp1252")
     assert any("amélie" in e.text for e in examples)
@@ -57,7 +59,8 @@ def test_fasttext_polarity_file_reads_200_balanced():
 
 def test_missing_text_column_names_file_and_columns(tmp_path):
     path = write(tmp_path / "a.csv", "sentence,label\nhi,pos\n")
-    with pytest.raises(tasks.DataError, match=r"a\.csv.*'text'.*columns are \['sentence', 'label'\]"):
+    with pytest.raises(tasks.DataError,
+                       match=r"a\.csv.*'text'.*columns are \['sentence', 'label'\]"):
         tasks.read_text_examples(path, text_column="text", label_column="label")
     jsonl = write(tmp_path / "a.jsonl", '{"sentence": "hi", "label": "x"}\n')
     with pytest.raises(tasks.DataError, match=r"a\.jsonl:1: no column 'text'"):
@@ -123,8 +126,9 @@ def test_eval_label_never_seen_in_training(minilm_tokenizer):
     label_map = tasks.build_label_map(["neg", "pos", "pos"])
     assert label_map == ("neg", "pos")
     examples = [tasks.TextExample("fine", None, "neutral")]
-    with pytest.raises(tasks.DataError, match=r"dev\.csv: label\(s\) \['neutral'\] never seen in "
-                                              r"training; the training labels are \['neg', 'pos'\]"):
+    with pytest.raises(tasks.DataError,
+                       match=r"dev\.csv: label\(s\) \['neutral'\] never seen in training; "
+                             r"the training labels are \['neg', 'pos'\]"):
         tasks.encode_text_examples(minilm_tokenizer, examples, 16, label_map, source="dev.csv")
     sentences = [tasks.TaggedSentence(("Bob",), ("B-PER",))]
     with pytest.raises(tasks.DataError, match=r"B-PER.*never seen"):

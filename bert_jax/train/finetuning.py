@@ -2,7 +2,7 @@
 
 Four task kinds (the `task` key of a fine-tuning config):
 
-    classification         pooled output -> dense: logits [B, C], cross-entropy   (SST-2, MRPC, MNLI)
+    classification         pooled output -> dense: logits [B, C], cross-entropy  (SST-2, MRPC, MNLI)
     regression             pooled output -> dense: score [B], squared error       (STS-B)
     token_classification   every token -> dense: logits [B, L, C], cross-entropy on the first
                            sub-word of each word only                              (CoNLL NER)
@@ -22,8 +22,9 @@ EM/F1). The drivers, used by experiments/finetune.py and experiments/evaluate.py
 
 Initialisation (config.init): a Hugging Face BERT folder (`hf_dir`), a pre-training workdir's
 checkpoints (`checkpoint`), or neither (random init of config.model.preset). The encoder comes
-from there; the task head starts fresh (or, with init.with_heads, from the HF folder's head). The label map is built from the training labels and saved
-with every checkpoint and in <workdir>/task.json, so evaluation maps classes the same way.
+from there; the task head starts fresh (or, with init.with_heads, from the HF folder's head).
+The label map is built from the training labels and saved with every checkpoint and in
+<workdir>/task.json, so evaluation maps classes the same way.
 """
 
 from __future__ import annotations

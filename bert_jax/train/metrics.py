@@ -177,10 +177,12 @@ def answer_exact_match(prediction: str, gold: str) -> float:
 
 def answer_f1(prediction: str, gold: str) -> float:
     """Token-overlap F1; if either side normalizes to nothing, 1 when both do, else 0."""
-    predicted_tokens, gold_tokens = normalize_answer(prediction).split(), normalize_answer(gold).split()
+    predicted_tokens = normalize_answer(prediction).split()
+    gold_tokens = normalize_answer(gold).split()
     if not predicted_tokens or not gold_tokens:
         return float(predicted_tokens == gold_tokens)
-    common = sum((collections.Counter(predicted_tokens) & collections.Counter(gold_tokens)).values())
+    overlap = collections.Counter(predicted_tokens) & collections.Counter(gold_tokens)
+    common = sum(overlap.values())
     if common == 0:
         return 0.0
     precision, recall = common / len(predicted_tokens), common / len(gold_tokens)
