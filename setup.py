@@ -17,6 +17,7 @@ RUNTIME = [
     "numpy>=1.26",
     "tensorboardX>=2.6",
     "mwparserfromhell>=0.6",
+    "importlib_resources>=6",  # TFDS dataset builders (squad) import it without declaring it
     "gensim>=4.3",  # ships the demo corpus (real English text) under gensim/test/test_data/
 ]
 
