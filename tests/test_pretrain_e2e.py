@@ -25,6 +25,7 @@ TINY_RUN = [
     "--config.data.corpus=synthetic", "--config.data.vocab_size=97",
     "--config.model.hidden_size=32", "--config.model.num_attention_heads=2",
     "--config.model.intermediate_size=64", "--config.model.max_position_embeddings=16",
+    "--config.model.hidden_dropout_prob=0.1", "--config.model.attention_probs_dropout_prob=0.1",
     "--config.seq_len=16", "--config.data.max_predictions=3",
     "--config.batch_size=8", "--config.eval_batch_size=8", "--config.eval_batches=2",
     "--config.total_steps=60", "--config.warmup_steps=5", "--config.learning_rate=1e-3",

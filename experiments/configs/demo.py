@@ -1,16 +1,25 @@
-"""Tiny BERT pre-trained with masked-LM on the demo corpus, with its own 4k-piece vocabulary.
+"""Tiny BERT pre-trained with masked-LM on the demo corpus, with its own 1024-piece vocabulary.
 
 The README Quickstart. On a fresh machine it prepares the demo corpus (real English text shipped
-with gensim), trains a WordPiece vocabulary on it, trains a 2-layer, 128-wide BERT and evaluates
-it on the held-out documents:
+with gensim), trains a WordPiece vocabulary on it, trains a 2-layer, 128-wide BERT for 2000 steps
+of 32 x 128 tokens and evaluates it on the held-out documents:
 
     python experiments/pretrain.py --config=experiments/configs/demo.py --workdir=/tmp/bert_demo
     python experiments/evaluate.py --workdir=/tmp/bert_demo
 
-Expected runtime: ~10 minutes on 2 CPU cores, corpus preparation included (measured: see the
-closing note of issue 4). Expected result: held-out masked-LM accuracy climbs from chance
-(~0.03% on 4k pieces) to ~35-40% (above 30% on every seed we tried); `evaluate.py` in a new process
-prints the same held-out figure as the last line of `eval_metrics.jsonl`.
+Expected runtime: 5 minutes on 2 CPU cores, corpus and vocabulary preparation included (measured
+4 min 52 s, ~35k tokens/s while the machine was lightly shared; 3-4x longer when 4 jobs share
+the 2 cores). Expected result: held-out masked-LM accuracy 12.7% (loss 5.33) at step 2000, from
+chance (0.1%) at step 0 and 2.8% at step 50; predicting the most frequent piece scores 3.1%.
+`evaluate.py` in a new process prints the same figure as the last line of eval_metrics.jsonl.
+
+What is learned, and what is not (measured): the model learns the piece frequencies and to copy the
+input at the 10% of masked positions whose token is kept (BERT's 80/10/10 rule); it does not yet
+use the context: accuracy is the same with every unmasked token replaced at random. This plateau
+is the same with Hugging Face's BertForMaskedLM (torch) on the same batches (11.7% at step 400),
+and lasted through 4000 steps here (12.7%) for every size, vocabulary (512-4096), learning rate
+(1e-3..6e-3) and sequence length (32-128) we tried in the time we had; a run long enough to leave
+it (and reach the 30% we aimed for) is future work.
 """
 
 import ml_collections
@@ -33,7 +42,11 @@ def get_config() -> ml_collections.ConfigDict:
     config = ml_collections.ConfigDict()
     config.experiment = "pretrain"
 
-    config.model = model_overrides(preset="tiny", max_position_embeddings=128)
+    # No dropout (a short run underfits) and a wider initialisation (0.1: attention patterns
+    # form sooner in a 2-layer post-LN BERT; 0.02 learned a toy copy task 3x slower).
+    config.model = model_overrides(preset="tiny", max_position_embeddings=128,
+                                   hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+                                   initializer_range=0.1)
     config.dtype = "float32"  # compute dtype: float32 | bfloat16
     config.remat = "none"  # none | full | dots | dots_no_batch
 
@@ -41,7 +54,7 @@ def get_config() -> ml_collections.ConfigDict:
         corpus="demo",  # demo | synthetic | a corpus name of bert_jax.data
         data_dir="",  # default: <workdir>/data
         vocab_path="",  # default for demo: trained on the corpus into data_dir
-        vocab_size=4096,  # of the vocabulary trained for the demo corpus
+        vocab_size=1024,  # of the vocabulary trained for the demo corpus
         lowercase=True,
         max_predictions=20,
         mask_rate=0.15,
@@ -56,11 +69,11 @@ def get_config() -> ml_collections.ConfigDict:
     config.eval_batches = 0  # 0: the whole validation split
     config.accumulation_steps = 1
 
-    config.total_steps = 2500
-    config.learning_rate = 1e-3
-    config.warmup_steps = 150
+    config.total_steps = 2000
+    config.learning_rate = 1e-3  # 3e-3 and above stall or diverge at this size (post-LN)
+    config.warmup_steps = 100
     config.optimizer = ml_collections.ConfigDict(dict(
-        name="adamw", decay="linear", end_learning_rate_ratio=0.0, b1=0.9, b2=0.999, eps=1e-6,
+        name="adamw", decay="cosine", end_learning_rate_ratio=0.1, b1=0.9, b2=0.999, eps=1e-6,
         weight_decay=0.01, clip_norm=1.0))
 
     config.seed = 0
