@@ -24,6 +24,8 @@ import sys
 import ml_collections
 from absl import app, flags, logging
 
+from bert_jax import distributed  # defines --distributed, --coordinator_address, ...
+
 FLAGS = flags.FLAGS
 flags.DEFINE_string("workdir", None, "The workdir of a training run (holds config.json).")
 flags.DEFINE_integer("step", None, "Checkpoint step to evaluate (default: the newest).")
@@ -42,6 +44,24 @@ def load_run_config(workdir: str) -> ml_collections.ConfigDict:
         return ml_collections.ConfigDict(json.load(f))
 
 
+def fit_mesh_to_devices(config: ml_collections.ConfigDict) -> None:
+    """Keep the run's mesh if it fits the devices here; else evaluate data-parallel on all of them.
+
+    Checkpoints restore onto any mesh, and the held-out figures do not depend on the layout.
+    """
+    import jax
+
+    from bert_jax import sharding
+    mesh = config.get("mesh")
+    if mesh is None:
+        return
+    try:
+        sharding.mesh_shape(mesh.data, mesh.fsdp, mesh.tensor)
+    except ValueError as e:
+        logging.warning("%s; evaluating on mesh (%d, 1, 1) instead", e, jax.device_count())
+        mesh.data, mesh.fsdp, mesh.tensor = -1, 1, 1
+
+
 def experiment_module(name: str):
     path = os.path.join(EXPERIMENTS_DIR, f"{name}.py")
     if not os.path.exists(path):
@@ -57,12 +77,14 @@ def experiment_module(name: str):
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    distributed.initialize_from_flags()
     if not FLAGS.workdir:
         raise app.UsageError("--workdir is required")
     from bert_jax.train import loop
     loop.quiet_orbax_logs()
     try:
         config = load_run_config(FLAGS.workdir)
+        fit_mesh_to_devices(config)
         module = experiment_module(config.get("experiment", "pretrain"))
         step, metrics = module.evaluate_checkpoint(config, FLAGS.workdir, FLAGS.step)
     except (ValueError, FileNotFoundError) as e:

@@ -25,6 +25,7 @@ import ml_collections
 from absl import app, flags, logging
 from ml_collections import config_flags
 
+from bert_jax import distributed  # defines --distributed, --coordinator_address, ...
 from bert_jax import ConfigError
 from bert_jax.data.tasks import DataError
 from bert_jax.train import finetuning, loop
@@ -73,6 +74,7 @@ def evaluate_checkpoint(config: ml_collections.ConfigDict, workdir: str,
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    distributed.initialize_from_flags()
     if FLAGS.workdir is None:
         raise app.UsageError("--workdir is required")
     loop.quiet_orbax_logs()

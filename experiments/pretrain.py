@@ -29,6 +29,7 @@ import numpy as np
 from absl import app, flags, logging
 from ml_collections import config_flags
 
+from bert_jax import distributed  # defines --distributed, --coordinator_address, ...
 from bert_jax import BertConfig, ConfigError, sharding
 from bert_jax.model import BertForPreTraining
 from bert_jax.train import checkpointing, flops, loop, optimizer, steps
@@ -256,6 +257,7 @@ def evaluate_checkpoint(config: ml_collections.ConfigDict, workdir: str,
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    distributed.initialize_from_flags()
     if FLAGS.config is None or FLAGS.workdir is None:
         raise app.UsageError("--config and --workdir are required")
     loop.quiet_orbax_logs()
