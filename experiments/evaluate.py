@@ -25,6 +25,7 @@ import ml_collections
 from absl import app, flags, logging
 
 from bert_jax import distributed  # defines --distributed, --coordinator_address, ...
+from bert_jax.train import workdir as workdir_lib
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("workdir", None, "The workdir of a training run (holds config.json).")
@@ -33,15 +34,6 @@ flags.DEFINE_string("output", None, "Where to write the metrics JSON "
                     "(default: <workdir>/evaluation/step_<N>.json).")
 
 EXPERIMENTS_DIR = os.path.dirname(os.path.abspath(__file__))
-
-
-def load_run_config(workdir: str) -> ml_collections.ConfigDict:
-    path = os.path.join(workdir, "config.json")
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"{path} not found: --workdir must be the workdir of a training "
-                                "run (pretrain.py or finetune.py write config.json there)")
-    with open(path, encoding="utf-8") as f:
-        return ml_collections.ConfigDict(json.load(f))
 
 
 def fit_mesh_to_devices(config: ml_collections.ConfigDict) -> None:
@@ -83,7 +75,7 @@ def main(argv):
     from bert_jax.train import loop
     loop.quiet_orbax_logs()
     try:
-        config = load_run_config(FLAGS.workdir)
+        config = workdir_lib.load_config(FLAGS.workdir)
         fit_mesh_to_devices(config)
         module = experiment_module(config.get("experiment", "pretrain"))
         step, metrics = module.evaluate_checkpoint(config, FLAGS.workdir, FLAGS.step)

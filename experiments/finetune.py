@@ -16,11 +16,9 @@ Exit status 143 after a SIGTERM (state saved; run the same command again to cont
 from __future__ import annotations
 
 import json
-import os
 import sys
 from typing import Optional
 
-import jax
 import ml_collections
 from absl import app, flags, logging
 from ml_collections import config_flags
@@ -29,45 +27,16 @@ from bert_jax import distributed  # defines --distributed, --coordinator_address
 from bert_jax import ConfigError
 from bert_jax.data.tasks import DataError
 from bert_jax.train import finetuning, loop
+from bert_jax.train import workdir as workdir_lib
 
 FLAGS = flags.FLAGS
-
-
-def save_config(config: ml_collections.ConfigDict, workdir: str) -> None:
-    if jax.process_index() == 0:
-        os.makedirs(workdir, exist_ok=True)
-        with open(os.path.join(workdir, "config.json"), "w", encoding="utf-8") as f:
-            json.dump(config.to_dict(), f, indent=2, sort_keys=True)
-
-
-def run_config(workdir: str) -> ml_collections.ConfigDict:
-    """The config.json a training run left in `workdir`, on top of the defaults."""
-    path = os.path.join(workdir, "config.json")
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"{path} not found: give --config, or a --workdir of a "
-                                "fine-tuning run")
-    with open(path, encoding="utf-8") as f:
-        saved = json.load(f)
-    config = finetuning.default_config()
-    config.update_from_flattened_dict(_flatten(saved))
-    return config
-
-
-def _flatten(tree: dict, prefix: str = "") -> dict:
-    out = {}
-    for key, value in tree.items():
-        if isinstance(value, dict):
-            out.update(_flatten(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
 
 
 def evaluate_checkpoint(config: ml_collections.ConfigDict, workdir: str,
                         step: Optional[int] = None) -> tuple[int, dict[str, float]]:
     """What experiments/evaluate.py calls for fine-tuning runs (see bert_jax.train.finetuning)."""
     if not isinstance(config, ml_collections.ConfigDict) or "squad" not in config:
-        config = run_config(workdir)
+        config = workdir_lib.load_config(workdir, finetuning.default_config())
     return finetuning.evaluate_checkpoint(config, workdir, step)
 
 
@@ -82,7 +51,7 @@ def main(argv):
         if FLAGS.mode == "train":
             if FLAGS.config is None:
                 raise app.UsageError("--config is required to train")
-            save_config(FLAGS.config, FLAGS.workdir)
+            workdir_lib.save_config(FLAGS.config, FLAGS.workdir)
             result, final = finetuning.train_and_evaluate(FLAGS.config, FLAGS.workdir)
             if result.preempted:
                 logging.warning("preempted at step %d; run the same command again to resume",
@@ -90,7 +59,9 @@ def main(argv):
                 sys.exit(143)
             print(json.dumps({"step": result.step, "metrics": final}))
         elif FLAGS.mode == "evaluate":
-            config = FLAGS.config if FLAGS.config is not None else run_config(FLAGS.workdir)
+            config = FLAGS.config
+            if config is None:
+                config = workdir_lib.load_config(FLAGS.workdir, finetuning.default_config())
             step, final = finetuning.evaluate_checkpoint(config, FLAGS.workdir, FLAGS.step)
             print(json.dumps({"step": step, "metrics": final}))
         else:

@@ -15,7 +15,6 @@ this script: the held-out masked-LM loss and accuracy of a saved step.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
@@ -33,6 +32,7 @@ from bert_jax import distributed  # defines --distributed, --coordinator_address
 from bert_jax import BertConfig, ConfigError, sharding
 from bert_jax.model import BertForPreTraining
 from bert_jax.train import checkpointing, flops, loop, optimizer, steps
+from bert_jax.train import workdir as workdir_lib
 
 FLAGS = flags.FLAGS
 
@@ -200,13 +200,6 @@ def loop_config_from(config: ml_collections.ConfigDict) -> loop.LoopConfig:
         peak_flops_per_device=config.peak_flops_per_device)
 
 
-def save_config(config: ml_collections.ConfigDict, workdir: str) -> None:
-    if jax.process_index() == 0:
-        os.makedirs(workdir, exist_ok=True)
-        with open(os.path.join(workdir, "config.json"), "w", encoding="utf-8") as f:
-            json.dump(config.to_dict(), f, indent=2, sort_keys=True)
-
-
 # ----- entry points ----------------------------------------------------------------------------
 
 def run(config: ml_collections.ConfigDict, workdir: str) -> loop.TrainResult:
@@ -215,7 +208,7 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> loop.TrainResult:
     loop.check_batch_size(config.batch_size, mesh, config.accumulation_steps)
     loop.check_batch_size(config.eval_batch_size, mesh)
     optimizer_config = optimizer_config_from(config)
-    save_config(config, workdir)
+    workdir_lib.save_config(config, workdir)
 
     vocab_path, vocab_size = prepare_vocabulary(config, workdir)
     model_config = model_config_from(config, vocab_size)

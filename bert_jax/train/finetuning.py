@@ -43,6 +43,7 @@ from absl import logging
 
 from bert_jax import sharding
 from bert_jax.config import BertConfig
+from bert_jax.convert import hf
 from bert_jax.data import squad, tasks
 from bert_jax.data import tokenizer as tok
 from bert_jax.model import (BertForQuestionAnswering, BertForSequenceClassification,
@@ -57,6 +58,14 @@ Predictions = dict[str, np.ndarray]
 def check_kind(kind: str) -> None:
     if kind not in KINDS:
         raise ValueError(f"config.task={kind!r} is unknown; choose one of {KINDS}")
+
+
+def minilm_dir_if_installed() -> str:
+    """The packaged MiniLM weights as the encoder to start from, or "" (random init) without them."""
+    try:
+        return hf.packaged_minilm_dir()
+    except FileNotFoundError:
+        return ""
 
 
 def default_config():
@@ -467,7 +476,6 @@ def initial_encoder(config, vocab_size: int) -> tuple[BertConfig, Optional[dict]
     if config.init.hf_dir and config.init.checkpoint:
         raise ValueError("set config.init.hf_dir or config.init.checkpoint, not both")
     if config.init.hf_dir:
-        from bert_jax.convert import hf
         with_heads = bool(config.init.get("with_heads", False))
         cfg, params = hf.load(config.init.hf_dir, with_heads=with_heads, **overrides)
         initial = params if "bert" in params else {"bert": params}

