@@ -12,8 +12,9 @@ Expected runtime: 2.5 minutes on 2 CPU cores, corpus and vocabulary preparation 
 jobs share the cores). Expected result (measured): held-out masked-LM accuracy 35.7% (loss 3.13) at
 step 10000, rising through 15.7% (step 2000), 22.9% (4000), 29.8% (6000) and 33.2% (8000); with
 --config.seed=1, 35.3% (loss 3.15); a fresh clone with a freshly prepared corpus and vocabulary
-(the WordPiece trainer is not bit-deterministic) gave 34.6% (loss 3.18) in 2 min 6 s. `evaluate.py` in a new process prints the same figure (35.75%)
-as the last line of eval_metrics.jsonl. The model uses the context: with every unmasked token of
+(the WordPiece trainer is not bit-deterministic) gave 34.6% (loss 3.18) in 2 min 6 s.
+`evaluate.py` in a new process prints the same figure (35.75%) as the last line of
+eval_metrics.jsonl. The model uses the context: with every unmasked token of
 the held-out rows replaced by a random piece, the same checkpoint scores 7.9% (loss 7.11). For
 scale: predicting a masked piece from its left and right neighbours by counting (neighbour, piece,
 neighbour) triples in the training split scores 32% (measured on 128-token rows).
