@@ -23,7 +23,6 @@ def _worker(out_dir: str) -> None:
     """Runs in the 8-device subprocess; writes results.json into out_dir."""
     import jax
     import jax.numpy as jnp
-    from jax.sharding import PartitionSpec as P
 
     from bert_jax import BertConfig, sharding
     from bert_jax.model import BertForPreTraining
