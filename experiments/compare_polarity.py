@@ -174,6 +174,18 @@ def parity(config, train, evaluation, train_path, eval_path, root) -> dict:
             "ours_accuracy": ours["accuracy"], "torch_accuracy": reference["accuracy"]}
 
 
+def paired_standard_error(runs: list[dict]) -> float:
+    """Standard error (points) of the mean of the per-run differences ours - torch.
+
+    The runs are paired: both sides see the same fold, seed and batch order, so the spread of
+    the differences, not of each side alone, says how far apart the two means may be by chance.
+    """
+    differences = 100 * np.asarray([r["ours_accuracy"] - r["torch_accuracy"] for r in runs])
+    if len(differences) < 2:
+        return float("nan")
+    return float(differences.std(ddof=1) / np.sqrt(len(differences)))
+
+
 def main(argv):
     del argv
     from bert_jax.data import tasks
@@ -223,6 +235,7 @@ def main(argv):
                "torch_accuracy": mean("torch_accuracy"),
                "majority_baseline_accuracy": mean("majority_baseline_accuracy"),
                "difference_points": 100 * (mean("ours_accuracy") - mean("torch_accuracy")),
+               "difference_standard_error_points": paired_standard_error(per_fold),
                "hyper_parameters": {k: config[k] for k in ("batch_size", "learning_rate",
                                                            "epochs", "warmup_fraction",
                                                            "max_seq_len", "seed")}}
