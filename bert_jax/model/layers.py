@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 
 from bert_jax.config import BertConfig
-from bert_jax.model.precision import Dense, matmul
+from bert_jax.model.precision import Dense, matmul_transposed
 
 Array = jax.Array
 
@@ -83,7 +83,7 @@ class Embeddings(nn.Module):
     def attend(self, hidden: Array) -> Array:
         """Scores against every word embedding (the tied MLM decoder): [..., hidden] -> [..., vocab]."""
         table = self.word_embeddings.embedding  # [vocab, hidden], in param_dtype
-        return matmul(hidden, table.T, 1, self.cfg.dtype)
+        return matmul_transposed(hidden, table, self.cfg.dtype)
 
 
 class SelfAttention(nn.Module):
