@@ -55,7 +55,7 @@ from jax.sharding import Mesh, NamedSharding
 
 from bert_jax import sharding
 from bert_jax.config import BertConfig
-from bert_jax.train import checkpointing, flops, steps
+from bert_jax.train import checkpointing, flops, steps, xla_options
 
 Evaluator = Callable[[Any], dict[str, float]]
 
@@ -360,7 +360,7 @@ def train(task: Task, optimizer: optax.GradientTransformation, train_iterator: I
                               learning_rate_fn, sharding.batch_sharding(mesh)),
         in_shardings=(shardings, sharding.batch_sharding(mesh)),
         out_shardings=(shardings, sharding.replicated(mesh)),
-        donate_argnums=(0,))
+        donate_argnums=(0,), compiler_options=xla_options.train_step_options())
 
     peak = config.peak_flops_per_device or flops.peak_flops_per_device()
     # Forced host devices share the same cores: the CPU peak is per process, not per device.
