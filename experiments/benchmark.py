@@ -2,12 +2,15 @@
 
   python experiments/benchmark.py --preset=base --batch_size=8 --seq_len=128 --mode=train \
       --peer=hf_flax,hf_torch --json
+  python experiments/benchmark.py --dtype=bfloat16 --peer=hf_flax@float32,hf_flax,hf_torch
 
 Each implementation runs in its own process (torch and JAX in one process slow each other), at the
 same settings, on the same random token ids; the timed region is the jitted (or eager, for torch)
 step, warm-up steps excluded, and the figure is the median over --steps steps. Every setting prints
 one JSON object with --json (tokens_per_second, mfu, peak_rss_mb, ...), then the ratios
-ours / peer. Peers need the `bench` extra: pip install -e '.[bench]'.
+ours / peer. A peer may run at its own dtype (`hf_flax@float32`), so that ours at its best
+settings and a peer at its own are measured in one run. Peers need the `bench` extra:
+pip install -e '.[bench]'.
 """
 
 from __future__ import annotations
@@ -33,7 +36,8 @@ flags.DEFINE_integer("max_predictions", None, "Masked positions per sequence (de
 flags.DEFINE_enum("mode", "train", ["train", "infer"], "MLM train step or encoder forward pass.")
 flags.DEFINE_enum("dtype", "float32", ["float32", "bfloat16"], "Compute dtype (params stay fp32).")
 flags.DEFINE_string("remat", "none", "Remat policy of our model (none, full, dots, dots_no_batch).")
-flags.DEFINE_string("peer", "", "Comma-separated peers to run after ours: hf_flax, hf_torch.")
+flags.DEFINE_string("peer", "", "Comma-separated peers to run after ours: hf_flax, hf_torch, each "
+                    "optionally at its own compute dtype (hf_flax@float32); default --dtype.")
 flags.DEFINE_boolean("skip_ours", False, "Run only the peers.")
 flags.DEFINE_integer("steps", 10, "Timed steps (the median is reported).")
 flags.DEFINE_integer("warmup", 3, "Untimed steps first (compilation, allocator warm-up).")
@@ -226,9 +230,10 @@ def _worker(name: str) -> None:
          "peak_rss_mb": round(peak_rss_mb, 1)}), flush=True)
 
 
-def _measure_in_subprocess(name: str) -> dict:
-    argv = [sys.executable, os.path.abspath(__file__), f"--worker={name}"]
-    argv += [a for a in sys.argv[1:] if not a.startswith(("--peer", "--worker", "--json"))]
+def _measure_in_subprocess(name: str, dtype: str) -> dict:
+    argv = [sys.executable, os.path.abspath(__file__), f"--worker={name}", f"--dtype={dtype}"]
+    argv += [a for a in sys.argv[1:]
+             if not a.startswith(("--peer", "--worker", "--json", "--dtype"))]
     proc = subprocess.run(argv, capture_output=True, text=True)
     for line in proc.stdout.splitlines():
         if line.startswith("BENCHMARK_RESULT "):
@@ -254,31 +259,39 @@ def _report(result: dict, settings: dict) -> dict:
             "model_flops_per_step": step_flops, "mfu": round(step_flops / seconds / peak, 4)}
 
 
+def _parse_peer(text: str) -> tuple[str, str]:
+    """'hf_flax' -> ('hf_flax', --dtype); 'hf_flax@float32' -> ('hf_flax', 'float32')."""
+    name, _, dtype = text.partition("@")
+    if name not in IMPLEMENTATIONS or name == "ours":
+        raise app.UsageError(f"--peer: unknown peer {name!r}; choose from hf_flax, hf_torch")
+    if dtype and dtype not in ("float32", "bfloat16"):
+        raise app.UsageError(f"--peer: unknown dtype {dtype!r} in {text!r}; float32 or bfloat16")
+    return name, dtype or FLAGS.dtype
+
+
 def main(argv):
     del argv
     if FLAGS.worker:
         _worker(FLAGS.worker)
         return
     settings = _settings()
-    peers = [p for p in FLAGS.peer.split(",") if p]
-    unknown = [p for p in peers if p not in IMPLEMENTATIONS or p == "ours"]
-    if unknown:
-        raise app.UsageError(f"--peer: unknown peer(s) {unknown}; choose from hf_flax, hf_torch")
-    names = ([] if FLAGS.skip_ours else ["ours"]) + peers
-    if not names:
+    peers = [_parse_peer(p) for p in FLAGS.peer.split(",") if p]
+    runs = ([] if FLAGS.skip_ours else [("ours", FLAGS.dtype)]) + peers
+    if not runs:
         raise app.UsageError("nothing to run: --skip_ours without --peer")
     reports = {}
-    for name in names:
-        reports[name] = _report(_measure_in_subprocess(name), settings)
+    for name, dtype in runs:
+        label = name if dtype == FLAGS.dtype else f"{name}@{dtype}"
+        reports[label] = _report(_measure_in_subprocess(name, dtype), {**settings, "dtype": dtype})
         if FLAGS.json:
-            print(json.dumps(reports[name]), flush=True)
+            print(json.dumps(reports[label]), flush=True)
         else:
-            r = reports[name]
-            print(f"{name:9s} {r['tokens_per_second']:10.1f} tokens/s  mfu {r['mfu']:.3f}  "
+            r = reports[label]
+            print(f"{label:17s} {r['tokens_per_second']:10.1f} tokens/s  mfu {r['mfu']:.3f}  "
                   f"peak RSS {r['peak_rss_mb']:.0f} MB  (median step {r['median_step_s']:.3f} s)",
                   flush=True)
     if "ours" in reports:
-        for peer in peers:
+        for peer in [label for label in reports if label != "ours"]:
             ratio = {"ratio": f"ours/{peer}",
                      "tokens_per_second": round(reports["ours"]["tokens_per_second"]
                                                 / reports[peer]["tokens_per_second"], 3),

@@ -46,7 +46,23 @@ def test_our_step_in_other_settings(mode, dtype, remat):
     assert result["tokens_per_second"] > 0
 
 
+def test_a_peer_at_its_own_dtype_is_labelled_and_compared():
+    records = run_benchmark("--mode=train", "--dtype=bfloat16", "--peer=hf_flax@float32")
+    results = {r["impl"]: r for r in records if "impl" in r}
+    assert results["ours"]["dtype"] == "bfloat16" and results["hf_flax"]["dtype"] == "float32"
+    (ratio,) = [r for r in records if "ratio" in r]
+    assert ratio["ratio"] == "ours/hf_flax@float32"
+    assert ratio["tokens_per_second"] == pytest.approx(
+        results["ours"]["tokens_per_second"] / results["hf_flax"]["tokens_per_second"], rel=1e-2)
+
+
 def test_bad_peer_is_a_usage_error():
     proc = subprocess.run([sys.executable, SCRIPT, *TINY, "--peer=hf_pytorch"],
                           capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert proc.returncode != 0 and "hf_pytorch" in proc.stderr
+
+
+def test_bad_peer_dtype_is_a_usage_error():
+    proc = subprocess.run([sys.executable, SCRIPT, *TINY, "--peer=hf_flax@float16"],
+                          capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert proc.returncode != 0 and "float16" in proc.stderr

@@ -16,7 +16,8 @@ import jax.numpy as jnp
 
 from bert_jax.config import BertConfig
 from bert_jax.model.encoder import BertModel
-from bert_jax.model.layers import ACTIVATION_FNS, dense, layer_norm, zeros_init
+from bert_jax.model.activations import ACTIVATION_FNS
+from bert_jax.model.layers import dense, layer_norm, zeros_init
 
 Array = jax.Array
 

@@ -7,25 +7,16 @@ Every parameter carries logical axis names (`vocab`, `embed`, `heads`, `kv`, `ml
 from __future__ import annotations
 
 import functools
-from typing import Callable
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
 from bert_jax.config import BertConfig
+from bert_jax.model.activations import ACTIVATION_FNS
 from bert_jax.model.precision import Dense, matmul_transposed
 
 Array = jax.Array
-
-ACTIVATION_FNS: dict[str, Callable[[Array], Array]] = {
-    "gelu": functools.partial(jax.nn.gelu, approximate=False),  # exact, erf-based: as published
-    "gelu_new": functools.partial(jax.nn.gelu, approximate=True),
-    "gelu_pytorch_tanh": functools.partial(jax.nn.gelu, approximate=True),
-    "relu": jax.nn.relu,
-    "silu": jax.nn.silu,
-    "tanh": jnp.tanh,
-}
 
 
 def weight_init(cfg: BertConfig, axes: tuple[str | None, ...]):
@@ -76,8 +67,13 @@ class Embeddings(nn.Module):
         self.dropout = nn.Dropout(cfg.hidden_dropout_prob)
 
     def __call__(self, input_ids, position_ids, token_type_ids, deterministic: bool) -> Array:
-        x = (self.word_embeddings(input_ids) + self.position_embeddings(position_ids)
-             + self.token_type_embeddings(token_type_ids))
+        # Rows are gathered from the tables in their own dtype (fp32) and summed there; LayerNorm
+        # then rounds to the compute dtype. (nn.Embed would round the whole [vocab, hidden] table
+        # to bf16 first, so its gradient would be scatter-added in bf16 into a separate buffer
+        # instead of in fp32 straight into the tied decoder's gradient.)
+        x = (jnp.take(self.word_embeddings.embedding, input_ids, axis=0)
+             + jnp.take(self.position_embeddings.embedding, position_ids, axis=0)
+             + jnp.take(self.token_type_embeddings.embedding, token_type_ids, axis=0))
         return self.dropout(self.layer_norm(x), deterministic=deterministic)
 
     def attend(self, hidden: Array) -> Array:
