@@ -107,8 +107,8 @@ def test_model_dense_layers_use_fp32_accumulation_in_bf16():
                for operands, result in signatures), signatures
 
 
-def _compiled_dense_dot_operand_types(hlo: str) -> list[tuple[str, str]]:
-    """Operand element types of every non-batched dot in optimised (compiled) HLO text.
+def _compiled_dot_operand_types(hlo: str, batched: bool = False) -> list[tuple[str, str]]:
+    """Operand element types of every dot (batched: the per-head ones) in compiled HLO text.
 
     Dots sit inside fusions there, their operands being the fusion's parameters, so the types
     come from the computations' signatures and the instructions' definitions.
@@ -121,7 +121,7 @@ def _compiled_dense_dot_operand_types(hlo: str) -> list[tuple[str, str]]:
     out = []
     for line in hlo.splitlines():
         match = re.search(r" dot\(%([\w.\-]+), %([\w.\-]+)\)", line)
-        if match and "lhs_batch_dims" not in line:
+        if match and batched == ("lhs_batch_dims" in line):
             out.append((types[match.group(1)], types[match.group(2)]))
     return out
 
@@ -140,7 +140,21 @@ def test_compiled_train_step_keeps_every_dense_dot_in_bf16_on_cpu():
         return jnp.square(logits).sum()
 
     hlo = jax.jit(jax.grad(loss)).lower(params).compile().as_text()
-    operand_types = _compiled_dense_dot_operand_types(hlo)
+    operand_types = _compiled_dot_operand_types(hlo)
     # Forward 14 dense dots (as above), backward two per dense dot.
     assert len(operand_types) == 3 * 14, operand_types
     assert all(types == ("bf16", "bf16") for types in operand_types), operand_types
+
+
+@pytest.mark.skipif(jax.default_backend() != "cpu", reason="checks XLA:CPU's compiled dots")
+def test_compiled_forward_pass_keeps_attention_products_in_bf16_on_cpu():
+    cfg = BertConfig.preset("tiny", dtype="bfloat16", vocab_size=100)
+    model = BertForPreTraining(cfg, with_nsp=False)
+    ids = jnp.ones((2, 8), jnp.int32)
+    positions = jnp.zeros((2, 2), jnp.int32)
+    params = model.init(jax.random.key(0), ids, positions)["params"]
+    hlo = jax.jit(lambda p: model.apply({"params": p}, ids, positions).mlm_logits).lower(
+        params).compile().as_text()
+    per_head = _compiled_dot_operand_types(hlo, batched=True)
+    assert len(per_head) == 2 * 2  # 2 layers x (scores, probabilities x values)
+    assert all(types == ("bf16", "bf16") for types in per_head), per_head

@@ -100,16 +100,22 @@ class SelfAttention(nn.Module):
         value = projection("value")(x)
 
         dropout_rate = cfg.attention_probs_dropout_prob
-        if deterministic or dropout_rate == 0.0:
-            # Fused path (cuDNN flash attention on GPU where the dtype allows; XLA elsewhere).
+        with_dropout = not deterministic and dropout_rate > 0.0
+        if jax.default_backend() == "gpu" and not with_dropout:
+            # cuDNN's fused (flash) attention where the dtype and shapes allow.
             context = jax.nn.dot_product_attention(query, key, value, mask=mask)
         else:
-            # Attention-probability dropout, as published, needs the probabilities themselves.
-            scores = jnp.einsum("bqnh,bknh->bnqk", query, key) / jnp.sqrt(head_dim).astype(query.dtype)
-            scores = jnp.where(mask, scores, jnp.finfo(scores.dtype).min)
-            probs = jax.nn.softmax(scores.astype(jnp.float32), axis=-1).astype(cfg.dtype)
-            probs = nn.Dropout(dropout_rate)(probs, deterministic=False)
-            context = jnp.einsum("bnqk,bknh->bqnh", probs, value)
+            # Per-head products with operands in the compute dtype and fp32 sums (XLA:CPU runs
+            # bf16 x bf16 -> fp32 on its fast kernel, and widens bf16 -> bf16 products to fp32
+            # operands); softmax in fp32; attention-probability dropout, as published.
+            scores = jnp.einsum("bqnh,bknh->bnqk", query, key,
+                                preferred_element_type=jnp.float32) / jnp.sqrt(jnp.float32(head_dim))
+            scores = jnp.where(mask, scores, jnp.finfo(jnp.float32).min)
+            probs = jax.nn.softmax(scores, axis=-1)
+            if with_dropout:
+                probs = nn.Dropout(dropout_rate)(probs, deterministic=False)
+            context = jnp.einsum("bnqk,bknh->bqnh", probs.astype(query.dtype), value,
+                                 preferred_element_type=jnp.float32).astype(query.dtype)
 
         return dense(cfg, cfg.hidden_size, ("heads", "kv", "embed"), "output", num_contract=2)(
             context)  # [batch, seq, hidden]
