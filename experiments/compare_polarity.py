@@ -40,6 +40,8 @@ FLAGS = flags.FLAGS
 flags.DEFINE_integer("folds", 4, "Stratified folds; each is held out once.")
 flags.DEFINE_integer("seeds", 1, "Runs per fold with seeds seed, seed+1, ... (head init, dropout "
                      "and batch order change with the seed, on both sides alike).")
+flags.DEFINE_integer("first_seed", None, "First seed of the runs (default: the config's seed), so "
+                     "a sample can be extended with new seeds.")
 flags.DEFINE_string("output", "", "Where to write the JSON summary (default: stdout only).")
 flags.DEFINE_string("workdir", "", "Where our runs keep their workdirs (default: a temp dir).")
 flags.DEFINE_enum("mode", "accuracy", ["accuracy", "parity"],
@@ -209,7 +211,8 @@ def main(argv):
             summary = parity(config, train, evaluation, train_path, eval_path, fold_dir)
             print(json.dumps(summary))
             return
-        for seed in range(config.seed, config.seed + FLAGS.seeds):
+        first_seed = config.seed if FLAGS.first_seed is None else FLAGS.first_seed
+        for seed in range(first_seed, first_seed + FLAGS.seeds):
             seeded = config.copy_and_resolve_references()
             seeded.unlock()
             seeded.seed = seed

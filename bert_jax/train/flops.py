@@ -27,7 +27,10 @@ import jax
 from bert_jax.config import BertConfig
 
 # Dense peak FLOP/s per device by jax `device_kind` (bf16 unless said otherwise). The CPU figure is
-# the fp32 matmul rate measured on the development machines (DESIGN.md), not a vendor peak.
+# not a vendor peak: it is the fastest matmul measured on the development machines (2-core AMD
+# EPYC with AVX-512 BF16): bf16 x bf16 -> fp32 through XLA:CPU's YNNPACK kernel, [1024, 768] x
+# [768, 3072], 936-963 GFLOP/s (fp32 operands: 455). Other CPUs: benchmark.py --peak_flops,
+# or peak_flops_per_device in a training config.
 PEAK_FLOPS_BY_DEVICE_KIND: dict[str, float] = {
     "TPU v2": 45e12,
     "TPU v3": 123e12,
@@ -44,7 +47,7 @@ PEAK_FLOPS_BY_DEVICE_KIND: dict[str, float] = {
     "NVIDIA B200": 2250e12,
     "NVIDIA L4": 121e12,
     "NVIDIA A10G": 125e12,
-    "cpu": 200e9,
+    "cpu": 960e9,
 }
 
 
