@@ -91,12 +91,17 @@ def test_gradient_matmuls_take_bf16_operands():
                for operands, result in signatures), signatures
 
 
-def test_model_dense_layers_use_fp32_accumulation_in_bf16():
+def _tiny_bf16_model():
+    """A 2-layer BertForPreTraining computing in bf16, its params, ids [2, 8], positions [2, 2]."""
     cfg = BertConfig.preset("tiny", dtype="bfloat16", vocab_size=100)
     model = BertForPreTraining(cfg, with_nsp=False)
     ids = jnp.ones((2, 8), jnp.int32)
     positions = jnp.zeros((2, 2), jnp.int32)
-    params = model.init(jax.random.key(0), ids, positions)["params"]
+    return model, model.init(jax.random.key(0), ids, positions)["params"], ids, positions
+
+
+def test_model_dense_layers_use_fp32_accumulation_in_bf16():
+    model, params, ids, positions = _tiny_bf16_model()
     hlo = jax.jit(lambda p: model.apply({"params": p}, ids, positions).mlm_logits).lower(
         params).as_text()
     signatures = _dot_signatures(hlo)
@@ -130,11 +135,8 @@ def _compiled_dot_operand_types(hlo: str, batched: bool = False) -> list[tuple[s
 def test_compiled_train_step_keeps_every_dense_dot_in_bf16_on_cpu():
     """XLA:CPU widens a bf16 dot with a transposed operand to fp32 (half the speed); the
     gradient matmuls transpose row-major first, so forward and backward stay bf16 x bf16."""
-    cfg = BertConfig.preset("tiny", dtype="bfloat16", vocab_size=100)
-    model = BertForPreTraining(cfg, with_nsp=False)
-    ids = jnp.ones((2, 8), jnp.int32)
-    positions = jnp.zeros((2, 2), jnp.int32)
-    params = model.init(jax.random.key(0), ids, positions)["params"]
+    model, params, ids, positions = _tiny_bf16_model()
+
     def loss(p):  # a loss that needs the logits' values, so the forward decoder dot stays
         logits = model.apply({"params": p}, ids, positions).mlm_logits.astype(jnp.float32)
         return jnp.square(logits).sum()
@@ -148,11 +150,7 @@ def test_compiled_train_step_keeps_every_dense_dot_in_bf16_on_cpu():
 
 @pytest.mark.skipif(jax.default_backend() != "cpu", reason="checks XLA:CPU's compiled dots")
 def test_compiled_forward_pass_keeps_attention_products_in_bf16_on_cpu():
-    cfg = BertConfig.preset("tiny", dtype="bfloat16", vocab_size=100)
-    model = BertForPreTraining(cfg, with_nsp=False)
-    ids = jnp.ones((2, 8), jnp.int32)
-    positions = jnp.zeros((2, 2), jnp.int32)
-    params = model.init(jax.random.key(0), ids, positions)["params"]
+    model, params, ids, positions = _tiny_bf16_model()
     hlo = jax.jit(lambda p: model.apply({"params": p}, ids, positions).mlm_logits).lower(
         params).compile().as_text()
     per_head = _compiled_dot_operand_types(hlo, batched=True)
