@@ -277,6 +277,8 @@ def main(argv):
     settings = _settings()
     peers = [_parse_peer(p) for p in FLAGS.peer.split(",") if p]
     runs = ([] if FLAGS.skip_ours else [("ours", FLAGS.dtype)]) + peers
+    if len(set(runs)) != len(runs):
+        raise app.UsageError(f"--peer: the same peer at the same dtype twice: {FLAGS.peer!r}")
     if not runs:
         raise app.UsageError("nothing to run: --skip_ours without --peer")
     reports = {}

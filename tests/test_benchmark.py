@@ -66,3 +66,10 @@ def test_bad_peer_dtype_is_a_usage_error():
     proc = subprocess.run([sys.executable, SCRIPT, *TINY, "--peer=hf_flax@float16"],
                           capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert proc.returncode != 0 and "float16" in proc.stderr
+
+
+def test_the_same_peer_twice_is_a_usage_error():
+    proc = subprocess.run([sys.executable, SCRIPT, *TINY, "--dtype=float32",
+                           "--peer=hf_flax,hf_flax@float32"],
+                          capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert proc.returncode != 0 and "twice" in proc.stderr

@@ -238,6 +238,19 @@ def test_bad_inputs_are_refused():
         model.apply({"params": params}, jnp.zeros((4,), jnp.int32))
     with pytest.raises(ValueError, match="exceeds max_position_embeddings=64"):
         model.apply({"params": params}, jnp.zeros((1, 65), jnp.int32))
+    with pytest.raises(ValueError, match="token_type_ids must be integers"):
+        model.apply({"params": params}, jnp.zeros((1, 4), jnp.int32), jnp.zeros((1, 4)))
+
+
+def test_one_row_token_type_table_serves_every_type_id():
+    """type_vocab_size=1 (RoBERTa-style checkpoints): the one row, whatever the id, as nn.Embed."""
+    model = BertModel(TINY.replace(type_vocab_size=1))
+    ids = random_ids(3, (2, 6))
+    params = init_plain(model, ids)
+    zeros = model.apply({"params": params}, ids, jnp.zeros_like(ids)).sequence_output
+    ones = model.apply({"params": params}, ids, jnp.ones_like(ids)).sequence_output
+    assert bool(jnp.all(jnp.isfinite(ones)))
+    np.testing.assert_array_equal(ones, zeros)
 
 
 def test_bf16_compute_trains_with_fp32_parameters():

@@ -45,6 +45,20 @@ def dense(cfg: BertConfig, features: int | tuple[int, ...], axes: tuple[str | No
                  param_dtype=cfg.param_dtype, name=name)
 
 
+def lookup(table: Array, ids: Array, name: str) -> Array:
+    """Rows of table [num, hidden] at integer ids [batch, seq] -> [batch, seq, hidden].
+
+    A one-row table (type_vocab_size=1, as in RoBERTa-style checkpoints) gives its row for any
+    id, as nn.Embed does; otherwise an id outside the table gives NaN rows (jnp.take's default).
+    """
+    ids = jnp.asarray(ids)
+    if not jnp.issubdtype(ids.dtype, jnp.integer):
+        raise ValueError(f"{name} must be integers, got dtype {ids.dtype}")
+    if table.shape[0] == 1:
+        return jnp.broadcast_to(table[0], ids.shape + table.shape[1:])
+    return jnp.take(table, ids, axis=0)
+
+
 class Embeddings(nn.Module):
     """Word + position + token-type embeddings, then LayerNorm and dropout.
 
@@ -71,9 +85,9 @@ class Embeddings(nn.Module):
         # then rounds to the compute dtype. (nn.Embed would round the whole [vocab, hidden] table
         # to bf16 first, so its gradient would be scatter-added in bf16 into a separate buffer
         # instead of in fp32 straight into the tied decoder's gradient.)
-        x = (jnp.take(self.word_embeddings.embedding, input_ids, axis=0)
-             + jnp.take(self.position_embeddings.embedding, position_ids, axis=0)
-             + jnp.take(self.token_type_embeddings.embedding, token_type_ids, axis=0))
+        x = (lookup(self.word_embeddings.embedding, input_ids, "input_ids")
+             + lookup(self.position_embeddings.embedding, position_ids, "position_ids")
+             + lookup(self.token_type_embeddings.embedding, token_type_ids, "token_type_ids"))
         return self.dropout(self.layer_norm(x), deterministic=deterministic)
 
     def attend(self, hidden: Array) -> Array:
@@ -101,9 +115,12 @@ class SelfAttention(nn.Module):
 
         dropout_rate = cfg.attention_probs_dropout_prob
         with_dropout = not deterministic and dropout_rate > 0.0
-        if jax.default_backend() == "gpu" and not with_dropout:
-            # cuDNN's fused (flash) attention where the dtype and shapes allow.
-            context = jax.nn.dot_product_attention(query, key, value, mask=mask)
+        if (jax.default_backend() == "gpu" and not with_dropout
+                and query.dtype in (jnp.bfloat16, jnp.float16)):
+            # cuDNN's fused (flash) attention. Asked for by name: jax's default implementation
+            # is XLA's composition. (Not exercised here: no GPU on the development machines.)
+            context = jax.nn.dot_product_attention(query, key, value, mask=mask,
+                                                   implementation="cudnn")
         else:
             # Per-head products with operands in the compute dtype and fp32 sums (XLA:CPU runs
             # bf16 x bf16 -> fp32 on its fast kernel, and widens bf16 -> bf16 products to fp32

@@ -73,6 +73,9 @@ def transpose_row_major(x: Array) -> Array:
     A plain transpose is free in XLA: it becomes a layout change or is folded into the consuming
     dot. Going through the 3-D view [a, b/2, 2] -> [b/2, 2, a] is not a relayout of the 2-D array,
     so XLA writes the transposed values out, and the dot that reads them is row-major.
+    (On a CPU device mesh, where a shard of dim 1 has odd width, e.g. vocab 30522 split over
+    tensor=2, the 3-D view costs extra collectives; values are unaffected. Meshes of CPU devices
+    are for tests; GPU/TPU take the plain transpose.)
     """
     a, b = x.shape
     if jax.default_backend() != "cpu" or b % 2:
