@@ -17,6 +17,8 @@ import numpy as np
 from jax.experimental import mesh_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
+from bert_jax import xla_options
+
 MESH_AXES = ("data", "fsdp", "tensor")
 
 LOGICAL_AXIS_RULES: tuple[tuple[str, Any], ...] = (
@@ -106,7 +108,8 @@ def init_sharded(init_fn: Callable[[], Any], mesh: Mesh) -> tuple[Any, Any]:
     # XLA:CPU keeps an executable's scratch buffers for as long as the executable lives (700 MB
     # for BERT-base's initialiser), so the one-off initialiser is dropped once it has run: wait
     # for it, then collect the reference cycles that hold it.
-    initialize = jax.jit(lambda: nn.meta.unbox(init_fn()), out_shardings=shardings)
+    initialize = jax.jit(lambda: nn.meta.unbox(init_fn()), out_shardings=shardings,
+                         compiler_options=xla_options.memory_lean())
     params = jax.block_until_ready(initialize())
     del initialize
     gc.collect()

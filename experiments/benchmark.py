@@ -85,9 +85,9 @@ def _run_ours(settings: dict) -> list[float]:
     import jax
     import jax.numpy as jnp
 
-    from bert_jax import BertConfig, BertForPreTraining, BertModel, sharding
+    from bert_jax import BertConfig, BertForPreTraining, BertModel, sharding, xla_options
     from bert_jax.train import optimizer as optimizer_lib
-    from bert_jax.train import steps, xla_options
+    from bert_jax.train import steps
 
     cfg = BertConfig.preset(settings["preset"], dtype=settings["dtype"],
                             remat_policy=settings["remat"])
@@ -108,7 +108,7 @@ def _run_ours(settings: dict) -> list[float]:
     optimizer = optimizer_lib.make_optimizer(optimizer_lib.OptimizerConfig(
         learning_rate=1e-4, total_steps=1000, warmup_steps=10))
     train_step = jax.jit(steps.make_train_step(steps.make_pretrain_loss(model), optimizer),
-                         donate_argnums=(0,), compiler_options=xla_options.train_step_options())
+                         donate_argnums=(0,), compiler_options=xla_options.memory_lean())
     batch = {"input_ids": input_ids, "token_type_ids": np.zeros_like(input_ids),
              "segment_ids": np.ones_like(input_ids),
              "position_ids": np.broadcast_to(np.arange(input_ids.shape[1], dtype=np.int32),

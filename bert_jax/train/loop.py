@@ -55,7 +55,8 @@ from jax.sharding import Mesh, NamedSharding
 
 from bert_jax import sharding
 from bert_jax.config import BertConfig
-from bert_jax.train import checkpointing, flops, steps, xla_options
+from bert_jax import xla_options
+from bert_jax.train import checkpointing, flops, steps
 
 Evaluator = Callable[[Any], dict[str, float]]
 
@@ -360,7 +361,7 @@ def train(task: Task, optimizer: optax.GradientTransformation, train_iterator: I
                               learning_rate_fn, sharding.batch_sharding(mesh)),
         in_shardings=(shardings, sharding.batch_sharding(mesh)),
         out_shardings=(shardings, sharding.replicated(mesh)),
-        donate_argnums=(0,), compiler_options=xla_options.train_step_options())
+        donate_argnums=(0,), compiler_options=xla_options.memory_lean())
 
     peak = config.peak_flops_per_device or flops.peak_flops_per_device()
     # Forced host devices share the same cores: the CPU peak is per process, not per device.
