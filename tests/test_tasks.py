@@ -1,6 +1,5 @@
 """Fine-tuning readers and features: formats, bad input, label alignment, SQuAD windows."""
 
-import importlib.util
 import json
 import os
 
@@ -8,7 +7,7 @@ import numpy as np
 import pytest
 
 from bert_jax.convert import hf
-from bert_jax.data import squad, tasks
+from bert_jax.data import corpora, squad, tasks
 from bert_jax.data import tokenizer as tok
 
 
@@ -40,9 +39,7 @@ def test_csv_tsv_jsonl_with_named_columns(tmp_path):
 
 
 def test_fasttext_polarity_file_reads_200_balanced():
-    package = importlib.util.find_spec("gensim")
-    path = os.path.join(os.path.dirname(package.origin), "test", "test_data",
-                        "pang_lee_polarity.cor")
+    path = os.path.join(corpora.gensim_test_data(), "pang_lee_polarity.cor")
     with pytest.raises(tasks.DataError,
                        match=r"pang_lee_polarity\.cor:\d+: not valid utf-8.*cp1252"):
         tasks.read_text_examples(path)  # the file is cp1252 (em dashes, accents)

@@ -218,11 +218,12 @@ _WIKI_DROPPED_LINKS = ("file:", "image:", "media:", "category:")
 
 
 def gensim_test_data() -> str:
-    """The folder gensim/test/test_data of the installed gensim wheel (gensim is not imported)."""
+    """The folder gensim/test/test_data of the installed gensim wheel (gensim is not imported):
+    the demo corpus and the polarity sentences of experiments/configs/finetune_polarity.py."""
     spec = importlib.util.find_spec("gensim")
     if spec is None or not spec.submodule_search_locations:
-        raise FileNotFoundError("the demo corpus needs the gensim wheel (pip install gensim), "
-                                "which ships its text under gensim/test/test_data/")
+        raise FileNotFoundError("the demo corpus and the polarity sentences need the gensim wheel "
+                                "(pip install gensim), which ships them under gensim/test/test_data/")
     folder = os.path.join(list(spec.submodule_search_locations)[0], "test", "test_data")
     for name in (WIKI_SAMPLE, LEE_CORPUS):
         if not os.path.isfile(os.path.join(folder, name)):

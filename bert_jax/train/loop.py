@@ -53,9 +53,8 @@ import optax
 from absl import logging
 from jax.sharding import Mesh, NamedSharding
 
-from bert_jax import sharding
+from bert_jax import sharding, xla_options
 from bert_jax.config import BertConfig
-from bert_jax import xla_options
 from bert_jax.train import checkpointing, flops, steps
 
 Evaluator = Callable[[Any], dict[str, float]]

@@ -21,26 +21,18 @@ For GLUE SST-2 itself (network needed once): --config.data.tfds_name=glue/sst2
 --config.data.heldout_fraction=0 --config.batch_size=32 --config.max_seq_len=128.
 """
 
-import importlib.util
 import os
 
 from bert_jax.convert import hf
+from bert_jax.data import corpora
 from bert_jax.train.finetuning import default_config
-
-
-def package_dir(name: str) -> str:
-    spec = importlib.util.find_spec(name)
-    if spec is None or spec.origin is None:
-        raise ImportError(f"package {name} is not installed")
-    return os.path.dirname(spec.origin)
 
 
 def get_config():
     config = default_config()
     config.task = "classification"
     config.init.hf_dir = hf.packaged_minilm_dir()
-    config.data.train_path = os.path.join(package_dir("gensim"), "test", "test_data",
-                                          "pang_lee_polarity.cor")
+    config.data.train_path = os.path.join(corpora.gensim_test_data(), "pang_lee_polarity.cor")
     config.data.format = "fasttext"
     config.data.encoding = "cp1252"
     config.data.heldout_fraction = 0.25
