@@ -56,20 +56,12 @@ def test_a_peer_at_its_own_dtype_is_labelled_and_compared():
         results["ours"]["tokens_per_second"] / results["hf_flax"]["tokens_per_second"], rel=1e-2)
 
 
-def test_bad_peer_is_a_usage_error():
-    proc = subprocess.run([sys.executable, SCRIPT, *TINY, "--peer=hf_pytorch"],
+@pytest.mark.parametrize("flags,named", [
+    (["--peer=hf_pytorch"], "hf_pytorch"),                              # unknown peer
+    (["--peer=hf_flax@float16"], "float16"),                            # unknown dtype
+    (["--dtype=float32", "--peer=hf_flax,hf_flax@float32"], "twice"),   # the same run twice
+])
+def test_bad_peer_flags_are_usage_errors(flags, named):
+    proc = subprocess.run([sys.executable, SCRIPT, *TINY, *flags],
                           capture_output=True, text=True, timeout=300, cwd=ROOT)
-    assert proc.returncode != 0 and "hf_pytorch" in proc.stderr
-
-
-def test_bad_peer_dtype_is_a_usage_error():
-    proc = subprocess.run([sys.executable, SCRIPT, *TINY, "--peer=hf_flax@float16"],
-                          capture_output=True, text=True, timeout=300, cwd=ROOT)
-    assert proc.returncode != 0 and "float16" in proc.stderr
-
-
-def test_the_same_peer_twice_is_a_usage_error():
-    proc = subprocess.run([sys.executable, SCRIPT, *TINY, "--dtype=float32",
-                           "--peer=hf_flax,hf_flax@float32"],
-                          capture_output=True, text=True, timeout=300, cwd=ROOT)
-    assert proc.returncode != 0 and "twice" in proc.stderr
+    assert proc.returncode != 0 and named in proc.stderr
