@@ -28,7 +28,8 @@ setup(
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
-    packages=find_packages(include=["bert_jax", "bert_jax.*"]),
+    # experiments.configs is a package so that config files share experiments/configs/common.py.
+    packages=find_packages(include=["bert_jax", "bert_jax.*", "experiments", "experiments.configs"]),
     install_requires=RUNTIME,
     extras_require={
         # Reference implementation for parity tests. torch is pinned: a CPU wheel of exactly this

@@ -1,10 +1,12 @@
-"""Joining a multi-process JAX job: the flags every experiment script shares, and their effect.
+"""Joining a multi-process JAX job: the flags the experiment scripts share, and their effect.
 
 --distributed=none       one process (the default).
 --distributed=auto       jax.distributed.initialize() with no arguments: on Cloud TPU VMs (and
                          SLURM / Open MPI clusters) JAX finds the coordinator by itself.
 --coordinator_address=host:port --num_processes=N --process_id=i
                          explicit: what launch/multihost_local.sh passes to each local process.
+
+The flags exist once a script calls `define_flags()` (library imports define none).
 """
 
 from __future__ import annotations
@@ -12,28 +14,35 @@ from __future__ import annotations
 import jax
 from absl import flags, logging
 
-_DISTRIBUTED = flags.DEFINE_enum("distributed", None, ["none", "auto"],
-                                 "Join a multi-process job: 'auto' lets JAX find the coordinator.")
-_COORDINATOR = flags.DEFINE_string("coordinator_address", None,
-                                   "host:port of process 0, for explicit multi-process launch.")
-_NUM_PROCESSES = flags.DEFINE_integer("num_processes", None, "Processes in the job.")
-_PROCESS_ID = flags.DEFINE_integer("process_id", None, "This process's index, 0..num_processes-1.")
+
+def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
+    flags.DEFINE_enum("distributed", None, ["none", "auto"],
+                      "Join a multi-process job: 'auto' lets JAX find the coordinator.",
+                      flag_values=flag_values)
+    flags.DEFINE_string("coordinator_address", None,
+                        "host:port of process 0, for explicit multi-process launch.",
+                        flag_values=flag_values)
+    flags.DEFINE_integer("num_processes", None, "Processes in the job.", flag_values=flag_values)
+    flags.DEFINE_integer("process_id", None, "This process's index, 0..num_processes-1.",
+                         flag_values=flag_values)
 
 
-def initialize_from_flags() -> None:
+def initialize_from_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
     """Call jax.distributed.initialize as the flags say; must run before any other JAX call."""
-    explicit = (_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value)
+    explicit = (flag_values.coordinator_address, flag_values.num_processes,
+                flag_values.process_id)
     if any(v is not None for v in explicit):
         if any(v is None for v in explicit):
             raise flags.ValidationError(
                 "--coordinator_address, --num_processes and --process_id go together; got "
                 f"{explicit}")
-        if not 0 <= _PROCESS_ID.value < _NUM_PROCESSES.value:
-            raise flags.ValidationError(
-                f"--process_id={_PROCESS_ID.value} is outside 0..{_NUM_PROCESSES.value - 1}")
-        jax.distributed.initialize(coordinator_address=_COORDINATOR.value,
-                                   num_processes=_NUM_PROCESSES.value, process_id=_PROCESS_ID.value)
-    elif _DISTRIBUTED.value == "auto":
+        if not 0 <= flag_values.process_id < flag_values.num_processes:
+            raise flags.ValidationError(f"--process_id={flag_values.process_id} is outside "
+                                        f"0..{flag_values.num_processes - 1}")
+        jax.distributed.initialize(coordinator_address=flag_values.coordinator_address,
+                                   num_processes=flag_values.num_processes,
+                                   process_id=flag_values.process_id)
+    elif flag_values.distributed == "auto":
         jax.distributed.initialize()
     else:
         return

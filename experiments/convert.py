@@ -22,16 +22,10 @@ import numpy as np
 from absl import app, flags, logging
 
 from bert_jax.convert import hf
-from bert_jax.train import checkpointing, loop
+from bert_jax import cli
+from bert_jax.train import checkpointing
 
 FLAGS = flags.FLAGS
-flags.DEFINE_enum("direction", None, ["hf_to_ours", "ours_to_hf"], "Which way to convert.")
-flags.DEFINE_string("hf_dir", None, "Hugging Face folder: read (hf_to_ours) or written (ours_to_hf).")
-flags.DEFINE_string("checkpoint_dir", None,
-                    "Our Orbax checkpoint folder: written (hf_to_ours) or read (ours_to_hf).")
-flags.DEFINE_integer("step", None, "ours_to_hf: the step to convert (default: the newest).")
-flags.DEFINE_boolean("encoder_only", False, "Drop the heads (MLM, NSP, classifier, ...).")
-flags.mark_flags_as_required(["direction", "hf_dir", "checkpoint_dir"])
 
 
 def _count(params) -> int:
@@ -91,7 +85,7 @@ def ours_to_hf(checkpoint_dir: str, hf_dir: str, step: int | None, encoder_only:
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-    loop.quiet_orbax_logs()
+    cli.quiet_orbax_logs()
     if FLAGS.direction == "hf_to_ours":
         hf_to_ours(FLAGS.hf_dir, FLAGS.checkpoint_dir, FLAGS.encoder_only)
     else:
@@ -99,4 +93,12 @@ def main(argv):
 
 
 if __name__ == "__main__":
+    flags.DEFINE_enum("direction", None, ["hf_to_ours", "ours_to_hf"], "Which way to convert.")
+    flags.DEFINE_string("hf_dir", None,
+                        "Hugging Face folder: read (hf_to_ours) or written (ours_to_hf).")
+    flags.DEFINE_string("checkpoint_dir", None,
+                        "Our Orbax checkpoint folder: written (hf_to_ours) or read (ours_to_hf).")
+    flags.DEFINE_integer("step", None, "ours_to_hf: the step to convert (default: the newest).")
+    flags.DEFINE_boolean("encoder_only", False, "Drop the heads (MLM, NSP, classifier, ...).")
+    flags.mark_flags_as_required(["direction", "hf_dir", "checkpoint_dir"])
     app.run(main)

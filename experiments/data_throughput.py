@@ -1,5 +1,5 @@
 r"""Measures how fast the pre-training pipeline makes tokens, and (optionally) how fast a model
-consumes them in training, on this machine.
+consumes them in training, on the machine it runs on.
 
   python experiments/data_throughput.py --data_dir=/tmp/bert_data
   python experiments/data_throughput.py --data_dir=/tmp/bert_data --model_preset=base \
@@ -9,11 +9,7 @@ Prints one JSON object per setting: {"mode", "num_workers", "seq_len", "tokens_p
 "padding_fraction", ...} and, with --model_preset, {"model", "tokens_per_s"} for a jitted
 BertForPreTraining forward + backward + AdamW update on random ids (the data pipeline is not in
 that loop, so the two numbers are independent).
-Measured on the 2-core development machine while other jobs ran (load average ~7), demo corpus,
-seq_len 128, batch 32: MLM packing 321k tokens/s (0.24% padding), whole-word masking 196k,
-sentence pairs 38k (11% padding; 67k with 2 workers); worker processes slow MLM down here (76k
-with 2 workers: pickling rows costs more than they save on 2 cores). BERT-base training
-(batch 8, forward + backward + AdamW) consumed 157 tokens/s: the pipeline is >200x faster.
+docs/results.md has the measured figures.
 """
 
 import json

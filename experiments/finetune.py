@@ -1,86 +1,48 @@
-"""Fine-tune BERT on a classification, pair, NER or span-QA task, or evaluate a fine-tuned run.
+"""Fine-tune BERT on a classification, regression, multi-label, NER or span-QA task.
 
     python experiments/finetune.py --config=experiments/configs/finetune_polarity.py \
         --workdir=/tmp/polarity [--config.learning_rate=5e-5 ...]
-    python experiments/finetune.py --workdir=/tmp/polarity --mode=evaluate [--step=N]
-    python experiments/evaluate.py --workdir=/tmp/polarity        (the same evaluation)
+    python experiments/evaluate.py --workdir=/tmp/polarity     (reload and score, new process)
+    python experiments/finetune.py --workdir=/tmp/polarity --mode=evaluate [--step=N]  (the same)
 
 Training resumes by itself from --workdir. It writes there: config.json (the resolved config),
 task.json (task kind, label map), metrics.jsonl, eval_metrics.jsonl, checkpoints/ and, for the
-final step, predictions/step_<N>/{metrics.json, predictions.*}. `--mode=evaluate` reloads a saved
-step in this (new) process, with the config.json of the run unless --config is given, and writes
-evaluation/step_<N>/{metrics.json, predictions.*}: the same metrics as at the end of training.
-Exit status 143 after a SIGTERM (state saved; run the same command again to continue).
+final step, predictions/step_<N>/{metrics.json, predictions.*}; evaluation writes
+evaluation/step_<N>/ with the same metrics. Exit status: 0 done, 1 bad input (one line says
+what), 143 after SIGTERM (state saved). The recipe: bert_jax.recipes.finetune.
 """
 
-from __future__ import annotations
-
 import json
-import sys
-from typing import Optional
 
-import ml_collections
-from absl import app, flags, logging
-from ml_collections import config_flags
+from absl import app, flags
 
-from bert_jax import distributed  # defines --distributed, --coordinator_address, ...
-from bert_jax import ConfigError
-from bert_jax.data.tasks import DataError
-from bert_jax.train import finetuning, loop
+from bert_jax import cli
+from bert_jax.recipes import finetune
 from bert_jax.train import workdir as workdir_lib
 
 FLAGS = flags.FLAGS
 
 
-def evaluate_checkpoint(config: ml_collections.ConfigDict, workdir: str,
-                        step: Optional[int] = None) -> tuple[int, dict[str, float]]:
-    """What experiments/evaluate.py calls for fine-tuning runs (see bert_jax.train.finetuning)."""
-    if not isinstance(config, ml_collections.ConfigDict) or "squad" not in config:
-        config = workdir_lib.load_config(workdir, finetuning.default_config())
-    return finetuning.evaluate_checkpoint(config, workdir, step)
-
-
 def main(argv):
-    if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-    distributed.initialize_from_flags()
-    if FLAGS.workdir is None:
-        raise app.UsageError("--workdir is required")
-    loop.quiet_orbax_logs()
-    try:
-        if FLAGS.mode == "train":
-            if FLAGS.config is None:
-                raise app.UsageError("--config is required to train")
-            workdir_lib.save_config(FLAGS.config, FLAGS.workdir)
-            result, final = finetuning.train_and_evaluate(FLAGS.config, FLAGS.workdir)
-            if result.preempted:
-                logging.warning("preempted at step %d; run the same command again to resume",
-                                result.step)
-                sys.exit(143)
-            print(json.dumps({"step": result.step, "metrics": final}))
-        elif FLAGS.mode == "evaluate":
-            config = FLAGS.config
-            if config is None:
-                config = workdir_lib.load_config(FLAGS.workdir, finetuning.default_config())
-            step, final = finetuning.evaluate_checkpoint(config, FLAGS.workdir, FLAGS.step)
-            print(json.dumps({"step": step, "metrics": final}))
-        else:
-            raise app.UsageError(f"--mode={FLAGS.mode!r}: use train or evaluate")
-    except (ValueError, ConfigError, DataError, FileNotFoundError) as e:  # bad input: no traceback
-        logging.error("%s", e)
-        sys.exit(f"finetune.py: error: {e}")
+    if FLAGS.mode == "train":
+        if FLAGS.config is None:
+            raise app.UsageError("--config is required to train")
+        cli.train_main(argv, "finetune.py", finetune.train_and_evaluate)
+        return
+    cli.start(argv)
 
+    def evaluate():
+        config = FLAGS.config or workdir_lib.load_config(FLAGS.workdir)
+        return finetune.evaluate(config, FLAGS.workdir, FLAGS.step)
 
-def define_flags() -> None:
-    """Flags are defined only when run as a script, so evaluate.py can import this module."""
-    config_flags.DEFINE_config_file("config", None, "Path to a config file (get_config()).",
-                                    lock_config=True)
-    flags.DEFINE_string("workdir", None, "Directory for checkpoints, metrics and predictions.")
-    flags.DEFINE_enum("mode", "train", ["train", "evaluate"], "Train (then evaluate), or only "
-                      "evaluate a saved step of --workdir.")
-    flags.DEFINE_integer("step", None, "With --mode=evaluate: the step (default: the newest).")
+    step, metrics = cli.run_or_exit("finetune.py", evaluate)
+    print(json.dumps({"step": step, "metrics": metrics}))
 
 
 if __name__ == "__main__":
-    define_flags()
-    app.run(main)
+    cli.define_run_flags(config_required=False)
+    flags.mark_flag_as_required("workdir")
+    flags.DEFINE_enum("mode", "train", ["train", "evaluate"], "Train (then evaluate), or only "
+                      "evaluate a saved step of --workdir.")
+    flags.DEFINE_integer("step", None, "With --mode=evaluate: the step (default: the newest).")
+    app.run(main, flags_parser=cli.parse_flags)

@@ -1,6 +1,6 @@
 r"""Prepares a pre-training corpus (TFDS array_record) and trains its WordPiece vocabulary.
 
-  # The demo corpus (text shipped by gensim) and an 8192-token vocabulary: ~15 s on 2 cores.
+  # The demo corpus (text shipped by gensim) and an 8192-token vocabulary: seconds.
   python experiments/prepare_data.py --corpus=demo --data_dir=/tmp/bert_data
 
   # Your own text files (documents separated by blank lines), a 30522-token uncased vocabulary.
@@ -8,7 +8,7 @@ r"""Prepares a pre-training corpus (TFDS array_record) and trains its WordPiece 
       --data_dir=/data/bert --vocab_size=30522 --vocab_dir=/data/bert/vocab
 
 Prints the documents per split and the path of vocab.txt, to pass as the pre-training config's
-`data.vocab_path` (the demo needs none: its vocabulary is found by data_dir and size).
+`tokenizer.path` (the demo needs none: its vocabulary is found by data_dir and size).
 """
 
 import os

@@ -13,6 +13,7 @@ import pytest
 from bert_jax import BertConfig
 from bert_jax.model import BertForPreTraining
 from bert_jax.train import checkpointing, loop, optimizer, steps
+from bert_jax.train import state as state_lib
 
 
 class CountingIterator:
@@ -46,7 +47,7 @@ def make_state(cfg, with_nsp=False):
     boxed = init_fn(jax.random.PRNGKey(0))
     state = steps.TrainState.create(nn.meta.unbox(boxed), tx, jax.random.PRNGKey(1))
     mesh = jax.sharding.Mesh(np.array(jax.devices()[:1]).reshape(1, 1, 1), ("data", "fsdp", "tensor"))
-    _, shardings = loop.state_shardings(jax.eval_shape(init_fn, jax.random.PRNGKey(0)), tx, mesh)
+    _, shardings = state_lib.state_shardings(jax.eval_shape(init_fn, jax.random.PRNGKey(0)), tx, mesh)
     abstract = jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
                             jax.eval_shape(lambda: state), shardings)
     return state.replace(step=jnp.asarray(7, jnp.int32)), abstract

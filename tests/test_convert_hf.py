@@ -498,3 +498,31 @@ def test_nsp_head_without_pooler_is_refused(tmp_path):
     # The encoder alone is still usable.
     cfg, params = hf.load(tmp_path, with_heads=False)
     assert "pooler" not in params and isinstance(hf.model_for(cfg, params), BertModel)
+
+
+def test_one_table_names_the_architecture_both_ways(tmp_path):
+    """save's config.json architecture and model_for's module come from the same row."""
+    from bert_jax.convert import hf_layout
+
+    dense = {"dense": {"kernel": np.zeros((4, 3)), "bias": np.zeros(3)}}
+    for row in hf_layout.ARCHITECTURES:
+        for pooler in ((True, False) if row.pooler is None else (row.pooler,)):
+            encoder = {"pooler": {}} if pooler else {}
+            tree = {"bert": encoder, **{h: dense for h in row.heads}} if row.heads else encoder
+            assert hf_layout.architecture(hf.heads_of(tree), pooler) is row
+            if row.our_class is None:
+                with pytest.raises(ValueError, match="no single model of ours"):
+                    hf.model_for(BertConfig.preset("tiny"), tree)
+            else:
+                assert type(hf.model_for(BertConfig.preset("tiny"), tree)).__name__ == \
+                    row.our_class
+    classifier = hf.model_for(BertConfig.preset("tiny"), {"bert": {}, "classifier": dense})
+    assert classifier.num_labels == 3 and type(classifier).__name__ == "BertForTokenClassification"
+    assert hf_layout.architecture(("mlm", "classifier"), True) is None
+    cfg = BertConfig.preset("tiny")
+    params = BertForPreTraining(cfg, with_nsp=True).init(
+        jax.random.key(0), jnp.ones((1, 4), jnp.int32), jnp.zeros((1, 2), jnp.int32))["params"]
+    nsp_only = {"bert": params["bert"], "nsp": params["nsp"]}
+    hf.save(cfg, nsp_only, tmp_path / "nsp")
+    config = json.loads((tmp_path / "nsp" / "config.json").read_text())
+    assert config["architectures"] == ["BertForNextSentencePrediction"]

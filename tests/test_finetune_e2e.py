@@ -3,8 +3,8 @@
 Learning them (> 90% entity F1, > 90% exact match) shows that the NER labels sit on the right
 sub-words and that SQuAD windows, offsets and span decoding are right: a misaligned label or an
 off-by-one span cannot score that high. The NER run is then evaluated again in a new process
-(experiments/finetune.py --mode=evaluate), which must reproduce the end-of-training metrics and
-predictions exactly.
+(experiments/evaluate.py), which must reproduce the end-of-training metrics and predictions
+exactly. A synthetic multi-label set shows a task kind added through the registry.
 """
 
 import json
@@ -15,8 +15,11 @@ import sys
 import numpy as np
 import pytest
 
-from bert_jax.data import tasks
-from bert_jax.train import finetuning
+from bert_jax.data import encoding, readers
+from bert_jax.recipes import common as recipe_common
+from bert_jax.recipes.finetune import kinds, recipe
+from bert_jax.recipes.finetune.data import build_task_data
+from experiments.configs import common
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -113,13 +116,13 @@ def write_squad(path, rng, count, prefix) -> str:
     return str(path)
 
 
-def tiny_config(vocab_path, **changes):
-    config = finetuning.default_config()
-    config.tokenizer = vocab_path
-    config.model.update(dict(preset="tiny", hidden_size=64, num_hidden_layers=2,
-                             num_attention_heads=2, intermediate_size=128,
-                             max_position_embeddings=64, hidden_dropout_prob=0.0,
-                             attention_probs_dropout_prob=0.0))
+def tiny_config(vocab_path, task="classification", **changes):
+    config = common.finetune_config(task)
+    config.tokenizer.path = vocab_path
+    config.model = common.model_block("tiny", hidden_size=64, num_hidden_layers=2,
+                                      num_attention_heads=2, intermediate_size=128,
+                                      max_position_embeddings=64, hidden_dropout_prob=0.0,
+                                      attention_probs_dropout_prob=0.0)
     config.batch_size = 16
     config.eval_batch_size = 32
     config.warmup_fraction = 0.1
@@ -139,19 +142,16 @@ def test_ner_learns_entities_and_evaluation_in_new_process_is_exact(tmp_path):
     vocab = write_vocab(tmp_path / "vocab.txt")
     train = write_conll(tmp_path / "train.conll", [ner_sentence(rng) for _ in range(320)])
     dev = write_conll(tmp_path / "dev.conll", [ner_sentence(rng) for _ in range(64)])
-    config = tiny_config(vocab, task="token_classification", max_seq_len=24, epochs=4.0,
+    config = tiny_config(vocab, "token_classification", max_seq_len=24, epochs=4.0,
                          learning_rate=2e-3, **{"data.train_path": train, "data.eval_path": dev})
     workdir = str(tmp_path / "ner")
-    os.makedirs(workdir)
-    with open(os.path.join(workdir, "config.json"), "w", encoding="utf-8") as f:
-        json.dump(config.to_dict(), f)  # as finetune.py does, for evaluate in a new process
-    result, final = finetuning.train_and_evaluate(config, workdir)
-    assert final["entity_f1"] > 0.9, final
+    result = recipe.train_and_evaluate(config, workdir)
+    assert result.last_eval_metrics["entity_f1"] > 0.9, result.last_eval_metrics
     # sub-word words are in the eval set, so the first-sub-word alignment is exercised
     assert any(s in open(dev).read() for s in SURNAMES)
 
     completed = subprocess.run(
-        [sys.executable, os.path.join(REPO, "experiments", "finetune.py"), "--mode=evaluate",
+        [sys.executable, os.path.join(REPO, "experiments", "evaluate.py"),
          f"--workdir={workdir}"], capture_output=True, text=True, cwd=REPO,
         env={**os.environ, "JAX_PLATFORMS": "cpu"})
     assert completed.returncode == 0, completed.stderr[-2000:]
@@ -171,15 +171,15 @@ def test_squad_style_qa_learns_spans_across_windows(tmp_path):
     vocab = write_vocab(tmp_path / "vocab.txt")
     train = write_squad(tmp_path / "train.json", rng, 400, "t")
     dev = write_squad(tmp_path / "dev.json", rng, 64, "d")
-    config = tiny_config(vocab, task="span_qa", max_seq_len=40, epochs=8.0, learning_rate=2e-3,
+    config = tiny_config(vocab, "span_qa", max_seq_len=40, epochs=8.0, learning_rate=2e-3,
                          **{"data.train_path": train, "data.eval_path": dev,
                             "squad.doc_stride": 12, "squad.max_query_len": 8,
                             "squad.max_answer_length": 6})
-    data = finetuning.build_task_data(config, tasks_tokenizer(vocab))
+    data = build_task_data(config, tasks_tokenizer(vocab))
     windows_per_question = np.bincount(data.eval_features["example_index"])
     assert windows_per_question.max() >= 2  # contexts really are cut into windows
-    result, final = finetuning.train_and_evaluate(config, str(tmp_path / "qa"))
-    assert final["exact_match"] > 0.9, final
+    result = recipe.train_and_evaluate(config, str(tmp_path / "qa"))
+    assert result.last_eval_metrics["exact_match"] > 0.9, result.last_eval_metrics
     with open(tmp_path / "qa" / "predictions" / f"step_{result.step}" / "predictions.json") as f:
         assert len(json.load(f)) == 64
 
@@ -195,17 +195,17 @@ def test_bad_input_errors_name_the_fault(tmp_path):
     train.write_text("sentence,label\nthe red car,pos\nthe old book,neg\n", encoding="utf-8")
     dev = tmp_path / "dev.csv"
     dev.write_text("sentence,label\nthe red bag,neutral\n", encoding="utf-8")
-    config = tiny_config(vocab, task="classification", max_seq_len=16,
+    config = tiny_config(vocab, "classification", max_seq_len=16,
                          **{"data.train_path": str(train), "data.eval_path": str(dev),
                             "data.text_column": "sentence"})
-    with pytest.raises(tasks.DataError, match=r"dev\.csv: label\(s\) \['neutral'\] never seen"):
-        finetuning.build_task_data(config, tasks_tokenizer(vocab))
+    with pytest.raises(readers.DataError, match=r"dev\.csv: label\(s\) \['neutral'\] never seen"):
+        build_task_data(config, tasks_tokenizer(vocab))
     config.data.text_column = "text"
-    with pytest.raises(tasks.DataError, match=r"train\.csv: no column\(s\) \['text'\]"):
-        finetuning.build_task_data(config, tasks_tokenizer(vocab))
+    with pytest.raises(readers.DataError, match=r"train\.csv: no column\(s\) \['text'\]"):
+        build_task_data(config, tasks_tokenizer(vocab))
     config.task = "sentiment"
     with pytest.raises(ValueError, match="config.task='sentiment' is unknown"):
-        finetuning.build_task_data(config, tasks_tokenizer(vocab))
+        build_task_data(config, tasks_tokenizer(vocab))
 
 
 def test_token_loss_counts_first_subwords_of_real_rows_only(tmp_path):
@@ -217,19 +217,19 @@ def test_token_loss_counts_first_subwords_of_real_rows_only(tmp_path):
 
     vocab = write_vocab(tmp_path / "vocab.txt")
     tokenizer = tasks_tokenizer(vocab)
-    sentences = [tasks.TaggedSentence(("john", "blackburn", "visited", "paris"),
-                                      ("B-PER", "I-PER", "O", "B-LOC")),
-                 tasks.TaggedSentence(("omar", "okafor"), ("B-PER", "I-PER"))]
+    sentences = [readers.TaggedSentence(("john", "blackburn", "visited", "paris"),
+                                        ("B-PER", "I-PER", "O", "B-LOC")),
+                 readers.TaggedSentence(("omar", "okafor"), ("B-PER", "I-PER"))]
     label_map = ("B-LOC", "B-PER", "I-PER", "O")
-    features = tasks.encode_tagged_sentences(tokenizer, sentences, 12, label_map)
+    features = encoding.encode_tagged_sentences(tokenizer, sentences, 12, label_map)
     batch = {k: jnp.asarray(v) for k, v in features.items() if k != "word_index"}
     batch["example_weights"] = jnp.asarray([1.0, 0.0])  # the second row is padding
     config = tiny_config(vocab)
-    cfg, _ = finetuning.initial_encoder(config, tokenizer.vocab_size)
-    model = finetuning.make_model("token_classification", cfg, len(label_map))
-    params = nn.meta.unbox(finetuning.make_init_fn(model, 12)(jax.random.PRNGKey(0)))
-    terms, metric = finetuning.make_loss_fn("token_classification", model)(
-        params, batch, jax.random.PRNGKey(1), True)
+    cfg = recipe_common.model_config(config, tokenizer.vocab_size)
+    kind = kinds.get("token_classification")
+    model = kind.make_model(cfg, {"label_map": label_map})
+    params = nn.meta.unbox(recipe.make_init_fn(model, 12)(jax.random.PRNGKey(0)))
+    terms, metric = recipe.make_loss_fn(kind, model)(params, batch, jax.random.PRNGKey(1), True)
     assert float(terms["cross_entropy"][1]) == 4.0  # 4 words of the real row
     assert float(metric["token_accuracy"][1]) == 4.0
     # the same loss by hand, from the logits at the first sub-words of row 0
@@ -250,7 +250,8 @@ def test_init_from_a_pretraining_checkpoint_keeps_only_the_head_fresh(tmp_path):
 
     from bert_jax import BertConfig, sharding
     from bert_jax.model import BertForPreTraining
-    from bert_jax.train import checkpointing, loop, optimizer, steps
+    from bert_jax.recipes import pretrain
+    from bert_jax.train import checkpointing, loop, optimizer, state
 
     cfg = BertConfig.preset("tiny", vocab_size=100, hidden_size=32, num_attention_heads=2,
                             intermediate_size=64, max_position_embeddings=32)
@@ -270,7 +271,7 @@ def test_init_from_a_pretraining_checkpoint_keeps_only_the_head_fresh(tmp_path):
                    "masked_weights": np.ones((4, 2), np.float32)}
 
     task = loop.Task(cfg, lambda r: pretraining.init(r, ids, positions)["params"],
-                     steps.make_pretrain_loss(pretraining))
+                     pretrain.make_loss(pretraining))
     opt = optimizer.OptimizerConfig(learning_rate=1e-3, total_steps=1, warmup_steps=0)
     pre_dir = str(tmp_path / "pretrain")
     loop.train(task, optimizer.make_optimizer(opt), batches(), pre_dir,
@@ -278,17 +279,109 @@ def test_init_from_a_pretraining_checkpoint_keeps_only_the_head_fresh(tmp_path):
                sharding.make_mesh())
 
     vocab = write_vocab(tmp_path / "vocab.txt")
-    config = tiny_config(vocab, task="token_classification",
+    config = tiny_config(vocab, "token_classification",
                          **{"init.checkpoint": os.path.join(pre_dir, "checkpoints")})
-    start_cfg, initial = finetuning.initial_encoder(config, 60)
+    config.model = common.model_block("tiny")  # the shape comes from the checkpoint
+    init_cfg, initial = recipe_common.initial_weights(config)
+    start_cfg = recipe_common.model_config(config, 60, init_cfg)
     assert start_cfg.hidden_size == 32 and set(initial) == {"bert"}  # the checkpoint's shape
-    model = finetuning.make_model("token_classification", start_cfg, 5)
+    model = kinds.get("token_classification").make_model(start_cfg, {"label_map": list("abcde")})
     mesh = sharding.make_mesh()
     fresh, shardings = sharding.init_sharded(
-        lambda: finetuning.make_init_fn(model, 16)(jax.random.PRNGKey(0)), mesh)
-    params, kept_fresh, unused = loop.overlay_params(fresh, initial, shardings)
+        lambda: recipe.make_init_fn(model, 16)(jax.random.PRNGKey(0)), mesh)
+    params, kept_fresh, unused = state.overlay_params(fresh, initial, shardings)
     assert kept_fresh == ["classifier/dense/bias", "classifier/dense/kernel"] and unused == []
     _, saved = checkpointing.load_params(os.path.join(pre_dir, "checkpoints"))
     np.testing.assert_array_equal(
         params["bert"]["embeddings"]["word_embeddings"]["embedding"],
         saved["bert"]["embeddings"]["word_embeddings"]["embedding"])
+
+
+CATEGORIES = {"person": FIRST_NAMES, "object": OBJECTS, "place": [p[0] for p in PLACES]}
+
+
+def multi_label_rows(rng, count):
+    """Texts of filler with words of one to three categories; their labels are the categories
+    present, joined by '|' (the order of the names varies)."""
+    rows = []
+    for _ in range(count):
+        present = [c for c in CATEGORIES if rng.random() < 0.5] or [list(CATEGORIES)[
+            rng.integers(len(CATEGORIES))]]
+        words = list(rng.choice(FILLER[:12], rng.integers(2, 6)))
+        for category in present:
+            words.insert(rng.integers(len(words) + 1),
+                         CATEGORIES[category][rng.integers(len(CATEGORIES[category]))])
+        rows.append((" ".join(words), "|".join(rng.permutation(present))))
+    return rows
+
+
+def test_multi_label_kind_learns_a_synthetic_set(tmp_path):
+    rng = np.random.default_rng(2)
+    vocab = write_vocab(tmp_path / "vocab.txt")
+    paths = {}
+    for split, count in (("train", 400), ("dev", 64)):
+        paths[split] = tmp_path / f"{split}.tsv"
+        paths[split].write_text("text\tlabel\n" + "".join(
+            f"{text}\t{labels}\n" for text, labels in multi_label_rows(rng, count)),
+            encoding="utf-8")
+    config = tiny_config(vocab, "multi_label", max_seq_len=16, epochs=15.0, learning_rate=2e-3,
+                         **{"data.train_path": str(paths["train"]),
+                            "data.eval_path": str(paths["dev"])})
+    result = recipe.train_and_evaluate(config, str(tmp_path / "tags"))
+    final = result.last_eval_metrics
+    assert final["micro_f1"] > 0.95 and final["macro_f1"] > 0.95, final
+    with open(tmp_path / "tags" / "predictions" / f"step_{result.step}" /
+              "predictions.jsonl", encoding="utf-8") as f:
+        records = [json.loads(line) for line in f]
+    assert len(records) == 64
+    assert sum(sorted(r["prediction"]) == r["label"] for r in records) / 64 > 0.9
+
+
+def test_multi_label_scores_and_label_sets():
+    from bert_jax.recipes.finetune import multi_label
+    assert multi_label.label_set("b| a |b", "|") == ("a", "b")
+    assert multi_label.label_set(["x", "y"], "|") == ("x", "y")
+    predicted = np.array([[1, 0, 1], [0, 1, 0]])
+    gold = np.array([[1, 0, 0], [0, 1, 1]])
+    scores = multi_label.multi_label_scores(predicted, gold)
+    # tp 2, fp 1, fn 1 over all decisions; per label F1: 1, 1, 0
+    assert scores["micro_f1"] == pytest.approx(2 * 2 / (2 * 2 + 1 + 1))
+    assert scores["macro_f1"] == pytest.approx(2 / 3)
+    assert scores["exact_match"] == 0.0 and scores["label_accuracy"] == pytest.approx(4 / 6)
+
+
+def test_accumulation_4x8_equals_1x32_on_a_finetuning_task(tmp_path):
+    """Gradient accumulation in fine-tuning: 4 micro-batches of 8 rows give the step of one
+    batch of 32 (loss, metrics, gradient norm and, with SGD at lr 1, the new parameters)."""
+    import flax.linen as nn
+    import jax
+    import jax.numpy as jnp
+    import optax
+
+    from bert_jax.train import steps
+
+    vocab = write_vocab(tmp_path / "vocab.txt")
+    tokenizer = tasks_tokenizer(vocab)
+    rng = np.random.default_rng(3)
+    examples = [readers.TextExample(text, None, labels.split("|")[0])
+                for text, labels in multi_label_rows(rng, 32)]
+    label_map = encoding.build_label_map([e.label for e in examples])
+    features = encoding.encode_text_examples(tokenizer, examples, 16, label_map)
+    batch = {k: jnp.asarray(v) for k, v in features.items()}
+    config = tiny_config(vocab, "classification")
+    kind = kinds.get("classification")
+    model = kind.make_model(recipe_common.model_config(config, tokenizer.vocab_size),
+                            {"label_map": label_map})
+    params = nn.meta.unbox(recipe.make_init_fn(model, 16)(jax.random.PRNGKey(0)))
+    loss_fn = recipe.make_loss_fn(kind, model)
+    results = []
+    for accumulation in (1, 4):
+        state = steps.TrainState.create(params, optax.sgd(1.0), jax.random.PRNGKey(1))
+        step = jax.jit(steps.make_train_step(loss_fn, optax.sgd(1.0), accumulation))
+        results.append(step(state, batch))
+    (one, one_metrics), (four, four_metrics) = results
+    for name in ("loss", "accuracy", "grad_norm"):
+        assert abs(float(one_metrics[name]) - float(four_metrics[name])) < 1e-5, name
+    differences = jax.tree.map(lambda a, b: float(jnp.max(jnp.abs(a - b))), one.params,
+                               four.params)
+    assert max(jax.tree.leaves(differences)) < 1e-5

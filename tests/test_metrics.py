@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import scipy.stats
 
-from bert_jax.train import metrics
+from bert_jax.recipes.finetune import metrics
 
 
 def test_accuracy_f1_mcc_binary_by_hand():

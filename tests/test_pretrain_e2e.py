@@ -22,13 +22,13 @@ EVALUATE = os.path.join(ROOT, "experiments", "evaluate.py")
 
 TINY_RUN = [
     "--config=" + os.path.join(ROOT, "experiments", "configs", "demo.py"),
-    "--config.data.corpus=synthetic", "--config.data.vocab_size=97",
+    "--config.data.corpus=synthetic", "--config.tokenizer.vocab_size=97",
     "--config.model.hidden_size=32", "--config.model.num_attention_heads=2",
     "--config.model.intermediate_size=64", "--config.model.max_position_embeddings=16",
     "--config.model.hidden_dropout_prob=0.1", "--config.model.attention_probs_dropout_prob=0.1",
-    "--config.seq_len=16", "--config.data.max_predictions=3",
+    "--config.max_seq_len=16", "--config.data.max_predictions=3",
     "--config.batch_size=8", "--config.eval_batch_size=8", "--config.eval_batches=2",
-    "--config.total_steps=60", "--config.warmup_steps=5", "--config.learning_rate=1e-3",
+    "--config.total_steps=60", "--config.warmup_fraction=0.1", "--config.learning_rate=1e-3",
     "--config.log_every_steps=1", "--config.checkpoint_every_steps=20",
     "--config.eval_every_steps=0", "--config.keep_checkpoints=3",
 ]

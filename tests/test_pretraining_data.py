@@ -10,7 +10,7 @@ import grain
 import numpy as np
 import pytest
 
-from bert_jax.data import corpora, pretraining
+from bert_jax.data import corpora, masking, pretraining
 from bert_jax.data import tokenizer as tok
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -68,7 +68,7 @@ def rows_for_masking(demo, demo_vocab):
 
 
 def mask_all(rows, spec):
-    results = [pretraining.mask_row(row, spec, np.random.default_rng([7, i]))
+    results = [masking.mask_row(row, spec, np.random.default_rng([7, i]))
                for i, row in enumerate(rows)]
     return [np.stack(parts) for parts in zip(*results)]
 
@@ -77,7 +77,7 @@ def mask_all(rows, spec):
 def test_masking_statistics(rows_for_masking, demo_vocab, rate):
     rows = rows_for_masking
     assert rows.size >= 100_000
-    spec = pretraining.MaskingSpec.from_tokenizer(demo_vocab, rate, max_predictions=64,
+    spec = masking.MaskingSpec.from_tokenizer(demo_vocab, rate, max_predictions=64,
                                                   whole_word=False)
     corrupted, positions, ids, weights = mask_all(rows, spec)
     special = np.isin(rows, spec.special_ids)
@@ -109,7 +109,7 @@ def test_masking_statistics(rows_for_masking, demo_vocab, rate):
 
 def test_whole_word_masking_masks_whole_words(rows_for_masking, demo_vocab):
     rows = rows_for_masking
-    spec = pretraining.MaskingSpec.from_tokenizer(demo_vocab, 0.15, max_predictions=20,
+    spec = masking.MaskingSpec.from_tokenizer(demo_vocab, 0.15, max_predictions=20,
                                                   whole_word=True)
     _, positions, _, weights = mask_all(rows, spec)
     special = np.isin(rows, spec.special_ids)
@@ -121,7 +121,7 @@ def test_whole_word_masking_masks_whole_words(rows_for_masking, demo_vocab):
         chosen = np.zeros(len(row), bool)
         chosen[pos[w > 0]] = True
         maskable = ~np.isin(row, spec.special_ids)
-        starts = pretraining.word_starts(row, maskable, demo_vocab.is_continuation)
+        starts = masking.word_starts(row, maskable, demo_vocab.is_continuation)
         word_id = np.cumsum(starts)
         for word in np.unique(word_id[maskable]):
             members = chosen[maskable & (word_id == word)]
@@ -362,7 +362,20 @@ def test_finite_pass_gives_every_host_the_same_number_of_batches(demo):
                                           whole[key][1::2][real[1::2]])
 
 
-def test_worker_processes_resume_exactly(demo):
+@pytest.fixture
+def parsed_absl_flags():
+    """Parsed absl flags (what absl.app.run gives a script), unparsed again afterwards."""
+    from absl import flags
+
+    parsed_here = not flags.FLAGS.is_parsed()
+    if parsed_here:
+        flags.FLAGS(["test"], known_only=True)
+    yield
+    if parsed_here:
+        flags.FLAGS.unparse_flags()
+
+
+def test_worker_processes_resume_exactly(demo, parsed_absl_flags):
     cfg = demo_config(demo, num_workers=1)
     it = pretraining.make_iterator(cfg, "train", 8)
     for _ in range(3):
@@ -376,6 +389,18 @@ def test_worker_processes_resume_exactly(demo):
     resumed.close()
     for key in expected:
         np.testing.assert_array_equal(batch[key], expected[key])
+
+
+def test_library_parses_no_absl_flags(demo):
+    from absl import flags
+
+    if flags.FLAGS.is_parsed():
+        pytest.skip("absl flags were parsed by an earlier test of this process")
+    batch = next(pretraining.make_iterator(demo_config(demo), "train", 8))
+    assert batch["input_ids"].shape == (8, 128) and not flags.FLAGS.is_parsed()
+    with pytest.raises(ValueError, match=r"num_workers=1 .*absl\.app\.run"):
+        pretraining.make_iterator(demo_config(demo, num_workers=1), "train", 8)
+    assert not flags.FLAGS.is_parsed()
 
 
 def test_bad_configs(demo, tmp_path):

@@ -27,10 +27,11 @@ def _worker(out_dir: str) -> None:
     from bert_jax import BertConfig, sharding
     from bert_jax.model import BertForPreTraining
     from bert_jax.train import checkpointing, loop, optimizer, steps
+    from bert_jax.train import state as state_lib
 
     assert jax.device_count() == 8
-    sys.path.insert(0, os.path.join(ROOT, "experiments"))
-    from pretrain import RandomTokenBatches
+    from bert_jax.data.synthetic import RandomTokenBatches
+    from bert_jax.recipes import pretrain
 
     cfg = BertConfig.preset("tiny", vocab_size=96, hidden_size=32, num_attention_heads=4,
                             intermediate_size=64, max_position_embeddings=16)
@@ -41,7 +42,7 @@ def _worker(out_dir: str) -> None:
         ids = jnp.zeros((1, seq_len), jnp.int32)
         return model.init(rng, ids, jnp.zeros((1, predictions), jnp.int32))["params"]
 
-    task = loop.Task(model_config=cfg, init_fn=init_fn, loss_fn=steps.make_pretrain_loss(model))
+    task = loop.Task(model_config=cfg, init_fn=init_fn, loss_fn=pretrain.make_loss(model))
     opt_cfg = optimizer.OptimizerConfig(learning_rate=1e-3, total_steps=STEPS, warmup_steps=2)
     loop_cfg = loop.LoopConfig(total_steps=STEPS, global_batch_size=batch_size, log_every_steps=1,
                                checkpoint_every_steps=0, async_checkpoints=False)
@@ -77,7 +78,7 @@ def _worker(out_dir: str) -> None:
     one = sharding.make_mesh(1, 1, 1, devices=jax.devices()[:1])
     optimizer_ = optimizer.make_optimizer(opt_cfg)
     abstract_boxed = jax.eval_shape(init_fn, jax.random.PRNGKey(0))
-    _, state_shardings = loop.state_shardings(abstract_boxed, optimizer_, one)
+    _, state_shardings = state_lib.state_shardings(abstract_boxed, optimizer_, one)
     abstract_state = jax.eval_shape(
         lambda p: steps.TrainState.create(p, optimizer_, jax.random.PRNGKey(0)),
         jax.tree.map(lambda x: x.value if hasattr(x, "value") else x, abstract_boxed,

@@ -9,6 +9,7 @@ import pytest
 
 from bert_jax import BertConfig
 from bert_jax.model import BertForPreTraining
+from bert_jax.recipes import pretrain
 from bert_jax.train import optimizer, steps
 
 SEQ, PREDICTIONS, VOCAB = 16, 4, 64
@@ -39,7 +40,7 @@ def setup():
     model = BertForPreTraining(cfg, with_nsp=True)
     params = nn.meta.unbox(model.init(jax.random.PRNGKey(0), jnp.zeros((1, SEQ), jnp.int32),
                                       jnp.zeros((1, PREDICTIONS), jnp.int32))["params"])
-    return model, params, steps.make_pretrain_loss(model)
+    return model, params, pretrain.make_loss(model)
 
 
 def test_pretrain_loss_matches_a_hand_computation(setup):
@@ -146,7 +147,7 @@ def test_train_steps_learn_a_fixed_batch(setup):
 def test_dropout_depends_on_the_step(setup):
     model, params, _ = setup
     dropout_model = BertForPreTraining(model.cfg.replace(hidden_dropout_prob=0.3), with_nsp=True)
-    loss_fn = steps.make_pretrain_loss(dropout_model)
+    loss_fn = pretrain.make_loss(dropout_model)
     tx = optimizer.make_optimizer(optimizer.OptimizerConfig(learning_rate=1e-9, total_steps=10,
                                                             warmup_steps=0))
     step = jax.jit(steps.make_train_step(loss_fn, tx))

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from bert_jax.convert import hf
-from bert_jax.data import corpora, squad, tasks
+from bert_jax.data import batches, corpora, encoding, readers, squad, tfds_tasks
 from bert_jax.data import tokenizer as tok
 
 
@@ -26,69 +26,69 @@ def write(path, text):
 def test_csv_tsv_jsonl_with_named_columns(tmp_path):
     csv_path = write(tmp_path / "a.csv",
                      'id,sentence,other,gold\n1,"Hi, there",x,pos\n2,Bye,y,neg\n')
-    examples = tasks.read_text_examples(csv_path, text_column="sentence", label_column="gold")
-    assert examples == [tasks.TextExample("Hi, there", None, "pos"),
-                        tasks.TextExample("Bye", None, "neg")]
+    examples = readers.read_text_examples(csv_path, text_column="sentence", label_column="gold")
+    assert examples == [readers.TextExample("Hi, there", None, "pos"),
+                        readers.TextExample("Bye", None, "neg")]
     tsv_path = write(tmp_path / "b.tsv", "s1\ts2\tscore\nA cat\tA dog\t3.5\n")
-    pairs = tasks.read_text_examples(tsv_path, text_column="s1", text_pair_column="s2",
+    pairs = readers.read_text_examples(tsv_path, text_column="s1", text_pair_column="s2",
                                      label_column="score", regression=True)
-    assert pairs == [tasks.TextExample("A cat", "A dog", 3.5)]
+    assert pairs == [readers.TextExample("A cat", "A dog", 3.5)]
     jsonl_path = write(tmp_path / "c.jsonl", '{"t": "good", "y": 1}\n\n{"t": "bad", "y": 0}\n')
-    assert [e.label for e in tasks.read_text_examples(jsonl_path, text_column="t",
+    assert [e.label for e in readers.read_text_examples(jsonl_path, text_column="t",
                                                       label_column="y")] == ["1", "0"]
 
 
 def test_fasttext_polarity_file_reads_200_balanced():
     path = os.path.join(corpora.gensim_test_data(), "pang_lee_polarity.cor")
-    with pytest.raises(tasks.DataError,
+    with pytest.raises(readers.DataError,
                        match=r"pang_lee_polarity\.cor:\d+: not valid utf-8.*cp1252"):
-        tasks.read_text_examples(path)  # the file is cp1252 (em dashes, accents)
-    examples = tasks.read_text_examples(path, encoding="cp1252")
+        readers.read_text_examples(path)  # the file is cp1252 (em dashes, accents)
+    examples = readers.read_text_examples(path, encoding="cp1252")
     assert any("amélie" in e.text for e in examples)
     assert len(examples) == 200
     assert sorted(set(e.label for e in examples)) == ["neg", "pos"]
     assert sum(e.label == "pos" for e in examples) == 100
-    train, held = tasks.holdout_split(examples, 0.25, seed=0)
+    train, held = readers.holdout_split(examples, 0.25, seed=0)
     assert len(held) == 50 and sum(e.label == "pos" for e in held) == 25
     assert not set(map(id, train)) & set(map(id, held))
-    assert tasks.holdout_split(examples, 0.25, seed=0) == (train, held)  # seeded
+    assert readers.holdout_split(examples, 0.25, seed=0) == (train, held)  # seeded
 
 
 def test_missing_text_column_names_file_and_columns(tmp_path):
     path = write(tmp_path / "a.csv", "sentence,label\nhi,pos\n")
-    with pytest.raises(tasks.DataError,
+    with pytest.raises(readers.DataError,
                        match=r"a\.csv.*'text'.*columns are \['sentence', 'label'\]"):
-        tasks.read_text_examples(path, text_column="text", label_column="label")
+        readers.read_text_examples(path, text_column="text", label_column="label")
     jsonl = write(tmp_path / "a.jsonl", '{"sentence": "hi", "label": "x"}\n')
-    with pytest.raises(tasks.DataError, match=r"a\.jsonl:1: no column 'text'"):
-        tasks.read_text_examples(jsonl, text_column="text", label_column="label")
+    with pytest.raises(readers.DataError, match=r"a\.jsonl:1: no column 'text'"):
+        readers.read_text_examples(jsonl, text_column="text", label_column="label")
 
 
 def test_empty_file_is_a_clear_error(tmp_path):
     for name in ("e.csv", "e.jsonl", "e.conll", "e.json", "e.cor"):
         path = write(tmp_path / name, "")
-        reader = {"e.conll": tasks.read_conll, "e.json": tasks.read_squad_json}.get(
-            name, tasks.read_text_examples)
-        with pytest.raises(tasks.DataError, match=rf"{name}: the file is empty"):
+        reader = {"e.conll": readers.read_conll, "e.json": readers.read_squad_json}.get(
+            name, readers.read_text_examples)
+        with pytest.raises(readers.DataError, match=rf"{name}: the file is empty"):
             reader(path)
 
 
 def test_regression_label_not_a_number(tmp_path):
     path = write(tmp_path / "r.tsv", "a\tb\tscore\nx\ty\thigh\n")
-    with pytest.raises(tasks.DataError, match=r"r\.tsv:2: label 'high' is not a number"):
-        tasks.read_text_examples(path, text_column="a", text_pair_column="b",
+    with pytest.raises(readers.DataError, match=r"r\.tsv:2: label 'high' is not a number"):
+        readers.read_text_examples(path, text_column="a", text_pair_column="b",
                                  label_column="score", regression=True)
 
 
 def test_conll_sentences_and_malformed_line_number(tmp_path):
     good = write(tmp_path / "g.conll", "-DOCSTART- -X- O O\n\nEU NNP B-ORG\nrejects VBZ O\n\n"
                                        "Peter NNP B-PER\nBlackburn NNP I-PER\n")
-    sentences = tasks.read_conll(good)
-    assert sentences == [tasks.TaggedSentence(("EU", "rejects"), ("B-ORG", "O")),
-                         tasks.TaggedSentence(("Peter", "Blackburn"), ("B-PER", "I-PER"))]
+    sentences = readers.read_conll(good)
+    assert sentences == [readers.TaggedSentence(("EU", "rejects"), ("B-ORG", "O")),
+                         readers.TaggedSentence(("Peter", "Blackburn"), ("B-PER", "I-PER"))]
     bad = write(tmp_path / "b.conll", "EU B-ORG\nrejects O\n\nPeter B-PER\nBlackburn\n")
-    with pytest.raises(tasks.DataError, match=r"b\.conll:5: malformed CoNLL line 'Blackburn'"):
-        tasks.read_conll(bad)
+    with pytest.raises(readers.DataError, match=r"b\.conll:5: malformed CoNLL line 'Blackburn'"):
+        readers.read_conll(bad)
 
 
 def squad_document(context, answer_text, answer_start, impossible=False):
@@ -100,49 +100,50 @@ def squad_document(context, answer_text, answer_start, impossible=False):
 def test_squad_json_and_offset_mismatch(tmp_path):
     context = "The tower is in Paris."
     good = write(tmp_path / "ok.json", json.dumps(squad_document(context, "Paris", 16)))
-    assert tasks.read_squad_json(good)[0].answers == (tasks.Answer("Paris", 16),)
+    assert readers.read_squad_json(good)[0].answers == (readers.Answer("Paris", 16),)
     impossible = write(tmp_path / "v2.json", json.dumps(squad_document(context, "", 0, True)))
-    assert tasks.read_squad_json(impossible)[0].is_impossible
+    assert readers.read_squad_json(impossible)[0].is_impossible
     bad = write(tmp_path / "bad.json", json.dumps(squad_document(context, "Paris", 14)))
-    with pytest.raises(tasks.DataError, match=r"bad\.json.*'q1'.*'Paris'.*answer_start=14 does "
+    with pytest.raises(readers.DataError, match=r"bad\.json.*'q1'.*'Paris'.*answer_start=14 does "
                                               r"not match the context there \('n Par'\)"):
-        tasks.read_squad_json(bad)
+        readers.read_squad_json(bad)
 
 
 def test_tfds_names_offline_give_a_clear_error(tmp_path):
     for name in ("glue/sst2", "conll2003", "squad/v2.0"):
-        with pytest.raises(tasks.DataError, match=rf"{name}.*not prepared in .*network"):
-            tasks.read_tfds(name, "train", data_dir=str(tmp_path), download=False)
-    with pytest.raises(tasks.DataError, match="not supported"):
-        tasks.read_tfds("imdb_reviews", "train", data_dir=str(tmp_path), download=False)
+        with pytest.raises(readers.DataError, match=rf"{name}.*not prepared in .*network"):
+            tfds_tasks.read_tfds(name, "train", data_dir=str(tmp_path), download=False)
+    with pytest.raises(readers.DataError, match="not supported"):
+        tfds_tasks.read_tfds("imdb_reviews", "train", data_dir=str(tmp_path), download=False)
 
 
 # ----- labels and features -------------------------------------------------------------------
 
 def test_eval_label_never_seen_in_training(minilm_tokenizer):
-    label_map = tasks.build_label_map(["neg", "pos", "pos"])
+    label_map = encoding.build_label_map(["neg", "pos", "pos"])
     assert label_map == ("neg", "pos")
-    examples = [tasks.TextExample("fine", None, "neutral")]
-    with pytest.raises(tasks.DataError,
+    examples = [readers.TextExample("fine", None, "neutral")]
+    with pytest.raises(readers.DataError,
                        match=r"dev\.csv: label\(s\) \['neutral'\] never seen in training; "
                              r"the training labels are \['neg', 'pos'\]"):
-        tasks.encode_text_examples(minilm_tokenizer, examples, 16, label_map, source="dev.csv")
-    sentences = [tasks.TaggedSentence(("Bob",), ("B-PER",))]
-    with pytest.raises(tasks.DataError, match=r"B-PER.*never seen"):
-        tasks.encode_tagged_sentences(minilm_tokenizer, sentences, 16, ("O", "B-LOC"), "dev.conll")
+        encoding.encode_text_examples(minilm_tokenizer, examples, 16, label_map, source="dev.csv")
+    sentences = [readers.TaggedSentence(("Bob",), ("B-PER",))]
+    with pytest.raises(readers.DataError, match=r"B-PER.*never seen"):
+        encoding.encode_tagged_sentences(minilm_tokenizer, sentences, 16, ("O", "B-LOC"),
+                                         "dev.conll")
 
 
 def test_pair_features_truncate_longest_first(minilm_tokenizer):
     t = minilm_tokenizer
     long_a = "word " * 40
-    features = tasks.encode_text_examples(
-        t, [tasks.TextExample(long_a, "short one", "x")], 16, ("x",))
+    features = encoding.encode_text_examples(
+        t, [readers.TextExample(long_a, "short one", "x")], 16, ("x",))
     ids, types, mask = (features[k][0] for k in ("input_ids", "token_type_ids", "attention_mask"))
     assert mask.sum() == 16 and ids[0] == t.cls_id and ids[-1] == t.sep_id
     b_ids = t.encode("short one")
     assert list(ids[-len(b_ids) - 1:-1]) == b_ids  # the short text is kept whole
     assert list(types) == [0] * (16 - len(b_ids) - 1) + [1] * (len(b_ids) + 1)
-    single = tasks.encode_text_examples(t, [tasks.TextExample("a b", None, 2.5)], 8, None)
+    single = encoding.encode_text_examples(t, [readers.TextExample("a b", None, 2.5)], 8, None)
     assert single["labels"].dtype == np.float32 and single["attention_mask"][0].sum() == 4
 
 
@@ -151,24 +152,25 @@ def test_ner_labels_on_first_subword_only(minilm_tokenizer):
     words = ("Johannesburgian", "visits", "Anticonstitutionnellement", "today")
     tags = ("B-PER", "O", "B-LOC", "O")
     label_map = ("B-LOC", "B-PER", "O")
-    features = tasks.encode_tagged_sentences(t, [tasks.TaggedSentence(words, tags)], 32, label_map)
+    features = encoding.encode_tagged_sentences(t, [readers.TaggedSentence(words, tags)], 32,
+                                                label_map)
     labels, word_index = features["labels"][0], features["word_index"][0]
     pieces = [t.encode(w) for w in words]
     assert len(pieces[0]) > 1 and len(pieces[2]) > 1  # the test needs multi-piece words
     position = 1
     for w, word_pieces in enumerate(pieces):
         assert labels[position] == label_map.index(tags[w]) and word_index[position] == w
-        assert all(labels[position + 1:position + len(word_pieces)] == tasks.IGNORE)
+        assert all(labels[position + 1:position + len(word_pieces)] == encoding.IGNORE)
         assert list(features["input_ids"][0, position:position + len(word_pieces)]) == word_pieces
         position += len(word_pieces)
-    assert labels[0] == tasks.IGNORE and features["input_ids"][0, position] == t.sep_id
+    assert labels[0] == encoding.IGNORE and features["input_ids"][0, position] == t.sep_id
     # reading predictions back at first sub-words recovers the tags
     predicted = np.where(labels >= 0, labels, 0)[None]
-    assert tasks.tags_from_token_predictions(predicted, word_index[None], [4], label_map) == \
+    assert encoding.tags_from_token_predictions(predicted, word_index[None], [4], label_map) == \
         [list(tags)]
     # truncation: words that do not fit come back as "O"
-    short = tasks.encode_tagged_sentences(t, [tasks.TaggedSentence(words, tags)], 6, label_map)
-    recovered = tasks.tags_from_token_predictions(
+    short = encoding.encode_tagged_sentences(t, [readers.TaggedSentence(words, tags)], 6, label_map)
+    recovered = encoding.tags_from_token_predictions(
         np.where(short["labels"] >= 0, short["labels"], 0), short["word_index"], [4], label_map)
     assert recovered[0][0] == "B-PER" and recovered[0][2:] == ["O", "O"]
 
@@ -178,8 +180,8 @@ def test_squad_windows_cover_context_and_locate_answer(minilm_tokenizer):
     filler = " ".join(f"sentence number {i} is filler." for i in range(30))
     context = filler + " The treasure is buried under the old oak tree. " + filler
     start = context.index("under the old oak tree")
-    example = tasks.QAExample("q", "Where is the treasure buried?", context,
-                              (tasks.Answer("under the old oak tree", start),))
+    example = readers.QAExample("q", "Where is the treasure buried?", context,
+                              (readers.Answer("under the old oak tree", start),))
     config = squad.WindowConfig(max_seq_len=64, doc_stride=20, max_query_len=16)
     features = squad.encode_qa_examples(t, [example], config)
     num_context_tokens = len(t.encode(context))
@@ -206,7 +208,7 @@ def test_squad_windows_cover_context_and_locate_answer(minilm_tokenizer):
 
 def test_squad_decoding_limits_and_no_answer(minilm_tokenizer):
     context = "alpha beta gamma delta epsilon"
-    example = tasks.QAExample("q", "which?", context, (tasks.Answer("gamma", 11),))
+    example = readers.QAExample("q", "which?", context, (readers.Answer("gamma", 11),))
     features = squad.encode_qa_examples(minilm_tokenizer, [example], squad.WindowConfig(32, 8, 8))
     first = int(np.nonzero(features["offsets"][0, :, 0] >= 0)[0][0])  # "alpha"
     start_logits = np.zeros((1, 32), np.float32)
@@ -231,15 +233,15 @@ def test_squad_decoding_limits_and_no_answer(minilm_tokenizer):
 
 def test_train_batches_resume_and_cover_every_row():
     features = {"x": np.arange(10)}
-    iterator = tasks.train_batches(features, 4, seed=3)
+    iterator = batches.train_batches(features, 4, seed=3)
     first_epoch = np.concatenate([next(iterator)["x"] for _ in range(2)])
     state = iterator.get_state()
     after = [next(iterator)["x"] for _ in range(3)]
-    resumed = tasks.train_batches(features, 4, seed=3)
+    resumed = batches.train_batches(features, 4, seed=3)
     resumed.set_state(state)
     assert all((a == next(resumed)["x"]).all() for a in after)
     assert len(set(first_epoch.tolist())) == 8  # no repeats inside an epoch
-    halves = [tasks.train_batches(features, 4, seed=3, process_index=p, process_count=2)
+    halves = [batches.train_batches(features, 4, seed=3, process_index=p, process_count=2)
               for p in range(2)]
     rows = np.concatenate([next(h)["x"] for h in halves])
     assert len(set(rows.tolist())) == 4
@@ -247,6 +249,24 @@ def test_train_batches_resume_and_cover_every_row():
 
 def test_eval_batches_pad_last_batch():
     features = {"x": np.arange(5, dtype=np.int32)}
-    batches = list(tasks.eval_batches(features, 4))
-    assert [b["x"].tolist() for b in batches] == [[0, 1, 2, 3], [4, 0, 0, 0]]
-    assert batches[1]["example_weights"].tolist() == [1, 0, 0, 0]
+    passes = list(batches.eval_batches(features, 4))
+    assert [b["x"].tolist() for b in passes] == [[0, 1, 2, 3], [4, 0, 0, 0]]
+    assert passes[1]["example_weights"].tolist() == [1, 0, 0, 0]
+    halves = [list(batches.eval_batches(features, 4, process_index=p, process_count=2))
+              for p in range(2)]
+    assert [b["x"].tolist() for b in halves[1]] == [[2, 3], [0, 0]]
+    assert halves[0][1]["example_weights"].tolist() == [1, 0]
+
+
+def test_pad_rows_adds_or_extends_example_weights():
+    batch = {"x": np.ones((3, 2), np.int32), "w": np.ones(3, np.float32)}
+    padded = batches.pad_rows(batch, 4)
+    assert padded["x"].shape == (4, 2) and padded["x"].dtype == np.int32
+    assert padded["x"][3].tolist() == [0, 0] and padded["w"].tolist() == [1, 1, 1, 0]
+    assert padded["example_weights"].tolist() == [1, 1, 1, 0]
+    weighted = {"x": np.ones(2), "example_weights": np.asarray([1.0, 0.5], np.float32)}
+    assert batches.pad_rows(weighted, 3)["example_weights"].tolist() == [1.0, 0.5, 0.0]
+    assert batches.pad_rows(batch, 3)["example_weights"].tolist() == [1, 1, 1]
+    with pytest.raises(ValueError, match="3 rows to 2"):
+        batches.pad_rows(batch, 2)
+    assert [batches.round_up(n, 4) for n in (0, 1, 4, 5)] == [0, 4, 4, 8]

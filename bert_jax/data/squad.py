@@ -30,7 +30,7 @@ from typing import Mapping, Optional, Sequence
 
 import numpy as np
 
-from bert_jax.data.tasks import DataError, QAExample
+from bert_jax.data.readers import DataError, QAExample
 from bert_jax.data.tokenizer import WordPieceTokenizer
 
 

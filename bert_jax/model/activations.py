@@ -3,15 +3,15 @@
 `gelu` is GELU(x) = x Phi(x) with the exact normal CDF Phi(x) = (1 + erf(x / sqrt 2)) / 2, as
 published (the same values as jax.nn.gelu(approximate=False)). Autodiff of that formula
 evaluates its derivative's pieces (erf, exp(-x^2/2), products) during the forward pass and keeps
-them for the backward pass: three extra [batch, seq, intermediate] arrays per layer (216 MB at
-BERT-base, batch 8 x 128). Here the backward pass keeps x alone and recomputes them:
-d/dx GELU(x) = Phi(x) + x phi(x), phi the normal density. Reduced-precision inputs are computed
-in fp32 and rounded once.
+them for the backward pass: three extra [batch, seq, intermediate] arrays per layer. Here the
+backward pass keeps x alone and recomputes them: d/dx GELU(x) = Phi(x) + x phi(x), phi the normal
+density. Reduced-precision inputs are computed in fp32 and rounded once.
 
 Being a custom VJP, `gelu` has no forward-mode derivative (jax.jvp, jacfwd, Hessian-vector
 products through it fail, as they do through the bf16 matmuls of precision.py). A custom JVP
-that keeps the slope instead was tried: XLA then kept erfc's fp32 intermediates per layer until
-the backward pass (train-step scratch 831 -> 1247 MB at BERT-base), barriers did not help.
+that keeps the slope would allow them, but XLA then keeps erfc's fp32 intermediates of every layer
+alive until the backward pass (barriers do not prevent it), which costs more train-step scratch
+memory than the custom VJP saves (figures in docs/results.md).
 """
 
 from __future__ import annotations

@@ -118,7 +118,7 @@ class SelfAttention(nn.Module):
         if (jax.default_backend() == "gpu" and not with_dropout
                 and query.dtype in (jnp.bfloat16, jnp.float16)):
             # cuDNN's fused (flash) attention. Asked for by name: jax's default implementation
-            # is XLA's composition. (Not exercised here: no GPU on the development machines.)
+            # is XLA's composition. (Not covered by the tests, which run on CPU.)
             context = jax.nn.dot_product_attention(query, key, value, mask=mask,
                                                    implementation="cudnn")
         else:

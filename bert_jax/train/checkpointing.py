@@ -11,8 +11,9 @@ Saves are asynchronous (training continues while the arrays are written) and onl
 `keep` steps stay on disk. Restoring takes the target shardings of the *current* mesh, so a
 checkpoint written on (2, 2, 2) devices restores onto one device, or any other mesh.
 
-Public API (DESIGN.md): `load_params(checkpoint_dir) -> (BertConfig, params)` reads the
-parameters of the newest (or a named) step, for fine-tuning or evaluation.
+Public API: `load_params(checkpoint_dir, step=None, shardings=None) -> (BertConfig, params)`
+reads the parameters of the newest (or a named) step, for fine-tuning or evaluation, straight onto
+the given shardings (e.g. `sharding.param_shardings(...)` of the current mesh).
 """
 
 from __future__ import annotations
@@ -28,9 +29,16 @@ import orbax.checkpoint as ocp
 from etils import epath
 from grain import checkpoint as grain_checkpoint
 
+from bert_jax import pytree
 from bert_jax.config import BertConfig
 
 STATE, DATA, METADATA = "state", "data_iterator", "metadata"
+CHECKPOINTS = "checkpoints"  # the folder of a run's checkpoints inside its workdir
+
+
+def checkpoint_dir(workdir: str | os.PathLike) -> str:
+    """<workdir>/checkpoints."""
+    return os.path.join(os.fspath(workdir), CHECKPOINTS)
 
 
 class CheckpointMismatchError(ValueError):
@@ -98,21 +106,9 @@ def read_metadata(manager: ocp.CheckpointManager, step: int) -> dict:
     return dict(restored[METADATA])
 
 
-def _path_name(path: tuple[Any, ...]) -> str:
-    parts = []
-    for key in path:
-        for attr in ("name", "key", "idx"):
-            if hasattr(key, attr):
-                parts.append(str(getattr(key, attr)))
-                break
-        else:
-            parts.append(str(key))
-    return "/".join(parts)
-
-
 def _shapes_by_path(tree: Any) -> dict[str, tuple[int, ...]]:
     leaves = jax.tree_util.tree_flatten_with_path(tree)[0]
-    return {_path_name(path): tuple(leaf.shape) for path, leaf in leaves}
+    return {pytree.path_name(path): tuple(leaf.shape) for path, leaf in leaves}
 
 
 def check_compatible(manager: ocp.CheckpointManager, step: int, abstract_state: Any,
@@ -188,32 +184,71 @@ def resolve_step(checkpoint_dir: str | os.PathLike, step: Optional[int] = None) 
     return _resolve_step_dir(checkpoint_dir, step)[1]
 
 
-def load_params(checkpoint_dir: str | os.PathLike, step: Optional[int] = None,
-                sharding: Optional[jax.sharding.Sharding] = None) -> tuple[BertConfig, Any]:
-    """(BertConfig, params) of the newest (or the given) step in `checkpoint_dir`.
-
-    checkpoint_dir: `<workdir>/checkpoints` (or one step folder in it). Every parameter is put
-    on `sharding` (default: the first local device), whatever mesh wrote the checkpoint.
-    """
-    root, step = _resolve_step_dir(checkpoint_dir, step)
-    manager = ocp.CheckpointManager(  # the PyTree handler reads Standard saves, and partially
+def _read_only_manager(root: epath.Path) -> ocp.CheckpointManager:
+    return ocp.CheckpointManager(  # the PyTree handler reads Standard saves, and partially
         root, item_handlers=_item_handlers(ocp.PyTreeCheckpointHandler()),
         options=ocp.CheckpointManagerOptions(read_only=True))
+
+
+def _model_config(manager: ocp.CheckpointManager, step: int) -> BertConfig:
+    metadata = read_metadata(manager, step)
+    if "model_config" not in metadata:
+        raise ValueError(f"{manager.directory}/{step}/{METADATA} has no model_config")
+    return BertConfig(**metadata["model_config"])
+
+
+def load_model_config(checkpoint_dir: str | os.PathLike, step: Optional[int] = None
+                      ) -> BertConfig:
+    """The BertConfig saved with the newest (or the given) step, without reading any array."""
+    root, step = _resolve_step_dir(checkpoint_dir, step)
+    manager = _read_only_manager(root)
     try:
-        metadata = read_metadata(manager, step)
-        if "model_config" not in metadata:
-            raise ValueError(f"{root}/{step}/{METADATA} has no model_config")
-        model_config = BertConfig(**metadata["model_config"])
+        return _model_config(manager, step)
+    finally:
+        manager.close()
+
+
+def load_params(checkpoint_dir: str | os.PathLike, step: Optional[int] = None,
+                shardings: Any = None) -> tuple[BertConfig, Any]:
+    """(BertConfig, params) of the newest (or the given) step in `checkpoint_dir`.
+
+    checkpoint_dir: `<workdir>/checkpoints` (or one step folder in it), written on any mesh.
+    shardings: where the parameters land: None (the first local device), one Sharding for every
+    leaf, or a tree of Shardings shaped like the params (e.g. `sharding.param_shardings` of this
+    run's model on its mesh), in which case each leaf is read straight into its shards.
+    """
+    root, step = _resolve_step_dir(checkpoint_dir, step)
+    manager = _read_only_manager(root)
+    try:
+        model_config = _model_config(manager, step)
         saved = manager.item_metadata(step)[STATE]
         if "params" not in saved:
             raise ValueError(f"{root}/{step}/{STATE} holds no params")
-        sharding = sharding or jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+        saved_params = dict(saved["params"])
         target = jax.tree.map(
-            lambda m: jax.ShapeDtypeStruct(tuple(m.shape), np.dtype(m.dtype), sharding=sharding),
-            dict(saved["params"]))
+            lambda m, s: jax.ShapeDtypeStruct(tuple(m.shape), np.dtype(m.dtype), sharding=s),
+            saved_params, _sharding_tree(shardings, saved_params, f"{root}/{step}"))
         restored = manager.restore(step, args=ocp.args.Composite(**{STATE: ocp.args.PyTreeRestore(
             item={"params": target}, restore_args=ocp.checkpoint_utils.construct_restore_args(
                 {"params": target}), partial_restore=True)}))
         return model_config, restored[STATE]["params"]
     finally:
         manager.close()
+
+
+def _sharding_tree(shardings: Any, saved_params: Any, where: str) -> Any:
+    """A Sharding per saved leaf: the one given, or the matching leaf of a tree of them."""
+    if shardings is None:
+        shardings = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+    if isinstance(shardings, jax.sharding.Sharding):
+        return jax.tree.map(lambda _: shardings, saved_params)
+    given = {pytree.path_name(p): s for p, s in jax.tree_util.tree_flatten_with_path(
+        shardings, is_leaf=lambda x: isinstance(x, jax.sharding.Sharding))[0]}
+    stored = [pytree.path_name(p) for p, _ in jax.tree_util.tree_flatten_with_path(saved_params)[0]]
+    missing = sorted(set(given) ^ set(stored))
+    if missing:
+        raise CheckpointMismatchError(
+            f"the params in {where} do not match the model they are loaded into: "
+            + ", ".join(f"{p} ({'not in the checkpoint' if p in given else 'not in the model'})"
+                        for p in missing[:5]))
+    return jax.tree_util.tree_map_with_path(lambda p, _: given[pytree.path_name(p)], saved_params)

@@ -27,10 +27,9 @@ import jax
 from bert_jax.config import BertConfig
 
 # Dense peak FLOP/s per device by jax `device_kind` (bf16 unless said otherwise). The CPU figure is
-# not a vendor peak: it is the fastest matmul measured on the development machines (2-core AMD
-# EPYC with AVX-512 BF16): bf16 x bf16 -> fp32 through XLA:CPU's YNNPACK kernel, [1024, 768] x
-# [768, 3072], 936-963 GFLOP/s (fp32 operands: 455). Other CPUs: benchmark.py --peak_flops,
-# or peak_flops_per_device in a training config.
+# not a vendor peak: it is a measured bf16 x bf16 -> fp32 matmul rate of XLA:CPU's YNNPACK kernel
+# on a 2-core AVX-512 BF16 CPU (docs/results.md). Other CPUs: benchmark.py --peak_flops, or
+# peak_flops_per_device in a training config.
 PEAK_FLOPS_BY_DEVICE_KIND: dict[str, float] = {
     "TPU v2": 45e12,
     "TPU v3": 123e12,

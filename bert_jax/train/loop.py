@@ -16,20 +16,18 @@ What varies between pre-training and fine-tuning is a `Task`:
          flops_per_step, tokens_per_step,   # for tokens/s and MFU (see bert_jax.train.flops)
          checkpoint_metadata={})       # extra JSON kept with each checkpoint (labels, task kind)
 
-`evaluate(params) -> dict[str, float]` is called every `eval_every_steps` and at the end; for a
-held-out loss, `make_evaluator(loss_fn, make_eval_iterator, mesh)` builds one from the eval step;
-fine-tuning passes its own (predictions, F1, exact match...). Step counts are in optimizer steps:
+`evaluate(params) -> dict[str, float]` is called every `eval_every_steps` and at the end
+(`bert_jax.train.evaluation`: a held-out loss, or predictions scored by the task). Step counts are in optimizer steps:
 for epochs use `steps_for_epochs(num_examples, batch_size, epochs)`. The train iterator yields
 host-local numpy batches (this process's rows) and, to resume exactly, has get_state/set_state.
 
-What the loop does, in order: builds the TrainState sharded on `mesh` (logical-axis rules of
-bert_jax.sharding, optimizer state sharded like the params), or restores the newest checkpoint in
-`<workdir>/checkpoints` onto this mesh (with the data iterator's state); jits the train step with
+What the loop does, in order: builds the TrainState sharded on `mesh`, or restores the newest
+checkpoint in `<workdir>/checkpoints` onto this mesh with the data iterator's state
+(`bert_jax.train.state`); jits the train step with
 in/out shardings and the state donated, the batch passed as an argument; then per step: next
-batch -> global arrays -> step. Every `log_every_steps` it appends one JSON line to
-`<workdir>/metrics.jsonl` (step, loss, the task's metrics, learning_rate, grad_norm,
-tokens_per_second, mfu, seconds_per_step), writes TensorBoard events (tensorboardX) under
-`<workdir>/tensorboard` and logs a line. Eval results go to `<workdir>/eval_metrics.jsonl`.
+batch -> global arrays -> step. Every `log_every_steps` it records step, loss, the task's metrics, learning_rate,
+grad_norm, tokens_per_second, mfu and seconds_per_step (`bert_jax.train.metrics_writer`:
+metrics.jsonl, TensorBoard) and logs a line; eval results go to eval_metrics.jsonl.
 Checkpoints every `checkpoint_every_steps`, at the end, and on SIGTERM (save, then return with
 `preempted=True`). A restart with the same arguments continues the same run: same batches, same
 dropout, same losses; log lines past the restored step are dropped so the files read as one run.
@@ -38,26 +36,24 @@ dropout, same losses; log lines past the restored step are dropped so the files 
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import os
 import signal
 import time
-from typing import Any, Callable, Iterable, Iterator, Mapping, Optional
+from typing import Any, Callable, Iterator, Mapping, Optional
 
-import flax.linen as nn
 import jax
-import jax.numpy as jnp
 import numpy as np
 import optax
 from absl import logging
-from jax.sharding import Mesh, NamedSharding
+from jax.sharding import Mesh
 
 from bert_jax import sharding, xla_options
 from bert_jax.config import BertConfig
 from bert_jax.train import checkpointing, flops, steps
-
-Evaluator = Callable[[Any], dict[str, float]]
+from bert_jax.train import state as state_lib
+from bert_jax.train.evaluation import Evaluator
+from bert_jax.train.metrics_writer import MetricsWriter, format_log_line
 
 
 @dataclasses.dataclass(frozen=True)
@@ -125,165 +121,6 @@ def check_batch_size(global_batch_size: int, mesh: Mesh, accumulation_steps: int
             "split evenly over the devices")
 
 
-# ----- building the state ----------------------------------------------------------------------
-
-def _path_name(path) -> str:
-    return "/".join(str(getattr(k, "key", getattr(k, "name", getattr(k, "idx", k)))) for k in path)
-
-
-def overlay_params(fresh: Any, given: Any, shardings: Any) -> tuple[Any, list[str], list[str]]:
-    """Replace leaves of `fresh` by those of `given` where the paths match.
-
-    Returns (params, paths kept fresh, paths of `given` not used). A path present in both with
-    different shapes is an error naming it.
-    """
-    given_by_path = {_path_name(p): v for p, v in jax.tree_util.tree_flatten_with_path(given)[0]}
-    used, kept_fresh = set(), []
-
-    def pick(path, leaf, leaf_sharding):
-        name = _path_name(path)
-        if name not in given_by_path:
-            kept_fresh.append(name)
-            return leaf
-        value = given_by_path[name]
-        if tuple(value.shape) != tuple(leaf.shape):
-            raise ValueError(f"initial parameter {name} has shape {tuple(value.shape)}, but the "
-                             f"model expects {tuple(leaf.shape)}")
-        used.add(name)
-        return jax.device_put(jnp.asarray(value, leaf.dtype), leaf_sharding)
-
-    params = jax.tree_util.tree_map_with_path(pick, fresh, shardings)
-    return params, kept_fresh, sorted(set(given_by_path) - used)
-
-
-def state_shardings(abstract_params_boxed: Any, optimizer: optax.GradientTransformation,
-                    mesh: Mesh) -> tuple[Any, steps.TrainState]:
-    """(param shardings, TrainState of shardings): optimizer moments sharded like the params."""
-    abstract_params = nn.meta.unbox(abstract_params_boxed)
-    param_shardings = sharding.shardings_for(
-        abstract_params, sharding.logical_specs(abstract_params_boxed), mesh)
-    replicated = sharding.replicated(mesh)
-    abstract_opt_state = jax.eval_shape(optimizer.init, abstract_params)
-    opt_shardings = optax.tree_map_params(
-        optimizer, lambda _, s: s, abstract_opt_state, param_shardings,
-        transform_non_params=lambda _: replicated,
-        is_leaf=lambda x: isinstance(x, NamedSharding))
-    return param_shardings, steps.TrainState(step=replicated, params=param_shardings,
-                                             opt_state=opt_shardings, rng=replicated)
-
-
-def _abstract_with_shardings(abstract: Any, shardings_tree: Any) -> Any:
-    return jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
-                        abstract, shardings_tree)
-
-
-# ----- metrics ---------------------------------------------------------------------------------
-
-class MetricsWriter:
-    """metrics.jsonl / eval_metrics.jsonl + TensorBoard events, written by process 0 only."""
-
-    def __init__(self, workdir: str, start_step: int):
-        self.enabled = jax.process_index() == 0
-        self.train_path = os.path.join(workdir, "metrics.jsonl")
-        self.eval_path = os.path.join(workdir, "eval_metrics.jsonl")
-        self.tensorboard = None
-        if not self.enabled:
-            return
-        for path in (self.train_path, self.eval_path):  # a resumed run rewrites what comes later
-            _drop_lines_after(path, start_step)
-        from tensorboardX import SummaryWriter
-        self.tensorboard = SummaryWriter(os.path.join(workdir, "tensorboard"),
-                                         purge_step=start_step + 1 if start_step else None)
-
-    def write(self, step: int, metrics: Mapping[str, float], evaluation: bool = False) -> None:
-        if not self.enabled:
-            return
-        record = {"step": step, **{k: float(v) for k, v in metrics.items()}}
-        with open(self.eval_path if evaluation else self.train_path, "a", encoding="utf-8") as f:
-            f.write(json.dumps(record) + "\n")
-        prefix = "eval/" if evaluation else "train/"
-        for name, value in metrics.items():
-            self.tensorboard.add_scalar(prefix + name, float(value), step)
-        self.tensorboard.flush()
-
-    def close(self) -> None:
-        if self.tensorboard is not None:
-            self.tensorboard.close()
-
-
-def _drop_lines_after(path: str, step: int) -> None:
-    if not os.path.exists(path):
-        return
-    with open(path, encoding="utf-8") as f:
-        lines = [line for line in f if line.strip()]
-    kept = [line for line in lines if json.loads(line)["step"] <= step]
-    if len(kept) != len(lines):
-        with open(path, "w", encoding="utf-8") as f:
-            f.writelines(kept)
-
-
-def _format_log_line(step: int, total: int, metrics: Mapping[str, float]) -> str:
-    shown = [f"{k} {metrics[k]:.4f}" for k in sorted(metrics)
-             if k not in ("learning_rate", "tokens_per_second", "mfu", "seconds_per_step")]
-    return (f"step {step}/{total}: " + ", ".join(shown)
-            + f", lr {metrics.get('learning_rate', 0.0):.3g}"
-            + f", {metrics.get('tokens_per_second', 0.0):.0f} tokens/s"
-            + f", MFU {100 * metrics.get('mfu', 0.0):.2f}%")
-
-
-# ----- evaluation ------------------------------------------------------------------------------
-
-def pad_rows(batch: Mapping[str, np.ndarray], multiple: int) -> dict[str, np.ndarray]:
-    """Pad a (last, partial) batch with zero rows to a multiple of `multiple` rows.
-
-    Adds `example_weights` (1 for real rows, 0 for padding); masked_weights of padding rows are 0,
-    so padding counts in no masked-LM metric, and loss functions weight rows by example_weights.
-    """
-    rows = len(next(iter(batch.values())))
-    padded_rows = -(-rows // multiple) * multiple
-    if padded_rows == rows and "example_weights" in batch:
-        return dict(batch)
-    out = {k: np.concatenate([v, np.zeros((padded_rows - rows,) + v.shape[1:], v.dtype)])
-           for k, v in batch.items()}
-    if "example_weights" not in batch:
-        out["example_weights"] = (np.arange(padded_rows) < rows).astype(np.float32)
-    return out
-
-
-def make_evaluator(loss_fn: steps.LossFn, make_iterator: Callable[[], Iterable[Mapping[str, Any]]],
-                   mesh: Mesh, max_batches: int = 0) -> Evaluator:
-    """evaluate(params) -> {'loss', each term, each metric}: means over one pass of the iterator.
-
-    make_iterator() gives a fresh, finite iterator of host-local numpy batches each call.
-    """
-    eval_step = jax.jit(steps.make_eval_step(loss_fn))
-    data_parallel_per_process = max(1, sharding.data_parallel_size(mesh) // jax.process_count())
-
-    def evaluate(params) -> dict[str, float]:
-        sums = None
-        for index, batch in enumerate(make_iterator()):
-            if max_batches and index >= max_batches:
-                break
-            batch = pad_rows(batch, data_parallel_per_process)
-            sums = steps.add_sums(sums, eval_step(params, sharding.device_put_batch(batch, mesh)))
-        if sums is None:
-            raise ValueError("the evaluation iterator yielded no batches")
-        return steps.summarize(sums)
-
-    return evaluate
-
-
-def quiet_orbax_logs() -> None:
-    """Keep Orbax's per-save INFO chatter out of the training log (its warnings still show)."""
-    import logging as std_logging
-
-    class _DropOrbaxInfo(std_logging.Filter):
-        def filter(self, record):
-            return record.levelno >= std_logging.WARNING or "/orbax/" not in record.pathname
-
-    logging.get_absl_handler().addFilter(_DropOrbaxInfo())
-
-
 # ----- preemption ------------------------------------------------------------------------------
 
 class _PreemptionFlag:
@@ -317,6 +154,52 @@ class _PreemptionFlag:
 
 # ----- the loop --------------------------------------------------------------------------------
 
+def _compile_train_step(task: Task, optimizer: optax.GradientTransformation, config: LoopConfig,
+                        mesh: Mesh, shardings: steps.TrainState,
+                        learning_rate_fn: Optional[optax.Schedule]) -> steps.TrainStep:
+    """The jitted step: state donated, batch an argument, sharded in and out on `mesh`."""
+    batch_sharding = sharding.batch_sharding(mesh)
+    return jax.jit(
+        steps.make_train_step(task.loss_fn, optimizer, config.accumulation_steps,
+                              learning_rate_fn, batch_sharding),
+        in_shardings=(shardings, batch_sharding),
+        out_shardings=(shardings, sharding.replicated(mesh)),
+        donate_argnums=(0,), compiler_options=xla_options.memory_lean())
+
+
+class _Throughput:
+    """seconds_per_step, tokens_per_second and MFU between two log points (evaluation excluded)."""
+
+    def __init__(self, task: Task, config: LoopConfig, start_step: int):
+        self.task, self.step, self.time = task, start_step, time.perf_counter()
+        self.peak = config.peak_flops_per_device or flops.peak_flops_per_device()
+        # Forced host devices share the same cores: the CPU peak is per process, not per device.
+        self.num_peak_devices = (jax.process_count() if jax.devices()[0].platform == "cpu"
+                                 else jax.device_count())
+
+    def restart(self) -> None:
+        self.time = time.perf_counter()
+
+    def measure(self, step: int) -> dict[str, float]:
+        now = time.perf_counter()
+        seconds_per_step = (now - self.time) / max(step - self.step, 1)
+        self.step, self.time = step, now
+        return {"seconds_per_step": seconds_per_step,
+                "tokens_per_second": self.task.tokens_per_step / seconds_per_step,
+                "mfu": flops.mfu(self.task.flops_per_step, seconds_per_step,
+                                 self.num_peak_devices, self.peak)}
+
+
+def _log(step: int, metrics: Mapping[str, jax.Array], config: LoopConfig, throughput: _Throughput,
+         writer: MetricsWriter) -> dict[str, float]:
+    """Fetch the step's metrics (the one host sync of a log step), add throughput, record them."""
+    logged = {k: float(v) for k, v in jax.device_get(metrics).items()}
+    logged.update(throughput.measure(step))
+    writer.write(step, logged)
+    logging.info(format_log_line(step, config.total_steps, logged))
+    return logged
+
+
 def train(task: Task, optimizer: optax.GradientTransformation, train_iterator: Iterator,
           workdir: str, config: LoopConfig, mesh: Mesh, *,
           learning_rate_fn: Optional[optax.Schedule] = None,
@@ -324,110 +207,54 @@ def train(task: Task, optimizer: optax.GradientTransformation, train_iterator: I
     """Train `task` for config.total_steps optimizer steps, resuming from `workdir` if possible."""
     check_batch_size(config.global_batch_size, mesh, config.accumulation_steps)
     os.makedirs(workdir, exist_ok=True)
-    rng = jax.random.PRNGKey(config.seed)
-    init_rng, state_rng = jax.random.split(rng)
-
-    abstract_boxed = jax.eval_shape(task.init_fn, init_rng)
-    param_shardings, shardings = state_shardings(abstract_boxed, optimizer, mesh)
-    create_state = lambda p: steps.TrainState.create(p, optimizer, state_rng)  # noqa: E731
-    abstract_state = jax.eval_shape(create_state, nn.meta.unbox(abstract_boxed))
-
-    manager = checkpointing.make_manager(os.path.join(workdir, "checkpoints"),
+    manager = checkpointing.make_manager(checkpointing.checkpoint_dir(workdir),
                                          keep=config.keep_checkpoints,
                                          async_saves=config.async_checkpoints)
-    latest = manager.latest_step()
-    if latest is not None:
-        logging.info("resuming from %s/%d", manager.directory, latest)
-        if not hasattr(train_iterator, "set_state"):
-            logging.warning("the train iterator has no set_state: its batches restart from the "
-                            "beginning, so this resumed run is not the uninterrupted one")
-        state = checkpointing.restore(
-            manager, latest, _abstract_with_shardings(abstract_state, shardings),
-            model_config=task.model_config,
-            data_iterator=train_iterator if hasattr(train_iterator, "set_state") else None)
-        start_step = int(jax.device_get(state.step))
-    else:
-        params, _ = sharding.init_sharded(lambda: task.init_fn(init_rng), mesh)
-        if task.initial_params is not None:
-            params, fresh, unused = overlay_params(params, task.initial_params, param_shardings)
-            logging.info("initial params loaded; kept fresh: %s; unused: %s", fresh, unused)
-        state = jax.jit(create_state, in_shardings=(param_shardings,), out_shardings=shardings,
-                        donate_argnums=(0,))(params)
-        start_step = 0
+    state, step, shardings = state_lib.create_or_restore(
+        task.init_fn, task.initial_params, optimizer, mesh, config.seed, manager,
+        task.model_config, train_iterator)
+    train_step = _compile_train_step(task, optimizer, config, mesh, shardings, learning_rate_fn)
+    writer, throughput = MetricsWriter(workdir, step), _Throughput(task, config, step)
+    iterator_to_save = train_iterator if hasattr(train_iterator, "get_state") else None
 
-    train_step = jax.jit(
-        steps.make_train_step(task.loss_fn, optimizer, config.accumulation_steps,
-                              learning_rate_fn, sharding.batch_sharding(mesh)),
-        in_shardings=(shardings, sharding.batch_sharding(mesh)),
-        out_shardings=(shardings, sharding.replicated(mesh)),
-        donate_argnums=(0,), compiler_options=xla_options.memory_lean())
-
-    peak = config.peak_flops_per_device or flops.peak_flops_per_device()
-    # Forced host devices share the same cores: the CPU peak is per process, not per device.
-    num_peak_devices = (jax.process_count() if jax.devices()[0].platform == "cpu"
-                        else jax.device_count())
-    writer = MetricsWriter(workdir, start_step)
-    can_save_iterator = hasattr(train_iterator, "get_state")
-
-    def save(step: int, force: bool = False) -> None:
+    def save(force: bool = False) -> None:
         checkpointing.save(manager, step, state, model_config=task.model_config,
-                           data_iterator=train_iterator if can_save_iterator else None,
+                           data_iterator=iterator_to_save,
                            extra_metadata=task.checkpoint_metadata, force=force)
 
-    def run_eval(step: int) -> Optional[dict[str, float]]:
-        if evaluate is None:
-            return None
+    def run_eval() -> dict[str, float]:
         results = evaluate(state.params)
         writer.write(step, results, evaluation=True)
         logging.info("eval at step %d: %s", step,
                      ", ".join(f"{k} {v:.4f}" for k, v in sorted(results.items())))
+        throughput.restart()  # evaluation is not training throughput
         return results
 
-    step, preempted = start_step, False
-    last_train: dict[str, float] = {}
-    last_eval: Optional[dict[str, float]] = None
-    last_log_time, last_log_step = time.perf_counter(), start_step
-    with _PreemptionFlag() as preemption:
+    preempted, last_train, last_eval = False, {}, None
+    with _PreemptionFlag() as preemption:  # SIGTERM: save this step, then stop
         while step < config.total_steps:
-            try:
-                host_batch = next(train_iterator)
-            except StopIteration:
+            host_batch = next(train_iterator, None)
+            if host_batch is None:
                 logging.warning("train iterator exhausted at step %d of %d", step,
                                 config.total_steps)
                 break
-            batch = sharding.device_put_batch(host_batch, mesh)
-            state, metrics = train_step(state, batch)
+            state, metrics = train_step(state, sharding.device_put_batch(host_batch, mesh))
             step += 1
-
             if step % config.log_every_steps == 0 or step == config.total_steps:
-                metrics = {k: float(v) for k, v in jax.device_get(metrics).items()}
-                now = time.perf_counter()
-                seconds_per_step = (now - last_log_time) / (step - last_log_step)
-                last_log_time, last_log_step = now, step
-                metrics["seconds_per_step"] = seconds_per_step
-                metrics["tokens_per_second"] = task.tokens_per_step / seconds_per_step
-                metrics["mfu"] = flops.mfu(task.flops_per_step, seconds_per_step,
-                                           num_peak_devices, peak)
-                writer.write(step, metrics)
-                logging.info(_format_log_line(step, config.total_steps, metrics))
-                last_train = metrics
-
-            if config.eval_every_steps and step % config.eval_every_steps == 0 \
-                    and step != config.total_steps:
-                last_eval = run_eval(step)
-                last_log_time = time.perf_counter()  # evaluation is not training throughput
+                last_train = _log(step, metrics, config, throughput, writer)
+            if (evaluate is not None and config.eval_every_steps
+                    and step % config.eval_every_steps == 0 and step != config.total_steps):
+                last_eval = run_eval()
             if preemption.should_stop():
                 logging.warning("SIGTERM received: saving step %d and stopping", step)
-                save(step, force=True)
-                preempted = True
+                preempted = save(force=True) or True
                 break
             if config.checkpoint_every_steps and step % config.checkpoint_every_steps == 0:
-                save(step)
-
+                save()
     if not preempted:
         if manager.latest_step() != step:
-            save(step, force=True)
-        last_eval = run_eval(step) if evaluate is not None else last_eval
+            save(force=True)
+        last_eval = run_eval() if evaluate is not None else last_eval
     manager.wait_until_finished()
     manager.close()
     writer.close()

@@ -1,4 +1,4 @@
-"""Pure step functions: the train state, the pre-training loss, a train step and an eval step.
+"""Pure step functions for any task: the train state, a train step and an eval step.
 
 A *loss function* is what a task plugs into the generic steps:
 
@@ -15,10 +15,8 @@ whole batch, so 4 micro-batches of 8 give the gradient of one batch of 32) and e
 batches (sums are added across batches and divided once). The weights must depend on the batch
 only (masks, labels), never on the parameters.
 
-Pre-training: `make_pretrain_loss(model)` gives the masked-LM loss (cross-entropy at the masked
-positions, weighted by `masked_weights`) plus, when the batch carries `nsp_labels`, the
-next-sentence-prediction loss, as in the paper. Fine-tuning writes its own loss_fn and reuses
-`make_train_step` and `make_eval_step` unchanged.
+Each recipe writes its loss_fn (pre-training: `bert_jax.recipes.pretrain.make_loss`; fine-tuning:
+one per task kind in `bert_jax.recipes.finetune`) and reuses these steps unchanged.
 """
 
 from __future__ import annotations
@@ -32,7 +30,6 @@ import numpy as np
 import optax
 from jax.sharding import NamedSharding
 
-from bert_jax.model import BertForPreTraining
 
 Array = jax.Array
 Params = Any
@@ -75,46 +72,6 @@ def combine(terms: Mapping[str, Weighted]) -> Array:
     return sum((mean_of(pair) for pair in terms.values()), jnp.zeros((), jnp.float32))
 
 
-# ----- the pre-training loss -------------------------------------------------------------------
-
-def make_pretrain_loss(model: BertForPreTraining) -> LossFn:
-    """Masked-LM (+ NSP when the batch has `nsp_labels`) loss of a BertForPreTraining.
-
-    batch: input_ids, token_type_ids, segment_ids, position_ids [B, L] int32; masked_positions,
-    masked_ids [B, P] int32; masked_weights [B, P] float32; optional nsp_labels [B] int32 and
-    example_weights [B] float32 (0 for padding rows of a last, partial eval batch).
-    """
-
-    def loss_fn(params, batch, rng, deterministic):
-        out = model.apply(
-            {"params": params}, batch["input_ids"], batch["masked_positions"],
-            batch.get("token_type_ids"), None, deterministic,
-            segment_ids=batch.get("segment_ids"), position_ids=batch.get("position_ids"),
-            rngs=None if deterministic else {"dropout": rng})
-        mlm_logits = out.mlm_logits.astype(jnp.float32)  # [B, P, V]
-        labels = batch["masked_ids"]
-        weights = batch["masked_weights"].astype(jnp.float32)
-        cross_entropy = optax.softmax_cross_entropy_with_integer_labels(mlm_logits, labels)
-        correct = (jnp.argmax(mlm_logits, axis=-1) == labels).astype(jnp.float32)
-        num_predictions = jnp.sum(weights)
-        terms = {"mlm_loss": (jnp.sum(cross_entropy * weights), num_predictions)}
-        metrics = {"mlm_accuracy": (jnp.sum(correct * weights), num_predictions)}
-        if "nsp_labels" in batch:
-            if out.nsp_logits is None:
-                raise ValueError("the batch has nsp_labels but the model has no NSP head "
-                                 "(BertForPreTraining(with_nsp=False))")
-            nsp_logits = out.nsp_logits.astype(jnp.float32)  # [B, 2]
-            nsp_labels = batch["nsp_labels"]
-            rows = batch.get("example_weights", jnp.ones(nsp_labels.shape, jnp.float32))
-            nsp_ce = optax.softmax_cross_entropy_with_integer_labels(nsp_logits, nsp_labels)
-            nsp_correct = (jnp.argmax(nsp_logits, axis=-1) == nsp_labels).astype(jnp.float32)
-            terms["nsp_loss"] = (jnp.sum(nsp_ce * rows), jnp.sum(rows))
-            metrics["nsp_accuracy"] = (jnp.sum(nsp_correct * rows), jnp.sum(rows))
-        return terms, metrics
-
-    return loss_fn
-
-
 # ----- train and eval steps --------------------------------------------------------------------
 
 def split_micro_batches(batch: Batch, num_micro_batches: int) -> dict[str, Array]:
@@ -133,6 +90,51 @@ def split_micro_batches(batch: Batch, num_micro_batches: int) -> dict[str, Array
     return {k: split(v) for k, v in batch.items()}
 
 
+def _weighted_objective(loss_fn: LossFn):
+    """objective(params, batch, rng, term_weights) -> (sum_t sum_t / W_t, (terms, metrics)).
+
+    W_t is the weight of the whole batch (term_weights; None: of this batch itself). With the
+    whole batch's W_t the objectives of micro-batches add up exactly to the whole batch's, and
+    so do their gradients.
+    """
+    def objective(params, batch, rng, term_weights):
+        terms, metrics = loss_fn(params, batch, rng, False)
+        if term_weights is None:
+            term_weights = {name: weight for name, (_, weight) in terms.items()}
+        total = sum((mean_of((value, term_weights[name])) for name, (value, _) in terms.items()),
+                    jnp.zeros((), jnp.float32))
+        return total, (terms, metrics)
+    return objective
+
+
+def _accumulated_gradients(loss_fn: LossFn, params: Params, batch: Batch, rng: Array,
+                           accumulation_steps: int, batch_sharding: Optional[NamedSharding]):
+    """(gradients, (term sums, metric sums)) of the whole batch, summed over micro-batches."""
+    grad_fn = jax.value_and_grad(_weighted_objective(loss_fn), has_aux=True)
+    # The weights of the whole batch first: the loss terms' weights depend on the batch only, so
+    # XLA drops the model from this call and keeps the sums of the masks.
+    whole_terms, _ = loss_fn(params, batch, rng, False)
+    term_weights = {name: jax.lax.stop_gradient(w) for name, (_, w) in whole_terms.items()}
+    micro_batches = split_micro_batches(batch, accumulation_steps)
+
+    def accumulate(carry, inputs):
+        grads_sum, sums = carry
+        index, micro_batch = inputs
+        if batch_sharding is not None:
+            micro_batch = jax.lax.with_sharding_constraint(micro_batch, batch_sharding)
+        (_, aux), grads = grad_fn(params, micro_batch, jax.random.fold_in(rng, index),
+                                  term_weights)
+        return (jax.tree.map(jnp.add, grads_sum, grads), jax.tree.map(jnp.add, sums, aux)), None
+
+    aux_shapes = jax.eval_shape(
+        lambda: loss_fn(params, jax.tree.map(lambda x: x[0], micro_batches), rng, False))
+    zeros = (jax.tree.map(jnp.zeros_like, params),
+             jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), aux_shapes))
+    (grads, sums), _ = jax.lax.scan(accumulate, zeros,
+                                    (jnp.arange(accumulation_steps), micro_batches))
+    return grads, sums
+
+
 def make_train_step(loss_fn: LossFn, optimizer: optax.GradientTransformation,
                     accumulation_steps: int = 1,
                     learning_rate_fn: Optional[optax.Schedule] = None,
@@ -148,51 +150,14 @@ def make_train_step(loss_fn: LossFn, optimizer: optax.GradientTransformation,
     if accumulation_steps < 1:
         raise ValueError(f"accumulation_steps={accumulation_steps} must be >= 1")
 
-    def weighted_objective(params, batch, rng, term_weights):
-        """Sum_t sum_t / W_t, W_t the weight of the whole batch (None: of this batch itself).
-
-        With the whole batch's W_t, the objectives of the micro-batches add up exactly to the
-        objective of the whole batch, and so do their gradients.
-        """
-        terms, metrics = loss_fn(params, batch, rng, False)
-        if term_weights is None:
-            term_weights = {name: weight for name, (_, weight) in terms.items()}
-        objective = sum((mean_of((total, term_weights[name])) for name, (total, _) in terms.items()),
-                        jnp.zeros((), jnp.float32))
-        return objective, (terms, metrics)
-
     def train_step(state: TrainState, batch: Batch):
         rng = jax.random.fold_in(state.rng, state.step)
-        grad_fn = jax.value_and_grad(weighted_objective, has_aux=True)
         if accumulation_steps == 1:
+            grad_fn = jax.value_and_grad(_weighted_objective(loss_fn), has_aux=True)
             (_, (terms, metrics)), grads = grad_fn(state.params, batch, rng, None)
         else:
-            # The weights of the whole batch first: the loss terms' weights depend on the batch
-            # only, so XLA drops the model from this call and keeps the sums of the masks.
-            whole_terms, _ = loss_fn(state.params, batch, rng, False)
-            term_weights = {name: jax.lax.stop_gradient(w) for name, (_, w) in whole_terms.items()}
-            micro_batches = split_micro_batches(batch, accumulation_steps)
-
-            def accumulate(carry, inputs):
-                grads_sum, sums = carry
-                index, micro_batch = inputs
-                if batch_sharding is not None:
-                    micro_batch = jax.lax.with_sharding_constraint(micro_batch, batch_sharding)
-                (_, aux), grads = grad_fn(state.params, micro_batch,
-                                          jax.random.fold_in(rng, index), term_weights)
-                grads_sum = jax.tree.map(jnp.add, grads_sum, grads)
-                sums = jax.tree.map(jnp.add, sums, aux)
-                return (grads_sum, sums), None
-
-            zero_grads = jax.tree.map(jnp.zeros_like, state.params)
-            aux_shapes = jax.eval_shape(
-                lambda: loss_fn(state.params, jax.tree.map(lambda x: x[0], micro_batches),
-                                rng, False))
-            zero_sums = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), aux_shapes)
-            (grads, (terms, metrics)), _ = jax.lax.scan(
-                accumulate, (zero_grads, zero_sums),
-                (jnp.arange(accumulation_steps), micro_batches))
-
+            grads, (terms, metrics) = _accumulated_gradients(
+                loss_fn, state.params, batch, rng, accumulation_steps, batch_sharding)
         updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
         new_state = state.replace(step=state.step + 1, params=params, opt_state=opt_state)

@@ -1,14 +1,13 @@
 """The record a training run keeps of its config in its workdir (`<workdir>/config.json`).
 
-Training scripts write the resolved config (defaults + file + --config.<key> overrides) once, from
-process 0; evaluate.py and `finetune.py --mode=evaluate` read it back in a new process.
+Recipes write the resolved config (file + --config.<key> overrides) once, from process 0, after
+checking it; evaluate.py and `finetune.py --mode=evaluate` read it back in a new process.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from typing import Any, Optional
 
 import jax
 import ml_collections
@@ -24,19 +23,8 @@ def save_config(config: ml_collections.ConfigDict, workdir: str) -> None:
             json.dump(config.to_dict(), f, indent=2, sort_keys=True)
 
 
-def _flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    out = {}
-    for key, value in tree.items():
-        if isinstance(value, dict):
-            out.update(_flatten(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
-
-
-def load_config(workdir: str,
-                defaults: Optional[ml_collections.ConfigDict] = None) -> ml_collections.ConfigDict:
-    """<workdir>/config.json, laid over `defaults` when given (keys added since keep defaults)."""
+def load_config(workdir: str) -> ml_collections.ConfigDict:
+    """<workdir>/config.json as a ConfigDict (every key of the run's resolved config)."""
     path = os.path.join(workdir, CONFIG_FILE)
     if not os.path.exists(path):
         raise FileNotFoundError(f"{path} not found: --workdir must be the workdir of a training "
@@ -46,7 +34,4 @@ def load_config(workdir: str,
             saved = json.load(f)
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise ValueError(f"{path} is not valid JSON ({e})") from None
-    if defaults is None:
-        return ml_collections.ConfigDict(saved)
-    defaults.update_from_flattened_dict(_flatten(saved))
-    return defaults
+    return ml_collections.ConfigDict(saved)

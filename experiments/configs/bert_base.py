@@ -10,62 +10,52 @@ vocabulary (e.g. bert-base-uncased's vocab.txt):
 
     python experiments/pretrain.py --config=experiments/configs/bert_base.py:seq128 \
         --workdir=$W/phase1 --config.data.corpus='text:/data/books_wiki/*.txt' \
-        --config.data.vocab_path=/data/vocab.txt
+        --config.tokenizer.path=/data/vocab.txt
     python experiments/pretrain.py --config=experiments/configs/bert_base.py:seq512 \
-        --workdir=$W/phase2 --config.init_from=$W/phase1/checkpoints  (same data flags)
+        --workdir=$W/phase2 --config.init.checkpoint=$W/phase1/checkpoints  (same data flags)
 
-Phase 2 starts from phase 1's parameters with a fresh optimizer and schedule (as the original
-run_pretraining.py does with --init_checkpoint).
+Phase 2 starts from phase 1's parameters (heads included) with a fresh optimizer and schedule
+(as the original run_pretraining.py does with --init_checkpoint).
 
-Expected runtime (estimated from bert_jax.train.flops, not measured here): phase 1 is 17.9 TFLOP
-per step x 900k steps = 1.6e19 FLOP, phase 2 77 TFLOP x 100k = 7.7e18: about 15 hours on a
-TPU v4-8 (1.1 PFLOP/s bf16 peak) at 40% MFU with --config.dtype=bfloat16; mesh: data-parallel
-(the default), or --config.mesh.fsdp=-1 --config.mesh.data=1 when memory is short.
-Expected result: the published BERT-base reaches roughly 70% masked-LM and ~98% next-sentence
-accuracy on held-out Wikipedia text; we have not run this recipe to the end.
+Expected runtime (estimated from bert_jax.train.flops, not measured): phase 1 is 17.9 TFLOP per
+step x 900k steps, phase 2 77 TFLOP x 100k: about 15 hours on a TPU v4-8 (1.1 PFLOP/s bf16 peak)
+at 40% MFU with --config.dtype=bfloat16; mesh: data-parallel (the default), or
+--config.mesh.fsdp=-1 --config.mesh.data=1 when memory is short.
+Expected result: roughly 70% held-out masked-LM and ~98% next-sentence accuracy on Wikipedia
+text, as published for BERT-base (not yet run to the end).
 """
 
-import os
-import sys
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-import demo  # noqa: E402  (the shared config layout)
+from experiments.configs import common
 
 PHASES = {
-    # phase: (seq_len, max_predictions, total_steps, warmup_steps)
+    # phase: (max_seq_len, max_predictions, total_steps, warmup_steps)
     "seq128": (128, 20, 900_000, 10_000),
     "seq512": (512, 80, 100_000, 1_000),
 }
 
 
 def paper_config(preset: str, phase: str):
+    """The paper's recipe for a preset (base or large) and a phase (seq128 or seq512)."""
     if phase not in PHASES:
         raise ValueError(f"unknown phase {phase!r} in --config=...:{phase}; choose one of "
                          f"{sorted(PHASES)}")
-    seq_len, max_predictions, total_steps, warmup_steps = PHASES[phase]
-    config = demo.get_config()
-    config.model = demo.model_overrides(preset=preset, vocab_size=30522,
-                                        max_position_embeddings=512)
+    max_seq_len, max_predictions, total_steps, warmup_steps = PHASES[phase]
+    config = common.pretrain_config()
+    config.model = common.model_block(preset, vocab_size=30522, max_position_embeddings=512)
     config.data.corpus = "text:REPLACE_ME/*.txt"
-    config.data.vocab_path = ""
     config.data.max_predictions = max_predictions
     config.data.sentence_pairs = True
-    config.data.whole_word_masking = False
     config.data.num_workers = 8
-    config.seq_len = seq_len
+    config.max_seq_len = max_seq_len
     config.batch_size = 256
     config.eval_batch_size = 256
     config.eval_batches = 100
     config.total_steps = total_steps
     config.learning_rate = 1e-4
-    config.warmup_steps = warmup_steps
-    config.optimizer.name = "adamw"
-    config.optimizer.decay = "linear"
+    config.warmup_fraction = warmup_steps / total_steps
     config.log_every_steps = 100
     config.eval_every_steps = 10_000
     config.checkpoint_every_steps = 5_000
-    config.keep_checkpoints = 3
     return config
 
 

@@ -13,22 +13,14 @@ line between sentences). Predictions are written as `word gold predicted` CoNLL 
 
 Expected runtime: 3 epochs of 14,041 sentences at batch 32 (1,317 steps), seq 128: ~2 hours on 2
 CPU cores, a few minutes on one accelerator. Expected result: entity F1 around 0.88-0.90 on
-validation (BERT-base ~0.95 cased; this vocabulary is uncased, which costs a few points); not
-measured here (no network). tests/test_finetune_e2e.py learns a synthetic NER set to > 0.9.
+validation (BERT-base ~0.95 cased; this vocabulary is uncased, which costs a few points); not yet measured (it needs the network once). tests/test_finetune_e2e.py learns a synthetic NER set to > 0.9.
 """
 
-from bert_jax.train.finetuning import default_config, minilm_dir_if_installed
+from experiments.configs import common
 
 
 def get_config():
-    config = default_config()
-    config.task = "token_classification"
-    config.init.hf_dir = minilm_dir_if_installed()
+    config = common.minilm_finetune_config("token_classification", learning_rate=5e-5)
     config.data.tfds_name = "conll2003"
     config.data.tfds_eval_split = "dev"
-    config.max_seq_len = 128
-    config.batch_size = 32
-    config.epochs = 3.0
-    config.learning_rate = 5e-5
-    config.warmup_fraction = 0.1
     return config

@@ -15,17 +15,16 @@ writes null_odds.json to tune it). Local files: --config.data.tfds_name=
 
 Expected runtime: 2 epochs of ~88k windows at batch 32 (5,500 steps), seq 384: days on 2 CPU
 cores, about an hour on one accelerator. Expected result: EM / F1 around 75 / 84 on SQuAD 1.1 dev
-(BERT-base 81 / 88; a 6-layer 384-wide encoder less); not measured here (no network).
+(BERT-base 81 / 88; a 6-layer 384-wide encoder less); not yet measured (it needs the network once).
 tests/test_finetune_e2e.py learns a synthetic QA set to > 0.9 EM.
 """
 
-from bert_jax.train.finetuning import default_config, minilm_dir_if_installed
+from experiments.configs import common
 
 
 def get_config():
-    config = default_config()
-    config.task = "span_qa"
-    config.init.hf_dir = minilm_dir_if_installed()
+    config = common.finetune_config("span_qa")
+    config.init.hf_dir = common.minilm_dir_if_installed()
     config.data.tfds_name = "squad"
     config.max_seq_len = 384
     config.squad.doc_stride = 128

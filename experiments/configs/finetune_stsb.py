@@ -11,23 +11,15 @@ Local files instead: --config.data.tfds_name= --config.data.train_path=train.tsv
 
 Expected runtime: 3 epochs of 5,749 pairs at batch 32 (540 steps), seq 128: ~45 minutes on 2 CPU
 cores, a minute or two on one accelerator. Expected result: Pearson / Spearman around 0.85 on
-validation (BERT-base ~0.89; MiniLM was trained on similarity data, so it starts strong); not
-measured here (no network).
+validation (BERT-base ~0.89; MiniLM was trained on similarity data, so it starts strong); not yet measured (it needs the network once).
 """
 
-from bert_jax.train.finetuning import default_config, minilm_dir_if_installed
+from experiments.configs import common
 
 
 def get_config():
-    config = default_config()
-    config.task = "regression"
-    config.init.hf_dir = minilm_dir_if_installed()
+    config = common.minilm_finetune_config("regression", learning_rate=3e-5)
     config.data.tfds_name = "glue/stsb"
     config.data.text_column = "sentence1"
     config.data.text_pair_column = "sentence2"
-    config.max_seq_len = 128
-    config.batch_size = 32
-    config.epochs = 3.0
-    config.learning_rate = 3e-5
-    config.warmup_fraction = 0.1
     return config

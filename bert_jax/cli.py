@@ -1,0 +1,94 @@
+"""What the scripts in experiments/ share: their flags (defined when a script asks), one-line
+errors for a user's mistakes, joining a multi-process job, and the exit-status contract.
+
+    if __name__ == "__main__":
+        cli.define_run_flags()                        # --config, --workdir, --distributed, ...
+        app.run(main, flags_parser=cli.parse_flags)
+
+Exit status: 0 done; 1 with one line `<script>: error: <what is wrong>` for bad input (a config
+key, a file, a checkpoint that does not fit); 143 after SIGTERM (state saved: run the same
+command again to continue). A bug still shows its traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import Callable, TypeVar
+
+from absl import flags, logging
+
+from bert_jax import distributed
+
+FLAGS = flags.FLAGS
+PREEMPTED_EXIT = 143
+# Bad input surfaces as these: ConfigError, DataError, CheckpointError, CheckpointMismatchError
+# are ValueErrors; a missing file is FileNotFoundError.
+USER_ERRORS = (ValueError, FileNotFoundError)
+T = TypeVar("T")
+
+
+def define_run_flags(config_required: bool = True) -> None:
+    """--config (a config file, with --config.<key>=<value> overrides), --workdir, and the
+    multi-process flags."""
+    from ml_collections import config_flags
+    config_flags.DEFINE_config_file("config", None, "Path to a config file (get_config()).",
+                                    lock_config=True)
+    flags.DEFINE_string("workdir", None, "Directory for checkpoints, metrics and logs.")
+    if config_required:
+        flags.mark_flags_as_required(["config", "workdir"])
+    distributed.define_flags()
+
+
+def parse_flags(argv: list[str]) -> list[str]:
+    """absl flag parsing, with a one-line error for an unknown or ill-typed --config.<key>."""
+    try:
+        return FLAGS(argv)
+    except flags.Error as e:
+        sys.exit(f"{os.path.basename(argv[0])}: error: {e}\nPass --help for the flags.")
+    except (AttributeError, KeyError, TypeError, ValueError) as e:
+        overrides = [a for a in argv[1:] if a.startswith("--config.")]
+        message = str(e).strip("'\"").replace("\\n", " ").replace("\\'", "'")
+        sys.exit(f"{os.path.basename(argv[0])}: error: bad config override among {overrides}: "
+                 f"{message}")
+
+
+def quiet_orbax_logs() -> None:
+    """Keep Orbax's per-save INFO chatter out of the training log (its warnings still show)."""
+    import logging as std_logging
+
+    class _DropOrbaxInfo(std_logging.Filter):
+        def filter(self, record):
+            return record.levelno >= std_logging.WARNING or "/orbax/" not in record.pathname
+
+    logging.get_absl_handler().addFilter(_DropOrbaxInfo())
+
+
+def start(argv: list[str]) -> None:
+    """First lines of a script's main: no stray arguments, join the job, quiet Orbax."""
+    if len(argv) > 1:
+        sys.exit(f"{os.path.basename(argv[0])}: error: unexpected arguments {argv[1:]}")
+    distributed.initialize_from_flags()
+    quiet_orbax_logs()
+
+
+def run_or_exit(script: str, fn: Callable[[], T]) -> T:
+    """fn(), with bad input turned into one line `<script>: error: ...` and exit status 1."""
+    try:
+        return fn()
+    except USER_ERRORS as e:
+        logging.error("%s", e)
+        sys.exit(f"{script}: error: {e}")
+
+
+def train_main(argv: list[str], script: str, train_and_evaluate: Callable) -> None:
+    """The main of a training script: train_and_evaluate(FLAGS.config, FLAGS.workdir)."""
+    start(argv)
+    result = run_or_exit(script, lambda: train_and_evaluate(FLAGS.config, FLAGS.workdir))
+    if result.preempted:
+        logging.warning("preempted at step %d; run the same command again to resume", result.step)
+        sys.exit(PREEMPTED_EXIT)
+    logging.info("done at step %d: train %s; held-out %s", result.step,
+                 result.last_train_metrics, result.last_eval_metrics)
+    print(json.dumps({"step": result.step, "metrics": result.last_eval_metrics or {}}))

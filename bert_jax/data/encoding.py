@@ -1,0 +1,173 @@
+"""Fine-tuning examples -> fixed-shape numpy rows for the model, and predictions back to tags.
+
+Rows are [CLS] A [SEP] (B [SEP]) with token types 0/1, padded to max_seq_len with
+attention_mask 0:
+
+    classification / regression: input_ids, token_type_ids, attention_mask [N, L] int32,
+                                 labels [N] int32 (class index) or float32 (regression)
+    token classification:        the same plus labels [N, L] int32 (the tag of a word on its
+                                 first sub-word, IGNORE = -100 everywhere else) and
+                                 word_index [N, L] int32 (the word a first sub-word starts, -1)
+
+Class indices come from a label map: the sorted distinct training labels. Span-QA windows and
+answer decoding are in `bert_jax.data.squad`.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Optional, Sequence
+
+import numpy as np
+
+from bert_jax.data.readers import DataError, TaggedSentence, TextExample
+from bert_jax.data.tokenizer import WordPieceTokenizer
+
+IGNORE = -100  # label of sub-words that carry no tag (not the first of their word), and padding
+
+
+# ----- labels ------------------------------------------------------------------------------------
+
+def build_label_map(labels: Sequence[str]) -> tuple[str, ...]:
+    """Sorted distinct label names; the position of a name is its class index."""
+    return tuple(sorted(set(labels)))
+
+
+def label_ids(labels: Sequence[str], label_map: Sequence[str], source: str) -> np.ndarray:
+    """Class indices of `labels`; a label absent from the (training) label map is an error."""
+    index = {name: i for i, name in enumerate(label_map)}
+    unknown = sorted(set(labels) - set(index))
+    if unknown:
+        raise DataError(f"{source}: label(s) {unknown} never seen in training; the training "
+                        f"labels are {list(label_map)}")
+    return np.asarray([index[name] for name in labels], np.int32)
+
+
+def majority_label(labels: Sequence[str]) -> str:
+    """The most frequent label (ties: the first in sorted order)."""
+    counts = Counter(labels)
+    return min(counts, key=lambda name: (-counts[name], name))
+
+
+# ----- features ---------------------------------------------------------------------------------
+
+def _truncate_pair(a: list[int], b: list[int], budget: int) -> tuple[list[int], list[int]]:
+    """Drop tokens from the end of the longer sequence until both fit in `budget` together."""
+    a, b = list(a), list(b)
+    while len(a) + len(b) > budget:
+        (a if len(a) >= len(b) else b).pop()
+    return a, b
+
+
+def pack_pair(tokenizer: WordPieceTokenizer, ids_a: Sequence[int], ids_b: Optional[Sequence[int]],
+              max_seq_len: int) -> tuple[list[int], list[int]]:
+    """[CLS] A [SEP] (B [SEP]) truncated longest-first to max_seq_len: (ids, token types)."""
+    if ids_b is None:
+        a = list(ids_a)[:max_seq_len - 2]
+        return [tokenizer.cls_id, *a, tokenizer.sep_id], [0] * (len(a) + 2)
+    a, b = _truncate_pair(ids_a, ids_b, max_seq_len - 3)
+    ids = [tokenizer.cls_id, *a, tokenizer.sep_id, *b, tokenizer.sep_id]
+    return ids, [0] * (len(a) + 2) + [1] * (len(b) + 1)
+
+
+def _pad_sequences(sequences: Sequence[Sequence[int]], length: int, value: int) -> np.ndarray:
+    """[N, length] int32: each sequence at the start of its row, `value` after it."""
+    out = np.full((len(sequences), length), value, np.int32)
+    for i, sequence in enumerate(sequences):
+        out[i, :len(sequence)] = sequence
+    return out
+
+
+def encode_text_examples(tokenizer: WordPieceTokenizer, examples: Sequence[TextExample],
+                         max_seq_len: int, label_map: Optional[Sequence[str]],
+                         source: str = "examples", with_labels: bool = True
+                         ) -> dict[str, np.ndarray]:
+    """Rows for sequence (or pair) classification, or regression when label_map is None.
+
+    with_labels=False: the model inputs only (a kind that encodes its targets itself).
+    """
+    if max_seq_len < 4:
+        raise DataError(f"max_seq_len={max_seq_len} is too short for [CLS] A [SEP] B [SEP]")
+    ids_a = tokenizer.encode_batch([e.text for e in examples])
+    has_pairs = [e.text_pair is not None for e in examples]
+    if any(has_pairs) and not all(has_pairs):
+        raise DataError(f"{source}: some examples have a second text and some do not")
+    ids_b = (tokenizer.encode_batch([e.text_pair for e in examples]) if all(has_pairs) and examples
+             else [None] * len(examples))
+    packed = [pack_pair(tokenizer, a, b, max_seq_len) for a, b in zip(ids_a, ids_b)]
+    features = {
+        "input_ids": _pad_sequences([ids for ids, _ in packed], max_seq_len, tokenizer.pad_id),
+        "token_type_ids": _pad_sequences([types for _, types in packed], max_seq_len, 0),
+        "attention_mask": _pad_sequences([[1] * len(ids) for ids, _ in packed], max_seq_len, 0),
+    }
+    if not with_labels:
+        return features
+    labels = [e.label for e in examples]
+    if label_map is None:
+        features["labels"] = np.asarray(labels, np.float32)
+    else:
+        features["labels"] = label_ids(labels, label_map, source)
+    return features
+
+
+def encode_tagged_sentences(tokenizer: WordPieceTokenizer, sentences: Sequence[TaggedSentence],
+                            max_seq_len: int, label_map: Sequence[str],
+                            source: str = "sentences") -> dict[str, np.ndarray]:
+    """Rows for token classification: each word's tag on its first sub-word, IGNORE elsewhere.
+
+    A word the tokenizer turns into nothing (e.g. a lone control character) becomes [UNK], so
+    every word has a position; words past max_seq_len - 2 sub-words are cut (and will be
+    predicted as "O" when decoding; see `tags_from_token_predictions`).
+    """
+    for number, sentence in enumerate(sentences):
+        if len(sentence.words) != len(sentence.tags):
+            raise DataError(f"{source}: sentence {number} has {len(sentence.words)} words but "
+                            f"{len(sentence.tags)} tags")
+    all_tags = [tag for s in sentences for tag in s.tags]
+    label_ids(all_tags, label_map, source)  # fails on a tag never seen in training
+    tag_index = {name: i for i, name in enumerate(label_map)}
+    encodings = tokenizer.tokenizer.encode_batch(
+        [list(s.words) for s in sentences], is_pretokenized=True, add_special_tokens=False)
+    n = len(sentences)
+    input_ids = np.full((n, max_seq_len), tokenizer.pad_id, np.int32)
+    labels = np.full((n, max_seq_len), IGNORE, np.int32)
+    word_index = np.full((n, max_seq_len), -1, np.int32)
+    attention_mask = np.zeros((n, max_seq_len), np.int32)
+    for row, (sentence, encoding) in enumerate(zip(sentences, encodings)):
+        pieces: list[list[int]] = [[] for _ in sentence.words]
+        for token_id, word in zip(encoding.ids, encoding.word_ids):
+            if word is not None:
+                pieces[word].append(token_id)
+        ids, tags, words = [tokenizer.cls_id], [IGNORE], [-1]
+        for word, word_pieces in enumerate(pieces):
+            word_pieces = word_pieces or [tokenizer.unk_id]
+            if len(ids) + len(word_pieces) > max_seq_len - 1:
+                break
+            ids += word_pieces
+            tags += [tag_index[sentence.tags[word]]] + [IGNORE] * (len(word_pieces) - 1)
+            words += [word] + [-1] * (len(word_pieces) - 1)
+        ids.append(tokenizer.sep_id)
+        tags.append(IGNORE)
+        words.append(-1)
+        input_ids[row, :len(ids)] = ids
+        labels[row, :len(ids)] = tags
+        word_index[row, :len(ids)] = words
+        attention_mask[row, :len(ids)] = 1
+    return {"input_ids": input_ids, "token_type_ids": np.zeros_like(input_ids),
+            "attention_mask": attention_mask, "labels": labels, "word_index": word_index}
+
+
+def tags_from_token_predictions(predicted: np.ndarray, word_index: np.ndarray,
+                                num_words: Sequence[int], label_map: Sequence[str],
+                                outside: str = "O") -> list[list[str]]:
+    """Per-word tags from per-token class indices, read at each word's first sub-word.
+
+    predicted, word_index: [N, L]. Words cut by truncation get `outside`.
+    """
+    out = []
+    for row, count in enumerate(num_words):
+        tags = [outside] * count
+        for position in np.nonzero(word_index[row] >= 0)[0]:
+            tags[word_index[row, position]] = label_map[predicted[row, position]]
+        out.append(tags)
+    return out

@@ -1,0 +1,166 @@
+"""What every recipe builds the same way from its config: mesh, model config, initial weights,
+tokenizer, optimizer, loop settings, and a checkpoint's parameters placed on the mesh.
+
+The config keys read here mean the same in every recipe (experiments/configs/common.py holds
+their blocks): `model.*` (a BertConfig preset and field overrides), `dtype`, `remat`, `init.*`
+(hf_dir | checkpoint, with_heads), `tokenizer.*` (path, lowercase), `max_seq_len`, `batch_size`,
+`eval_batch_size`, `accumulation_steps`, `learning_rate`, `warmup_fraction`, `optimizer.*`,
+`seed`, `log_every_steps`, `eval_every_steps`, `checkpoint_every_steps`, `keep_checkpoints`,
+`async_checkpoints`, `mesh.*` (data, fsdp, tensor) and `peak_flops_per_device`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Optional
+
+import jax
+import ml_collections
+from absl import logging
+
+from bert_jax import sharding
+from bert_jax.config import BertConfig
+from bert_jax.train import checkpointing, loop, optimizer
+
+Config = ml_collections.ConfigDict
+
+# BertConfig fields that fix parameter shapes: with init weights they come from the weights.
+SHAPE_FIELDS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                "intermediate_size", "max_position_embeddings", "type_vocab_size")
+
+
+def make_mesh(config: Config):
+    return sharding.make_mesh(config.mesh.data, config.mesh.fsdp, config.mesh.tensor)
+
+
+def fit_mesh_to_devices(config: Config) -> None:
+    """Keep config.mesh if it fits the devices here, else use all of them data-parallel.
+
+    For evaluating a saved run elsewhere: checkpoints restore onto any mesh, and held-out
+    figures do not depend on the layout.
+    """
+    try:
+        sharding.mesh_shape(config.mesh.data, config.mesh.fsdp, config.mesh.tensor)
+    except ValueError as e:
+        logging.warning("%s; evaluating on mesh (%d, 1, 1) instead", e, jax.device_count())
+        config.mesh.data, config.mesh.fsdp, config.mesh.tensor = -1, 1, 1
+
+
+def _model_overrides(config: Config) -> dict[str, Any]:
+    """The non-None fields of config.model (its preset aside), with dtype and remat."""
+    fields = {k: v for k, v in config.model.to_dict().items() if k != "preset" and v is not None}
+    return {**fields, "dtype": config.dtype, "remat_policy": config.remat}
+
+
+def model_config(config: Config, vocab_size: int, base: Optional[BertConfig] = None
+                 ) -> BertConfig:
+    """The run's BertConfig.
+
+    Without init weights (`base` None): config.model.preset with the overrides, vocab_size
+    defaulting to the tokenizer's. With init weights: their config (`base`); an override of a
+    shape field must agree with it, the others (dropout, initialisation, dtype, remat) apply.
+    """
+    overrides = _model_overrides(config)
+    if base is None:
+        overrides.setdefault("vocab_size", vocab_size)
+        return BertConfig.preset(config.model.preset, **overrides)
+    differing = [f"model.{k}={overrides[k]} (the init weights have {getattr(base, k)})"
+                 for k in SHAPE_FIELDS if k in overrides and overrides[k] != getattr(base, k)]
+    if differing:
+        raise ValueError("config " + "; ".join(differing) + ": the shape comes from "
+                         "config.init; drop the override or the init weights")
+    if base.vocab_size < vocab_size:
+        raise ValueError(f"the tokenizer has {vocab_size} tokens but the init weights' "
+                         f"vocab_size is {base.vocab_size}: they do not belong together")
+    return base.replace(**{k: v for k, v in overrides.items() if k not in SHAPE_FIELDS})
+
+
+def initial_weights(config: Config) -> tuple[Optional[BertConfig], Optional[dict]]:
+    """(BertConfig, params) of config.init, or (None, None) to start from random weights.
+
+    init.hf_dir: a Hugging Face BERT folder; init.checkpoint: our checkpoints folder (or one
+    step of it). The tree is {"bert": encoder, head: ...}; the heads are kept only with
+    init.with_heads (where their paths and shapes fit the new model they are laid over).
+    """
+    init = config.init
+    if init.hf_dir and init.checkpoint:
+        raise ValueError("set config.init.hf_dir or config.init.checkpoint, not both")
+    if init.hf_dir:
+        from bert_jax.convert import hf
+        cfg, params = hf.load(init.hf_dir, with_heads=bool(init.with_heads))
+    elif init.checkpoint:
+        cfg, params = checkpointing.load_params(init.checkpoint)
+        params = jax.device_get(params)
+    else:
+        return None, None
+    params = params if "bert" in params else {"bert": params}
+    if not init.with_heads:
+        params = {"bert": params["bert"]}
+    logging.info("initial weights from %s: %s", init.hf_dir or init.checkpoint, cfg)
+    return cfg, params
+
+
+def load_tokenizer(config: Config):
+    """The WordPiece tokenizer of config.tokenizer.path (default: init.hf_dir's vocabulary)."""
+    from bert_jax.data import tokenizer
+    path = config.tokenizer.path or config.init.hf_dir
+    if not path:
+        raise ValueError("config.tokenizer.path is empty and there is no config.init.hf_dir to "
+                         "take the vocabulary from: name a vocab.txt, tokenizer.json or folder")
+    return tokenizer.load_tokenizer(path, lowercase=config.tokenizer.lowercase)
+
+
+def check_lengths(config: Config, cfg: BertConfig) -> None:
+    if config.max_seq_len > cfg.max_position_embeddings:
+        raise ValueError(f"config.max_seq_len={config.max_seq_len} exceeds the model's "
+                         f"max_position_embeddings={cfg.max_position_embeddings}")
+
+
+def optimizer_config(config: Config, total_steps: int) -> optimizer.OptimizerConfig:
+    """config.optimizer with the learning rate and a warm-up of warmup_fraction x total_steps."""
+    if not 0.0 <= config.warmup_fraction <= 1.0:
+        raise ValueError(f"config.warmup_fraction={config.warmup_fraction} must be in [0, 1]")
+    return optimizer.OptimizerConfig(
+        learning_rate=config.learning_rate, total_steps=total_steps,
+        warmup_steps=int(round(config.warmup_fraction * total_steps)),
+        **config.optimizer.to_dict())
+
+
+def loop_config(config: Config, total_steps: int) -> loop.LoopConfig:
+    return loop.LoopConfig(
+        total_steps=total_steps, global_batch_size=config.batch_size,
+        log_every_steps=config.log_every_steps, eval_every_steps=config.eval_every_steps,
+        checkpoint_every_steps=config.checkpoint_every_steps,
+        keep_checkpoints=config.keep_checkpoints, async_checkpoints=config.async_checkpoints,
+        accumulation_steps=config.accumulation_steps, seed=config.seed,
+        peak_flops_per_device=config.peak_flops_per_device)
+
+
+def check_batch_sizes(config: Config, mesh) -> None:
+    loop.check_batch_size(config.batch_size, mesh, config.accumulation_steps)
+    loop.check_batch_size(config.eval_batch_size, mesh)
+
+
+def train(config: Config, workdir: str, task: loop.Task, train_iterator, mesh,
+          total_steps: int, evaluate=None) -> loop.TrainResult:
+    """loop.train with the optimizer and loop settings of `config`."""
+    opt_config = optimizer_config(config, total_steps)
+    logging.info("model %s: %.1fM parameters; %.3g model FLOPs per step", task.model_config,
+                 task.model_config.num_params() / 1e6, task.flops_per_step)
+    return loop.train(task, optimizer.make_optimizer(opt_config), train_iterator, workdir,
+                      loop_config(config, total_steps), mesh,
+                      learning_rate_fn=optimizer.learning_rate_schedule(opt_config),
+                      evaluate=evaluate)
+
+
+def load_checkpoint(workdir: str, step: Optional[int],
+                    make_init_fn: Callable[[BertConfig], Callable[[jax.Array], Any]],
+                    mesh) -> tuple[int, BertConfig, Any]:
+    """(step, BertConfig, params) of a saved step of a run (default: the newest), each parameter
+    read straight into its shards on `mesh`; make_init_fn(cfg) builds the model's init_fn."""
+    directory = checkpointing.checkpoint_dir(workdir)
+    step = checkpointing.resolve_step(directory, step)
+    cfg = checkpointing.load_model_config(directory, step)
+    abstract = jax.eval_shape(make_init_fn(cfg), jax.random.PRNGKey(0))
+    _, params = checkpointing.load_params(directory, step,
+                                          shardings=sharding.param_shardings(abstract, mesh))
+    return step, cfg, params

@@ -1,0 +1,57 @@
+"""Sequence (or pair) classification: pooled output -> dense -> logits [B, C], cross-entropy.
+
+SST-2, MRPC, MNLI, polarity. Metrics: accuracy, F1 (binary: of the positive class; more
+classes: macro), Matthews correlation, and the majority-class baseline for reference.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from bert_jax.data import encoding
+from bert_jax.recipes.finetune import metrics
+from bert_jax.recipes.finetune.kinds import register, softmax
+from bert_jax.recipes.finetune.text import TextTask
+
+
+@register
+class Classification(TextTask):
+    name = "classification"
+
+    def describe_labels(self, train_examples: Sequence[Any], config) -> dict[str, Any]:
+        labels = [e.label for e in train_examples]
+        return {"label_map": list(encoding.build_label_map(labels)),
+                "majority_label": encoding.majority_label(labels)}
+
+    def encode(self, tokenizer, examples, config, labels: Mapping[str, Any], source: str):
+        return encoding.encode_text_examples(tokenizer, examples, config.max_seq_len,
+                                             labels["label_map"], source)
+
+    def loss(self, outputs, batch, rows):
+        logits = outputs.astype(jnp.float32)  # [B, C]
+        labels = batch["labels"]
+        cross_entropy = optax.softmax_cross_entropy_with_integer_labels(logits, labels)
+        correct = (jnp.argmax(logits, -1) == labels).astype(jnp.float32)
+        count = jnp.sum(rows)
+        return ({"cross_entropy": (jnp.sum(cross_entropy * rows), count)},
+                {"accuracy": (jnp.sum(correct * rows), count)})
+
+    def score(self, data, outputs, config):
+        label_map = data.labels["label_map"]
+        predicted = np.argmax(outputs["logits"], -1)
+        gold = data.eval_features["labels"]
+        majority = data.labels.get("majority_label")
+        result = {"accuracy": metrics.accuracy(predicted, gold),
+                  "f1": metrics.f1_score(predicted, gold, len(label_map)),
+                  "mcc": metrics.matthews_corrcoef(predicted, gold, len(label_map)),
+                  "majority_baseline_accuracy": float(np.mean(
+                      [e.label == majority for e in data.eval_examples]))}
+        probabilities = softmax(outputs["logits"])
+        records = [self.record(i, e, prediction=label_map[p],
+                               probabilities=[round(float(x), 6) for x in probabilities[i]])
+                   for i, (e, p) in enumerate(zip(data.eval_examples, predicted))]
+        return result, records

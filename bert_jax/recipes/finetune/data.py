@@ -1,0 +1,118 @@
+"""The data of a fine-tuning run: examples read from files or TFDS, labels fixed by the training
+examples (or by the run's task.json when reloading), and the encoded features of both splits.
+
+Config keys: `task` (a kind of bert_jax.recipes.finetune.kinds), `data.train_path` /
+`data.eval_path` (local files) or `data.tfds_name` with `tfds_train_split` / `tfds_eval_split`,
+`data.heldout_fraction` (> 0: hold this part of the training file out for evaluation,
+stratified by label for classification), `data.split_seed`, and the kind's reading options
+(`data.format`, `data.encoding`, columns, `data.label_separator`, `data.conll_tag_column`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from typing import Any, Mapping, Optional
+
+import jax
+import numpy as np
+
+from bert_jax.data import readers, tfds_tasks
+from bert_jax.recipes.finetune import kinds
+
+TASK_FILE = "task.json"
+
+
+@dataclasses.dataclass
+class TaskData:
+    """Examples and features of a run: what training reads and what evaluation scores."""
+
+    kind: kinds.TaskKind
+    labels: dict[str, Any]  # label_map and what else the kind keeps (kinds.describe_labels)
+    train_examples: list
+    eval_examples: list
+    train_features: Optional[dict[str, np.ndarray]]
+    eval_features: dict[str, np.ndarray]
+
+    @property
+    def label_map(self) -> Optional[tuple[str, ...]]:
+        return tuple(self.labels["label_map"]) if self.labels.get("label_map") else None
+
+
+def _read(config, kind: kinds.TaskKind, split: str) -> list:
+    """Examples of one split ("train" or "eval") from config.data (files or a TFDS name)."""
+    data = config.data
+    if data.tfds_name:
+        tfds_split = data.tfds_train_split if split == "train" else data.tfds_eval_split
+        return tfds_tasks.read_tfds(data.tfds_name, tfds_split, data.tfds_data_dir or None,
+                                    data.tfds_download)
+    path = data.train_path if split == "train" else data.eval_path
+    if not path:
+        raise ValueError(f"config.data.{split}_path is empty (and config.data.tfds_name too)")
+    return kind.read(path, config)
+
+
+def read_examples(config, kind: kinds.TaskKind) -> tuple[list, list]:
+    """(train, eval) examples: eval from its own file/split, or held out from train."""
+    train = _read(config, kind, "train")
+    has_eval = bool(config.data.eval_path or config.data.tfds_name)
+    if config.data.heldout_fraction > 0:
+        if has_eval and not config.data.tfds_name:
+            raise ValueError("set either config.data.eval_path or config.data.heldout_fraction, "
+                             "not both")
+        return readers.holdout_split(train, config.data.heldout_fraction,
+                                     config.data.split_seed,
+                                     stratify_by_label=kind.name == "classification")
+    if not has_eval:
+        raise ValueError("no evaluation data: set config.data.eval_path, a TFDS name, or "
+                         "config.data.heldout_fraction")
+    return train, _read(config, kind, "eval")
+
+
+def eval_source(config) -> str:
+    """Where the eval examples come from, for error messages."""
+    data = config.data
+    if data.eval_path:
+        return data.eval_path
+    if data.tfds_name:
+        return f"tfds:{data.tfds_name}/{data.tfds_eval_split}"
+    return f"held-out part of {data.train_path}"
+
+
+def build_task_data(config, tokenizer, saved_task: Optional[Mapping[str, Any]] = None,
+                    with_train_features: bool = True) -> TaskData:
+    """Read, label and encode a run's data. `saved_task` (from task.json) fixes the labels."""
+    kind = kinds.get(config.task)
+    train, evaluation = read_examples(config, kind)
+    if saved_task is not None:
+        labels = {k: v for k, v in saved_task.items() if k not in _TASK_FILE_COUNTS + ("task",)}
+    else:
+        labels = kind.describe_labels(train, config)
+    train_features = (kind.encode(tokenizer, train, config, labels,
+                                  config.data.train_path or "train")
+                      if with_train_features else None)
+    eval_features = kind.encode(tokenizer, evaluation, config, labels, eval_source(config))
+    return TaskData(kind, labels, train, evaluation, train_features, eval_features)
+
+
+_TASK_FILE_COUNTS = ("num_train_examples", "num_eval_examples")
+
+
+def save_task_file(workdir: str, data: TaskData) -> None:
+    """<workdir>/task.json: the kind, its labels and the example counts (process 0 only)."""
+    if jax.process_index() != 0:
+        return
+    os.makedirs(workdir, exist_ok=True)
+    with open(os.path.join(workdir, TASK_FILE), "w", encoding="utf-8") as f:
+        json.dump({"task": data.kind.name, **data.labels,
+                   "num_train_examples": len(data.train_examples),
+                   "num_eval_examples": len(data.eval_examples)}, f, indent=2)
+
+
+def read_task_file(workdir: str) -> Optional[dict]:
+    path = os.path.join(workdir, TASK_FILE)
+    if not os.path.exists(path):
+        return None
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)

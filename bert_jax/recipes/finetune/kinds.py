@@ -1,0 +1,104 @@
+"""The interface of a fine-tuning task kind, and the registry that the recipe looks kinds up in.
+
+A kind says, for one family of tasks, everything that differs between them:
+
+    read(path, config)               examples of a local file (TFDS names are read generically)
+    describe_labels(train_examples, config)
+                                     {"label_map": [...], ...}: what the training labels fix,
+                                     saved in task.json and with every checkpoint
+    encode(tokenizer, examples, config, labels, source)
+                                     numpy features, one row per model input row: input_ids,
+                                     token_type_ids, attention_mask [N, L] and the targets
+    make_model(cfg, labels)          the Flax module (encoder + head)
+    loss(outputs, batch, rows)       (loss terms, metrics) as (sum, weight) pairs (steps.LossFn)
+    predict(outputs, batch)          {name: float32 array [B, ...]}: what scoring needs
+    score(data, outputs, config)     (metrics, prediction records) of the whole eval set
+    write(records, directory)        prediction files; returns their paths
+    head_outputs(labels, seq_len)    outputs per row of the head, for the FLOP count
+
+Adding a kind: one module with a TaskKind subclass decorated with `@register`, and its import in
+`bert_jax/recipes/finetune/__init__.py` (see the multi-label kind).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Mapping, Sequence
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from bert_jax.config import BertConfig
+
+Weighted = tuple[jax.Array, jax.Array]
+LossOutput = tuple[dict[str, Weighted], dict[str, Weighted]]
+MODEL_INPUTS = ("input_ids", "token_type_ids", "attention_mask")
+
+REGISTRY: dict[str, "TaskKind"] = {}
+
+
+class TaskKind:
+    """One family of fine-tuning tasks (module docstring). Subclasses set `name`."""
+
+    name: str = ""
+    target_keys: tuple[str, ...] = ("labels",)  # feature keys the loss reads
+
+    def read(self, path: str, config) -> list:
+        raise NotImplementedError
+
+    def describe_labels(self, train_examples: Sequence[Any], config) -> dict[str, Any]:
+        return {}
+
+    def encode(self, tokenizer, examples: Sequence[Any], config, labels: Mapping[str, Any],
+               source: str) -> dict[str, np.ndarray]:
+        raise NotImplementedError
+
+    def make_model(self, cfg: BertConfig, labels: Mapping[str, Any]) -> nn.Module:
+        raise NotImplementedError
+
+    def loss(self, outputs: Any, batch: Mapping[str, jax.Array], rows: jax.Array) -> LossOutput:
+        raise NotImplementedError
+
+    def predict(self, outputs: Any, batch: Mapping[str, jax.Array]) -> dict[str, jax.Array]:
+        return {"logits": outputs.astype(jnp.float32)}
+
+    def score(self, data, outputs: Mapping[str, np.ndarray], config) -> tuple[dict, Any]:
+        raise NotImplementedError
+
+    def write(self, records: Any, directory: str) -> list[str]:
+        return [write_jsonl(records, os.path.join(directory, "predictions.jsonl"))]
+
+    def head_outputs(self, labels: Mapping[str, Any], seq_len: int) -> int:
+        return len(labels.get("label_map", ())) or 1
+
+
+def register(cls: type[TaskKind]) -> type[TaskKind]:
+    """Class decorator: put one instance of the kind in REGISTRY under its name."""
+    if not cls.name or cls.name in REGISTRY:
+        raise ValueError(f"task kind {cls.__name__}: name {cls.name!r} is empty or taken")
+    REGISTRY[cls.name] = cls()
+    return cls
+
+
+def get(name: str) -> TaskKind:
+    if name not in REGISTRY:
+        raise ValueError(f"config.task={name!r} is unknown; choose one of {sorted(REGISTRY)}")
+    return REGISTRY[name]
+
+
+def write_jsonl(records: Sequence[Mapping[str, Any]], path: str) -> str:
+    """One JSON object per line (UTF-8, non-ASCII kept); returns the path."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w", encoding="utf-8") as f:
+        for record in records:
+            f.write(json.dumps(record, ensure_ascii=False) + "\n")
+    return path
+
+
+def softmax(logits: np.ndarray) -> np.ndarray:
+    """Row-wise softmax of float logits [..., C], computed stably on the host."""
+    shifted = logits - logits.max(-1, keepdims=True)
+    return np.exp(shifted) / np.exp(shifted).sum(-1, keepdims=True)

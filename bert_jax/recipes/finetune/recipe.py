@@ -1,0 +1,154 @@
+"""Fine-tuning: any registered task kind, trained with the one loop, scored by the kind.
+
+    train_and_evaluate(config, workdir)   fine-tune (resuming from workdir), then write the
+                                          metrics and predictions of the final step into
+                                          <workdir>/predictions/step_<N>/
+    evaluate(config, workdir, step=None)  reload a saved step in any process and write the same
+                                          files into <workdir>/evaluation/step_<N>/
+
+The encoder starts from config.init (a Hugging Face folder or one of our checkpoints; neither:
+random init of config.model.preset); the task head starts fresh (or, with init.with_heads, from
+the initial weights where it fits). The labels fixed by the training data are saved with every
+checkpoint and in <workdir>/task.json, so evaluation maps classes the same way.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Callable, Mapping, Optional
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+from absl import logging
+
+from bert_jax.config import BertConfig
+from bert_jax.data import batches
+from bert_jax.recipes import common
+from bert_jax.recipes.finetune import kinds
+from bert_jax.recipes.finetune.data import (TaskData, build_task_data, read_task_file,
+                                            save_task_file, TASK_FILE)
+from bert_jax.train import evaluation, flops, loop, steps
+from bert_jax.train import workdir as workdir_lib
+
+
+def _forward(model: nn.Module, params, batch, rng, deterministic: bool):
+    return model.apply({"params": params}, batch["input_ids"], batch["token_type_ids"],
+                       batch["attention_mask"], deterministic,
+                       rngs=None if deterministic else {"dropout": rng})
+
+
+def make_loss_fn(kind: kinds.TaskKind, model: nn.Module) -> steps.LossFn:
+    """loss_fn(params, batch, rng, deterministic) of the kind; rows weighted by example_weights
+    (0 for the padding rows of a last eval batch)."""
+    def loss_fn(params, batch, rng, deterministic):
+        outputs = _forward(model, params, batch, rng, deterministic)
+        rows = batch.get("example_weights", jnp.ones(batch["input_ids"].shape[:1], jnp.float32))
+        return kind.loss(outputs, batch, rows)
+    return loss_fn
+
+
+def make_predict_fn(kind: kinds.TaskKind, model: nn.Module) -> Callable[[Any, Mapping], dict]:
+    """predict(params, batch) -> the kind's float32 outputs (no dropout)."""
+    def predict(params, batch):
+        return kind.predict(_forward(model, params, batch, None, True), batch)
+    return predict
+
+
+def make_init_fn(model: nn.Module, seq_len: int) -> Callable[[jax.Array], Any]:
+    def init_fn(rng):
+        ids = jnp.zeros((1, seq_len), jnp.int32)
+        return model.init(rng, ids, ids, jnp.ones_like(ids), True)["params"]
+    return init_fn
+
+
+def make_task(config, cfg: BertConfig, data: TaskData, initial_params=None) -> loop.Task:
+    model = data.kind.make_model(cfg, data.labels)
+    return loop.Task(
+        model_config=cfg, init_fn=make_init_fn(model, config.max_seq_len),
+        loss_fn=make_loss_fn(data.kind, model), initial_params=initial_params,
+        flops_per_step=flops.encoder_flops_per_step(
+            cfg, config.batch_size, config.max_seq_len,
+            data.kind.head_outputs(data.labels, config.max_seq_len)),
+        tokens_per_step=config.batch_size * config.max_seq_len,
+        checkpoint_metadata={"recipe": "finetune", "task": data.kind.name, **data.labels})
+
+
+def make_evaluator(config, cfg: BertConfig, data: TaskData, mesh
+                   ) -> evaluation.PredictEvaluator:
+    """Predicts every eval row and scores the set with the kind's metrics."""
+    model = data.kind.make_model(cfg, data.labels)
+    inputs = {name: data.eval_features[name] for name in kinds.MODEL_INPUTS}
+    return evaluation.PredictEvaluator(
+        make_predict_fn(data.kind, model), inputs,
+        lambda outputs: data.kind.score(data, outputs, config), config.eval_batch_size, mesh)
+
+
+def write_results(directory: str, step: int, result: Mapping[str, float], data: TaskData,
+                  records: Any) -> None:
+    """<directory>/metrics.json and the kind's prediction files (process 0 only)."""
+    if jax.process_index() != 0:
+        return
+    paths = data.kind.write(records, directory)
+    with open(os.path.join(directory, "metrics.json"), "w", encoding="utf-8") as f:
+        json.dump({"step": step, "metrics": result}, f, indent=2)
+    logging.info("step %d metrics %s; predictions in %s", step, result, paths)
+
+
+def total_steps_of(config, num_train_rows: int) -> int:
+    """config.total_steps, or the optimizer steps of config.epochs passes when it is 0."""
+    return config.total_steps or loop.steps_for_epochs(num_train_rows, config.batch_size,
+                                                       config.epochs)
+
+
+def train_and_evaluate(config, workdir: str) -> loop.TrainResult:
+    """Fine-tune as config says (resuming from workdir), then evaluate the final step."""
+    mesh = common.make_mesh(config)
+    common.check_batch_sizes(config, mesh)
+    tokenizer = common.load_tokenizer(config)
+    init_cfg, initial_params = common.initial_weights(config)
+    cfg = common.model_config(config, tokenizer.vocab_size, init_cfg)
+    common.check_lengths(config, cfg)
+    data = build_task_data(config, tokenizer, saved_task=read_task_file(workdir))
+    num_rows = len(data.train_features["input_ids"])
+    total_steps = total_steps_of(config, num_rows)
+    common.optimizer_config(config, total_steps)  # checks the optimizer keys before writing
+    workdir_lib.save_config(config, workdir)
+    save_task_file(workdir, data)
+    evaluator = make_evaluator(config, cfg, data, mesh)
+    train_features = {k: data.train_features[k]
+                      for k in kinds.MODEL_INPUTS + data.kind.target_keys}
+    iterator = batches.train_batches(train_features, config.batch_size, config.seed,
+                                     jax.process_index(), jax.process_count())
+    logging.info("%s: %d train rows (%d examples), %d eval examples; %d steps; labels %s",
+                 data.kind.name, num_rows, len(data.train_examples), len(data.eval_examples),
+                 total_steps, data.labels.get("label_map"))
+    result = common.train(config, workdir, make_task(config, cfg, data, initial_params),
+                          iterator, mesh, total_steps, evaluate=evaluator)
+    if not result.preempted and evaluator.last_records is not None:
+        write_results(os.path.join(workdir, "predictions", f"step_{result.step}"), result.step,
+                      result.last_eval_metrics or {}, data, evaluator.last_records)
+    return result
+
+
+def evaluate(config, workdir: str, step: Optional[int] = None,
+             output_dir: Optional[str] = None) -> tuple[int, dict[str, float]]:
+    """(step, metrics) of a saved step (default: the newest), with its predictions written to
+    output_dir (default <workdir>/evaluation/step_<N>/). The model and labels come from the
+    workdir, the data and tokenizer from `config`."""
+    saved_task = read_task_file(workdir)
+    if saved_task is None:
+        raise FileNotFoundError(f"{os.path.join(workdir, TASK_FILE)} not found: is {workdir} the "
+                                "workdir of a fine-tuning run?")
+    mesh = common.make_mesh(config)
+    data = build_task_data(config, common.load_tokenizer(config), saved_task=saved_task,
+                           with_train_features=False)
+    step, cfg, params = common.load_checkpoint(
+        workdir, step, lambda c: make_init_fn(data.kind.make_model(c, data.labels),
+                                              config.max_seq_len), mesh)
+    evaluator = make_evaluator(config, cfg, data, mesh)
+    result = evaluator(params)
+    write_results(output_dir or os.path.join(workdir, "evaluation", f"step_{step}"), step,
+                  result, data, evaluator.last_records)
+    return step, result

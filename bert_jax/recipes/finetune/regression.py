@@ -1,0 +1,38 @@
+"""Sequence (or pair) regression: pooled output -> dense -> one score [B], squared error.
+
+STS-B. Metrics: Pearson and Spearman correlation, mean squared error.
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+import numpy as np
+
+from bert_jax.data import encoding
+from bert_jax.recipes.finetune import metrics
+from bert_jax.recipes.finetune.kinds import register
+from bert_jax.recipes.finetune.text import TextTask
+
+
+@register
+class Regression(TextTask):
+    name = "regression"
+    regression = True
+
+    def encode(self, tokenizer, examples, config, labels, source):
+        return encoding.encode_text_examples(tokenizer, examples, config.max_seq_len, None,
+                                             source)
+
+    def loss(self, outputs, batch, rows):
+        error = outputs[:, 0].astype(jnp.float32) - batch["labels"]
+        return {"squared_error": (jnp.sum(error ** 2 * rows), jnp.sum(rows))}, {}
+
+    def score(self, data, outputs, config):
+        predicted = outputs["logits"][:, 0]
+        gold = data.eval_features["labels"]
+        result = {"pearson": metrics.pearson(predicted, gold),
+                  "spearman": metrics.spearman(predicted, gold),
+                  "mse": float(np.mean((predicted - gold) ** 2))}
+        records = [self.record(i, e, prediction=float(p))
+                   for i, (e, p) in enumerate(zip(data.eval_examples, predicted))]
+        return result, records

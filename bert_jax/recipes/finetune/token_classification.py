@@ -1,0 +1,70 @@
+"""Token classification (NER): every token -> dense -> logits [B, L, C], cross-entropy on the
+first sub-word of each word only (the others carry encoding.IGNORE).
+
+CoNLL-2003. Metric: entity-level precision / recall / F1 (conlleval chunks). Predictions are
+written in CoNLL form: word, gold tag, predicted tag.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Mapping, Sequence
+
+import jax.numpy as jnp
+import optax
+
+from bert_jax.data import encoding, readers
+from bert_jax.model import BertForTokenClassification
+from bert_jax.recipes.finetune import metrics
+from bert_jax.recipes.finetune.kinds import TaskKind, register
+
+
+@register
+class TokenClassification(TaskKind):
+    name = "token_classification"
+
+    def read(self, path: str, config) -> list:
+        return readers.read_conll(path, config.data.conll_tag_column, config.data.encoding)
+
+    def describe_labels(self, train_examples: Sequence[Any], config) -> dict[str, Any]:
+        return {"label_map": list(encoding.build_label_map(
+            [tag for sentence in train_examples for tag in sentence.tags]))}
+
+    def encode(self, tokenizer, examples, config, labels: Mapping[str, Any], source: str):
+        return encoding.encode_tagged_sentences(tokenizer, examples, config.max_seq_len,
+                                                labels["label_map"], source)
+
+    def make_model(self, cfg, labels):
+        return BertForTokenClassification(cfg, len(labels["label_map"]))
+
+    def loss(self, outputs, batch, rows):
+        logits = outputs.astype(jnp.float32)  # [B, L, C]
+        labels = batch["labels"]
+        tagged = (labels != encoding.IGNORE).astype(jnp.float32) * rows[:, None]
+        safe_labels = jnp.where(labels == encoding.IGNORE, 0, labels)
+        cross_entropy = optax.softmax_cross_entropy_with_integer_labels(logits, safe_labels)
+        correct = (jnp.argmax(logits, -1) == safe_labels).astype(jnp.float32)
+        num_tagged = jnp.sum(tagged)
+        return ({"cross_entropy": (jnp.sum(cross_entropy * tagged), num_tagged)},
+                {"token_accuracy": (jnp.sum(correct * tagged), num_tagged)})
+
+    def score(self, data, outputs, config):
+        examples = data.eval_examples
+        tags = encoding.tags_from_token_predictions(
+            outputs["logits"].argmax(-1), data.eval_features["word_index"],
+            [len(s.words) for s in examples], data.labels["label_map"])
+        result = metrics.entity_scores(tags, [list(s.tags) for s in examples])
+        return result, list(zip(examples, tags))
+
+    def write(self, records, directory: str) -> list[str]:
+        path = os.path.join(directory, "predictions.conll")
+        os.makedirs(directory, exist_ok=True)
+        with open(path, "w", encoding="utf-8") as f:
+            for sentence, tags in records:
+                for word, gold, predicted in zip(sentence.words, sentence.tags, tags):
+                    f.write(f"{word} {gold} {predicted}\n")
+                f.write("\n")
+        return [path]
+
+    def head_outputs(self, labels, seq_len: int) -> int:
+        return len(labels["label_map"]) * seq_len

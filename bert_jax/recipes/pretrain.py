@@ -1,0 +1,182 @@
+"""Masked-LM (+ next-sentence) pre-training: the task, its data, and the recipe's entry points.
+
+    train_and_evaluate(config, workdir)   prepare the data (the demo corpus and its vocabulary on
+                                          first use), train with the one loop (resuming from
+                                          workdir), evaluate on the held-out split
+    evaluate(config, workdir, step=None)  the held-out masked-LM loss and accuracy (plus NSP) of
+                                          a saved step, in any process, on any mesh
+
+Config keys beyond the shared ones (bert_jax.recipes.common): `data.corpus` ("demo",
+"text:GLOB", a TFDS name, or "synthetic": random tokens, no files), `data.data_dir` (default
+<workdir>/data), `data.max_predictions`, `data.mask_rate`, `data.whole_word_masking`,
+`data.sentence_pairs` (NSP pairs and the NSP head, as in the paper), `data.num_workers`,
+`tokenizer.vocab_size` (of the vocabulary trained for the demo when tokenizer.path is empty),
+`total_steps`, `eval_batches` (0: the whole held-out split).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Callable, Iterator
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from bert_jax.config import BertConfig
+from bert_jax.model import BertForPreTraining
+from bert_jax.recipes import common
+from bert_jax.train import evaluation, flops, loop, steps
+from bert_jax.train import workdir as workdir_lib
+
+SYNTHETIC = "synthetic"
+
+
+def make_loss(model: BertForPreTraining) -> steps.LossFn:
+    """Masked-LM (+ NSP when the batch has `nsp_labels`) loss of a BertForPreTraining.
+
+    batch: input_ids, token_type_ids, segment_ids, position_ids [B, L] int32; masked_positions,
+    masked_ids [B, P] int32; masked_weights [B, P] float32; optional nsp_labels [B] int32 and
+    example_weights [B] float32 (0 for padding rows of a last, partial eval batch).
+    """
+
+    def loss_fn(params, batch, rng, deterministic):
+        out = model.apply(
+            {"params": params}, batch["input_ids"], batch["masked_positions"],
+            batch.get("token_type_ids"), None, deterministic,
+            segment_ids=batch.get("segment_ids"), position_ids=batch.get("position_ids"),
+            rngs=None if deterministic else {"dropout": rng})
+        mlm_logits = out.mlm_logits.astype(jnp.float32)  # [B, P, V]
+        labels = batch["masked_ids"]
+        weights = batch["masked_weights"].astype(jnp.float32)
+        cross_entropy = optax.softmax_cross_entropy_with_integer_labels(mlm_logits, labels)
+        correct = (jnp.argmax(mlm_logits, axis=-1) == labels).astype(jnp.float32)
+        num_predictions = jnp.sum(weights)
+        terms = {"mlm_loss": (jnp.sum(cross_entropy * weights), num_predictions)}
+        metrics = {"mlm_accuracy": (jnp.sum(correct * weights), num_predictions)}
+        if "nsp_labels" in batch:
+            if out.nsp_logits is None:
+                raise ValueError("the batch has nsp_labels but the model has no NSP head "
+                                 "(BertForPreTraining(with_nsp=False))")
+            nsp_logits = out.nsp_logits.astype(jnp.float32)  # [B, 2]
+            nsp_labels = batch["nsp_labels"]
+            rows = batch.get("example_weights", jnp.ones(nsp_labels.shape, jnp.float32))
+            nsp_ce = optax.softmax_cross_entropy_with_integer_labels(nsp_logits, nsp_labels)
+            nsp_correct = (jnp.argmax(nsp_logits, axis=-1) == nsp_labels).astype(jnp.float32)
+            terms["nsp_loss"] = (jnp.sum(nsp_ce * rows), jnp.sum(rows))
+            metrics["nsp_accuracy"] = (jnp.sum(nsp_correct * rows), jnp.sum(rows))
+        return terms, metrics
+
+    return loss_fn
+
+
+
+# ----- data ------------------------------------------------------------------------------------
+
+def data_config(config: common.Config, workdir: str):
+    """The PretrainingDataConfig of a run (bert_jax.data.pretraining)."""
+    from bert_jax.data import pretraining
+    return pretraining.PretrainingDataConfig(
+        corpus=config.data.corpus, data_dir=config.data.data_dir or os.path.join(workdir, "data"),
+        vocab_path=config.tokenizer.path, lowercase=config.tokenizer.lowercase,
+        demo_vocab_size=config.tokenizer.vocab_size, seq_len=config.max_seq_len,
+        max_predictions=config.data.max_predictions, mask_rate=config.data.mask_rate,
+        whole_word_masking=config.data.whole_word_masking,
+        sentence_pairs=config.data.sentence_pairs, seed=config.seed,
+        num_workers=config.data.num_workers)
+
+
+def vocab_size_of(config: common.Config, workdir: str) -> int:
+    """The tokenizer's vocabulary size; the demo vocabulary is trained here on first use."""
+    if config.data.corpus == SYNTHETIC:
+        return config.tokenizer.vocab_size
+    from bert_jax.data import pretraining, tokenizer
+    path = pretraining.resolve_vocab_path(data_config(config, workdir))
+    return tokenizer.load_tokenizer(path, lowercase=config.tokenizer.lowercase).vocab_size
+
+
+def make_data(config: common.Config, workdir: str, vocab_size: int
+              ) -> tuple[Iterator, Callable[[], Iterator]]:
+    """(train iterator, make_eval_iterator): host-local batches of this process's rows."""
+    process_index, process_count = jax.process_index(), jax.process_count()
+    if config.data.corpus == SYNTHETIC:
+        from bert_jax.data.synthetic import RandomTokenBatches
+        shape = dict(seq_len=config.max_seq_len, max_predictions=config.data.max_predictions,
+                     vocab_size=vocab_size, process_index=process_index,
+                     sentence_pairs=config.data.sentence_pairs)
+        train = RandomTokenBatches(config.batch_size // process_count, seed=config.seed,
+                                   seconds_per_batch=config.data.seconds_per_batch, **shape)
+        return train, lambda: RandomTokenBatches(
+            config.eval_batch_size // process_count, seed=config.seed + 1_000_003,
+            num_batches=config.eval_batches or 4, **shape)
+    from bert_jax.data import pretraining
+    data = data_config(config, workdir)
+    train = pretraining.make_iterator(data, split="train", global_batch_size=config.batch_size,
+                                      process_index=process_index, process_count=process_count,
+                                      num_epochs=None)
+    return train, lambda: pretraining.make_iterator(
+        data, split="validation", global_batch_size=config.eval_batch_size,
+        process_index=process_index, process_count=process_count, num_epochs=1)
+
+
+# ----- the task --------------------------------------------------------------------------------
+
+def make_model(config: common.Config, cfg: BertConfig) -> BertForPreTraining:
+    return BertForPreTraining(cfg, with_nsp=bool(config.data.sentence_pairs))
+
+
+def make_init_fn(model: BertForPreTraining, config: common.Config) -> Callable[[jax.Array], Any]:
+    """rng -> boxed params of the model, traced on one row of the run's shapes."""
+    seq_len, max_predictions = config.max_seq_len, config.data.max_predictions
+
+    def init_fn(rng):
+        ids = jnp.zeros((1, seq_len), jnp.int32)
+        positions = jnp.zeros((1, max_predictions), jnp.int32)
+        return model.init(rng, ids, positions, ids, None, True, segment_ids=jnp.ones_like(ids),
+                          position_ids=jnp.arange(seq_len, dtype=jnp.int32)[None])["params"]
+
+    return init_fn
+
+
+def make_task(config: common.Config, cfg: BertConfig, initial_params: Any = None) -> loop.Task:
+    common.check_lengths(config, cfg)
+    model = make_model(config, cfg)
+    with_nsp = model.with_nsp
+    return loop.Task(
+        model_config=cfg, init_fn=make_init_fn(model, config), loss_fn=make_loss(model),
+        initial_params=initial_params,
+        flops_per_step=flops.pretraining_flops_per_step(
+            cfg, config.batch_size, config.max_seq_len, config.data.max_predictions, with_nsp),
+        tokens_per_step=config.batch_size * config.max_seq_len,
+        checkpoint_metadata={"recipe": "pretrain", "with_nsp": with_nsp})
+
+
+# ----- entry points ----------------------------------------------------------------------------
+
+def train_and_evaluate(config: common.Config, workdir: str) -> loop.TrainResult:
+    """Prepare data, build the task and train (resuming from workdir). Errors name the fault."""
+    mesh = common.make_mesh(config)
+    common.check_batch_sizes(config, mesh)
+    common.optimizer_config(config, config.total_steps)  # checks the optimizer keys
+    workdir_lib.save_config(config, workdir)
+    vocab_size = vocab_size_of(config, workdir)
+    init_cfg, initial_params = common.initial_weights(config)
+    task = make_task(config, common.model_config(config, vocab_size, init_cfg), initial_params)
+    train_iterator, make_eval_iterator = make_data(config, workdir, vocab_size)
+    evaluate_fn = evaluation.LossEvaluator(task.loss_fn, make_eval_iterator, mesh,
+                                           max_batches=config.eval_batches)
+    return common.train(config, workdir, task, train_iterator, mesh, config.total_steps,
+                        evaluate=evaluate_fn)
+
+
+def evaluate(config: common.Config, workdir: str, step: int | None = None
+             ) -> tuple[int, dict[str, float]]:
+    """(step, held-out metrics) of a saved step (default: the newest) of a pre-training run."""
+    mesh = common.make_mesh(config)
+    step, cfg, params = common.load_checkpoint(
+        workdir, step, lambda c: make_init_fn(make_model(config, c), config), mesh)
+    task = make_task(config, cfg)
+    _, make_eval_iterator = make_data(config, workdir, vocab_size_of(config, workdir))
+    evaluate_fn = evaluation.LossEvaluator(task.loss_fn, make_eval_iterator, mesh,
+                                           max_batches=config.eval_batches)
+    return step, evaluate_fn(params)
