@@ -46,7 +46,7 @@ def parse_flags(argv: list[str]) -> list[str]:
     try:
         return FLAGS(argv)
     except flags.Error as e:
-        sys.exit(f"{os.path.basename(argv[0])}: error: {e}\nPass --help for the flags.")
+        sys.exit(f"{os.path.basename(argv[0])}: error: {e} (--help lists the flags)")
     except (AttributeError, KeyError, TypeError, ValueError) as e:
         overrides = [a for a in argv[1:] if a.startswith("--config.")]
         message = str(e).strip("'\"").replace("\\n", " ").replace("\\'", "'")
@@ -67,9 +67,13 @@ def quiet_orbax_logs() -> None:
 
 def start(argv: list[str]) -> None:
     """First lines of a script's main: no stray arguments, join the job, quiet Orbax."""
+    script = os.path.basename(argv[0])
     if len(argv) > 1:
-        sys.exit(f"{os.path.basename(argv[0])}: error: unexpected arguments {argv[1:]}")
-    distributed.initialize_from_flags()
+        sys.exit(f"{script}: error: unexpected arguments {argv[1:]}")
+    try:
+        distributed.initialize_from_flags()
+    except flags.ValidationError as e:
+        sys.exit(f"{script}: error: {e}")
     quiet_orbax_logs()
 
 

@@ -125,8 +125,11 @@ def init_sharded(init_fn: Callable[[], Any], mesh: Mesh) -> tuple[Any, Any]:
 
 
 def batch_sharding(mesh: Mesh) -> NamedSharding:
-    """Batches are split along their first dimension over (data, fsdp)."""
-    return NamedSharding(mesh, P(("data", "fsdp")))
+    """Batches are split along their first dimension as the `batch` rule says ((data, fsdp)).
+
+    Every axis is kept, also those of size 1, so that the spec is the same on every mesh.
+    """
+    return NamedSharding(mesh, P(dict(LOGICAL_AXIS_RULES)["batch"]))
 
 
 def replicated(mesh: Mesh) -> NamedSharding:

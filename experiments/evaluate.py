@@ -14,6 +14,7 @@ that step in eval_metrics.jsonl; for fine-tuning the task's metrics, with the pr
 import json
 import os
 
+import jax
 from absl import app, flags, logging
 
 from bert_jax import cli, distributed, recipes
@@ -32,6 +33,8 @@ def evaluate_run(workdir: str, step):
 def main(argv):
     cli.start(argv)
     step, metrics = cli.run_or_exit("evaluate.py", lambda: evaluate_run(FLAGS.workdir, FLAGS.step))
+    if jax.process_index() != 0:
+        return
     output = FLAGS.output or os.path.join(FLAGS.workdir, "evaluation", f"step_{step}.json")
     os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
     record = {"workdir": os.path.abspath(FLAGS.workdir), "step": step, "metrics": metrics}

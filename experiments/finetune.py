@@ -17,7 +17,7 @@ import json
 from absl import app, flags
 
 from bert_jax import cli
-from bert_jax.recipes import finetune
+from bert_jax.recipes import common, finetune
 from bert_jax.train import workdir as workdir_lib
 
 FLAGS = flags.FLAGS
@@ -33,6 +33,7 @@ def main(argv):
 
     def evaluate():
         config = FLAGS.config or workdir_lib.load_config(FLAGS.workdir)
+        common.fit_mesh_to_devices(config)
         return finetune.evaluate(config, FLAGS.workdir, FLAGS.step)
 
     step, metrics = cli.run_or_exit("finetune.py", evaluate)

@@ -194,7 +194,11 @@ def _model_config(manager: ocp.CheckpointManager, step: int) -> BertConfig:
     metadata = read_metadata(manager, step)
     if "model_config" not in metadata:
         raise ValueError(f"{manager.directory}/{step}/{METADATA} has no model_config")
-    return BertConfig(**metadata["model_config"])
+    try:
+        return BertConfig(**metadata["model_config"])
+    except TypeError as e:  # a field this version does not know
+        raise ValueError(f"{manager.directory}/{step}/{METADATA}: the model config does not fit "
+                         f"this version of bert_jax ({e})") from None
 
 
 def load_model_config(checkpoint_dir: str | os.PathLike, step: Optional[int] = None

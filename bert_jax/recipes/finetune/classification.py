@@ -21,6 +21,7 @@ from bert_jax.recipes.finetune.text import TextTask
 @register
 class Classification(TextTask):
     name = "classification"
+    stratify_by_label = True
 
     def describe_labels(self, train_examples: Sequence[Any], config) -> dict[str, Any]:
         labels = [e.label for e in train_examples]

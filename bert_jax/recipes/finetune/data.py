@@ -63,7 +63,7 @@ def read_examples(config, kind: kinds.TaskKind) -> tuple[list, list]:
                              "not both")
         return readers.holdout_split(train, config.data.heldout_fraction,
                                      config.data.split_seed,
-                                     stratify_by_label=kind.name == "classification")
+                                     stratify_by_label=kind.stratify_by_label)
     if not has_eval:
         raise ValueError("no evaluation data: set config.data.eval_path, a TFDS name, or "
                          "config.data.heldout_fraction")
@@ -84,6 +84,9 @@ def build_task_data(config, tokenizer, saved_task: Optional[Mapping[str, Any]] =
                     with_train_features: bool = True) -> TaskData:
     """Read, label and encode a run's data. `saved_task` (from task.json) fixes the labels."""
     kind = kinds.get(config.task)
+    if saved_task is not None and saved_task.get("task") != kind.name:
+        raise ValueError(f"config.task={kind.name!r}, but the workdir's {TASK_FILE} was written "
+                         f"for task {saved_task.get('task')!r}: use another --workdir")
     train, evaluation = read_examples(config, kind)
     if saved_task is not None:
         labels = {k: v for k, v in saved_task.items() if k not in _TASK_FILE_COUNTS + ("task",)}

@@ -45,6 +45,7 @@ class TaskKind:
 
     name: str = ""
     target_keys: tuple[str, ...] = ("labels",)  # feature keys the loss reads
+    stratify_by_label = False  # a held-out split keeps the share of each (single) label
 
     def read(self, path: str, config) -> list:
         raise NotImplementedError
@@ -71,8 +72,12 @@ class TaskKind:
     def write(self, records: Any, directory: str) -> list[str]:
         return [write_jsonl(records, os.path.join(directory, "predictions.jsonl"))]
 
-    def head_outputs(self, labels: Mapping[str, Any], seq_len: int) -> int:
+    def num_outputs(self, labels: Mapping[str, Any]) -> int:
+        """Outputs of the head per row (a logit per class, or one score)."""
         return len(labels.get("label_map", ())) or 1
+
+    def head_outputs(self, labels: Mapping[str, Any], seq_len: int) -> int:
+        return self.num_outputs(labels)
 
 
 def register(cls: type[TaskKind]) -> type[TaskKind]:

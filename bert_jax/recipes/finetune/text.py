@@ -31,7 +31,7 @@ class TextTask(TaskKind):
                                              source, with_labels=False)
 
     def make_model(self, cfg: BertConfig, labels: Mapping[str, Any]):
-        return BertForSequenceClassification(cfg, self.head_outputs(labels, 0))
+        return BertForSequenceClassification(cfg, self.num_outputs(labels))
 
     @staticmethod
     def record(index: int, example: readers.TextExample, **fields) -> dict[str, Any]:
