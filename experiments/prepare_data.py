@@ -48,8 +48,8 @@ def main(argv):
         vocab_path = pretraining.prepare_demo(data_dir, FLAGS.vocab_size, FLAGS.lowercase)
     else:
         source = corpora.load_source(FLAGS.corpus, "train", data_dir, **options)
-        count = len(source) if not FLAGS.max_documents else min(len(source), FLAGS.max_documents)
-        texts = (corpora.document_text(source[i], FLAGS.text_key) for i in range(count))
+        count = FLAGS.max_documents or None
+        texts = corpora.SourceTexts(source, FLAGS.text_key, count)
         casing = "uncased" if FLAGS.lowercase else "cased"
         vocab_dir = FLAGS.vocab_dir or os.path.join(data_dir, f"vocab_{FLAGS.vocab_size}_{casing}")
         vocab_path = tok.train_wordpiece(texts, FLAGS.vocab_size, vocab_dir, FLAGS.lowercase)

@@ -318,12 +318,13 @@ def multi_label_rows(rng, count):
 def test_multi_label_kind_learns_a_synthetic_set(tmp_path):
     rng = np.random.default_rng(2)
     vocab = write_vocab(tmp_path / "vocab.txt")
-    paths = {}
-    for split, count in (("train", 400), ("dev", 64)):
-        paths[split] = tmp_path / f"{split}.tsv"
-        paths[split].write_text("text\tlabel\n" + "".join(
-            f"{text}\t{labels}\n" for text, labels in multi_label_rows(rng, count)),
-            encoding="utf-8")
+    # training labels joined by '|' in a TSV, evaluation labels as JSON lists
+    paths = {"train": tmp_path / "train.tsv", "dev": tmp_path / "dev.jsonl"}
+    paths["train"].write_text("text\tlabel\n" + "".join(
+        f"{text}\t{labels}\n" for text, labels in multi_label_rows(rng, 400)), encoding="utf-8")
+    paths["dev"].write_text("".join(
+        json.dumps({"text": text, "label": labels.split("|")}) + "\n"
+        for text, labels in multi_label_rows(rng, 64)), encoding="utf-8")
     config = tiny_config(vocab, "multi_label", max_seq_len=16, epochs=15.0, learning_rate=2e-3,
                          **{"data.train_path": str(paths["train"]),
                             "data.eval_path": str(paths["dev"])})

@@ -32,6 +32,18 @@ def test_trained_vocab_has_special_tokens_first(trained):
     assert os.path.isfile(os.path.join(os.path.dirname(trained), "tokenizer.json"))
 
 
+def test_training_is_deterministic_and_reads_a_generator_like_a_list(trained, tmp_path):
+    again = tok.train_wordpiece((text for text in TEXTS), vocab_size=200, out_dir=str(tmp_path))
+    for name in ("vocab.txt", "tokenizer.json"):
+        with open(os.path.join(os.path.dirname(trained), name), "rb") as f:
+            first = f.read()
+        with open(os.path.join(tmp_path, name), "rb") as f:
+            assert f.read() == first, name
+    json_tokenizer = tok.load_tokenizer(os.path.join(tmp_path, "tokenizer.json"))
+    tokens = json_tokenizer.tokenizer.encode("##e [MASK]", add_special_tokens=False).tokens
+    assert "##e" not in tokens and tokens[-1] == "[MASK]"  # "##e" is a piece, not a special token
+
+
 def test_vocab_txt_and_tokenizer_json_agree(trained):
     from_txt = tok.load_tokenizer(trained)
     from_json = tok.load_tokenizer(os.path.join(os.path.dirname(trained), "tokenizer.json"))

@@ -64,6 +64,22 @@ def document_text(record: Any, text_key: str = "text") -> str:
     return record.decode("utf-8") if isinstance(record, bytes) else str(record)
 
 
+class SourceTexts:
+    """The texts of source[0], ..., source[count - 1], in order; each iteration reads the source
+    anew, so a consumer that passes over the texts twice (`tokenizer.train_wordpiece`) needs no
+    copy of them in memory."""
+
+    def __init__(self, source: TextSource, text_key: str = "text", count: int | None = None):
+        self.source, self.text_key = source, text_key
+        self.count = len(source) if count is None else min(count, len(source))
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __iter__(self) -> Iterator[str]:
+        return (document_text(self.source[i], self.text_key) for i in range(self.count))
+
+
 def _unit_hash(text: str) -> float:
     """A stable hash of the text, uniform in [0, 1): the train/validation split compares it with
     validation_fraction."""

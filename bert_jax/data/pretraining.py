@@ -61,8 +61,9 @@ class PretrainingDataConfig:
     min_segment_tokens: a new piece starts in a row only if this many tokens (or the whole rest of
       its document) fit.
     short_seq_prob: sentence-pair mode: probability of a shorter target length (as in BERT).
-    num_workers: grain worker processes making rows (0: threads of this process only). On 2 cores
-      they pay off only in sentence-pair mode (see experiments/data_throughput.py).
+    num_workers: grain worker processes making rows (0: threads of this process only; see
+      experiments/data_throughput.py for when they pay off). num_workers > 0 needs parsed absl
+      flags (module docstring).
     document_delimiter, invalid_utf8, validation_fraction: options of "text:GLOB" corpora.
     """
 
@@ -120,8 +121,8 @@ class PretrainingDataConfig:
 def prepare_demo(data_dir: str, vocab_size: int = 8192, lowercase: bool = True) -> str:
     """Prepares the demo corpus and trains its vocabulary on the train split (both only once).
 
-    Returns the path of vocab.txt (under data_dir/demo_vocab_<size>_<cased|uncased>/). Takes
-    ~15 s on 2 cores the first time, ~1 s after.
+    Returns the path of vocab.txt (under data_dir/demo_vocab_<size>_<cased|uncased>/). Both are
+    the same, byte for byte, in every preparation.
     """
     data_dir = os.path.expanduser(data_dir)
     name = f"demo_vocab_{vocab_size}_{'uncased' if lowercase else 'cased'}"
@@ -130,8 +131,8 @@ def prepare_demo(data_dir: str, vocab_size: int = 8192, lowercase: bool = True) 
     if not os.path.isfile(vocab_path):
         with corpora.exclusive(data_dir):
             if not os.path.isfile(vocab_path):  # another process may have trained it meanwhile
-                texts = (corpora.document_text(source[i]) for i in range(len(source)))
-                tok.train_wordpiece(texts, vocab_size, os.path.dirname(vocab_path), lowercase)
+                tok.train_wordpiece(corpora.SourceTexts(source), vocab_size,
+                                    os.path.dirname(vocab_path), lowercase)
     return vocab_path
 
 

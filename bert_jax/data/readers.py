@@ -5,10 +5,11 @@
     TaggedSentence(words, tags)             token classification (NER with BIO/IOB2 tags)
     QAExample(id, question, context, answers, is_impossible)    span QA (SQuAD 1.1 / 2.0)
 
-Local formats: CSV/TSV with a header (named text, pair and label columns), JSONL (one object per
-line, the same names as keys), fastText-style lines (`__label__pos some text`), CoNLL (a token
-and its tag per line, the tag in the last column by default, a blank line between sentences,
-`-DOCSTART-` lines skipped) and SQuAD JSON. Every reader fails with a DataError naming the file
+Local formats: CSV/TSV with a header (named text, pair and label columns; TSV read without quote
+processing unless asked, see `read_table`), JSONL (one object per line, the same names as keys),
+fastText-style lines (`__label__pos some text`), CoNLL (a token and its tag per line, the tag in
+the last column by default, a blank line between sentences, `-DOCSTART-` lines skipped) and SQuAD
+JSON. A UTF-8 byte-order mark is dropped. Every reader fails with a DataError naming the file
 (and line, key or question id) at fault: an empty file, a missing column, a malformed CoNLL line,
 an answer whose `answer_start` does not point at its text.
 
@@ -96,6 +97,10 @@ def _lines(path: str, encoding: str, newline: Optional[str] = None) -> Iterator[
 
 
 def _label_value(raw: Any, regression: bool, where: str) -> Any:
+    """A class name (str), a number (regression), or a tuple of names (a JSON list of labels,
+    for multi-label classification; it may be empty)."""
+    if isinstance(raw, (list, tuple)) and not regression:
+        return tuple(str(name).strip() for name in raw)
     if raw is None or (isinstance(raw, str) and not raw.strip()):
         raise DataError(f"{where}: the label is empty")
     if regression:

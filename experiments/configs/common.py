@@ -9,8 +9,8 @@ overrides; None keeps the preset's), dtype, remat, init.* (hf_dir | checkpoint, 
 tokenizer.* (path, lowercase), max_seq_len, batch_size, eval_batch_size, accumulation_steps,
 total_steps, learning_rate, warmup_fraction, optimizer.*, seed, log_every_steps,
 eval_every_steps, checkpoint_every_steps, keep_checkpoints, async_checkpoints, mesh.*,
-peak_flops_per_device. Each recipe adds its own `data` block (and fine-tuning `task`, `epochs`,
-`squad`).
+peak_flops_per_device, nonfinite, max_nonfinite_in_a_row, allow_config_change. Each recipe adds
+its own `data` block (and fine-tuning `task`, `epochs`, `squad`).
 """
 
 import ml_collections
@@ -79,6 +79,13 @@ def base_config(recipe: str) -> ml_collections.ConfigDict:
     config.async_checkpoints = True
     config.mesh = ml_collections.ConfigDict(dict(data=-1, fsdp=1, tensor=1))
     config.peak_flops_per_device = 0.0  # 0: look up by device kind
+    # A step with non-finite gradients changes nothing; "stop": the run stops with an error at
+    # the next log step or save; "skip": it goes on, stopping after max_nonfinite_in_a_row.
+    config.nonfinite = "stop"
+    config.max_nonfinite_in_a_row = 10
+    # A rerun on a workdir must have the config the run started with (keys that change what it
+    # computes); true: the change is meant (the old config.json is kept beside the new one).
+    config.allow_config_change = False
     return config
 
 
@@ -110,6 +117,7 @@ def finetune_config(task: str) -> ml_collections.ConfigDict:
         train_path="", eval_path="",
         format="auto",  # csv | tsv | jsonl | fasttext (by extension when auto)
         encoding="utf-8",
+        tsv_quoting=False,  # TSV fields are taken as they are (GLUE); True: CSV-style quotes
         text_column="text", text_pair_column="", label_column="label",
         label_separator="|",  # multi_label: labels joined in one string
         conll_tag_column=-1,

@@ -22,7 +22,8 @@ class TextTask(TaskKind):
         data = config.data
         return readers.read_text_examples(
             path, data.format, data.text_column, data.label_column,
-            data.text_pair_column or None, regression=self.regression, encoding=data.encoding)
+            data.text_pair_column or None, regression=self.regression, encoding=data.encoding,
+            tsv_quoting=data.tsv_quoting)
 
     def encode_inputs(self, tokenizer, examples: Sequence[readers.TextExample], config,
                       source: str) -> dict[str, np.ndarray]:

@@ -1,0 +1,1 @@
+"""Regression tests for reported faults, one file per kind of fault."""
