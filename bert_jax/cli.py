@@ -6,8 +6,9 @@ errors for a user's mistakes, joining a multi-process job, and the exit-status c
         app.run(main, flags_parser=cli.parse_flags)
 
 Exit status: 0 done; 1 with one line `<script>: error: <what is wrong>` for bad input (a config
-key, a file, a checkpoint that does not fit); 143 after SIGTERM (state saved: run the same
-command again to continue). A bug still shows its traceback.
+key, a file, a checkpoint that does not fit, a run that diverged, a workdir in use); 143 after
+SIGTERM and 130 after Ctrl-C (SIGINT), the state saved first: run the same command again to
+continue (a second Ctrl-C aborts at once, without saving). A bug still shows its traceback.
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ from absl import flags, logging
 from bert_jax import distributed
 
 FLAGS = flags.FLAGS
-PREEMPTED_EXIT = 143
 # Bad input surfaces as these: ConfigError, DataError, CheckpointError, CheckpointMismatchError
 # are ValueErrors; a missing file is FileNotFoundError.
 USER_ERRORS = (ValueError, FileNotFoundError)
@@ -91,8 +91,9 @@ def train_main(argv: list[str], script: str, train_and_evaluate: Callable) -> No
     start(argv)
     result = run_or_exit(script, lambda: train_and_evaluate(FLAGS.config, FLAGS.workdir))
     if result.preempted:
-        logging.warning("preempted at step %d; run the same command again to resume", result.step)
-        sys.exit(PREEMPTED_EXIT)
+        logging.warning("stopped by signal %d at step %d (saved); run the same command again to "
+                        "resume", result.signal_number, result.step)
+        sys.exit(128 + result.signal_number)
     logging.info("done at step %d: train %s; held-out %s", result.step,
                  result.last_train_metrics, result.last_eval_metrics)
     print(json.dumps({"step": result.step, "metrics": result.last_eval_metrics or {}}))

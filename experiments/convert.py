@@ -11,11 +11,16 @@ model config; no optimizer state): `bert_jax.train.checkpointing.load_params(OUT
 Heads travel with the weights: a BertForPreTraining checkpoint gives `bert/`, `mlm/`, `nsp/`
 (see bert_jax.convert.hf); --encoder_only keeps the encoder alone. After writing, the output is
 read back and compared with what was written, tensor by tensor.
+
+Exit status: 0 done; 1 with one line `convert.py: error: <what, naming the file>` for a user's
+mistake (a missing folder, a damaged weights file, a bad config.json, an output folder that
+already holds checkpoints). A failed read-back comparison is a bug and shows its traceback.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 
 import jax
 import numpy as np
@@ -26,6 +31,11 @@ from bert_jax import cli
 from bert_jax.train import checkpointing
 
 FLAGS = flags.FLAGS
+SCRIPT = "convert.py"
+
+
+class OutputFolderError(ValueError):
+    """The output folder cannot be written: it already holds checkpoints, or it is a file."""
 
 
 def _count(params) -> int:
@@ -48,11 +58,14 @@ def _assert_same(written, read_back, where: str) -> None:
 
 def hf_to_ours(hf_dir: str, checkpoint_dir: str, encoder_only: bool) -> None:
     cfg, params = hf.load(hf_dir, with_heads=not encoder_only)
+    if os.path.exists(checkpoint_dir) and not os.path.isdir(checkpoint_dir):
+        raise OutputFolderError(f"--checkpoint_dir={checkpoint_dir} is a file, not a folder; "
+                                "give an empty or new folder")
     manager = checkpointing.make_manager(checkpoint_dir, keep=1, async_saves=False)
     try:
         if manager.latest_step() is not None:
-            raise FileExistsError(f"--checkpoint_dir={checkpoint_dir} already holds checkpoints; "
-                                  "give an empty or new folder")
+            raise OutputFolderError(f"--checkpoint_dir={checkpoint_dir} already holds checkpoints; "
+                                "give an empty or new folder")
         checkpointing.save(manager, 0, {"params": params}, model_config=cfg,
                            extra_metadata={"converted_from": os.path.abspath(hf_dir),
                                            "heads": list(hf.heads_of(params))})
@@ -69,8 +82,16 @@ def hf_to_ours(hf_dir: str, checkpoint_dir: str, encoder_only: bool) -> None:
 
 
 def ours_to_hf(checkpoint_dir: str, hf_dir: str, step: int | None, encoder_only: bool) -> None:
-    cfg, params = checkpointing.load_params(checkpoint_dir, step=step)
+    try:
+        cfg, params = checkpointing.load_params(checkpoint_dir, step=step)
+    except ValueError as e:  # some (Orbax's JSON metadata) name no file: say which checkpoint
+        if os.path.normpath(checkpoint_dir) in str(e):
+            raise
+        raise ValueError(f"--checkpoint_dir={checkpoint_dir}: cannot read the checkpoint "
+                         f"({type(e).__name__}: {e})") from e
     params = jax.tree.map(np.asarray, params)
+    if os.path.exists(hf_dir) and not os.path.isdir(hf_dir):
+        raise OutputFolderError(f"--hf_dir={hf_dir} is a file, not a folder")
     if encoder_only:
         params = _encoder(params)
     hf.save(cfg, params, hf_dir)
@@ -84,12 +105,14 @@ def ours_to_hf(checkpoint_dir: str, hf_dir: str, step: int | None, encoder_only:
 
 def main(argv):
     if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+        sys.exit(f"{SCRIPT}: error: unexpected arguments {argv[1:]}")
     cli.quiet_orbax_logs()
     if FLAGS.direction == "hf_to_ours":
-        hf_to_ours(FLAGS.hf_dir, FLAGS.checkpoint_dir, FLAGS.encoder_only)
+        cli.run_or_exit(SCRIPT, lambda: hf_to_ours(FLAGS.hf_dir, FLAGS.checkpoint_dir,
+                                                   FLAGS.encoder_only))
     else:
-        ours_to_hf(FLAGS.checkpoint_dir, FLAGS.hf_dir, FLAGS.step, FLAGS.encoder_only)
+        cli.run_or_exit(SCRIPT, lambda: ours_to_hf(FLAGS.checkpoint_dir, FLAGS.hf_dir, FLAGS.step,
+                                                   FLAGS.encoder_only))
 
 
 if __name__ == "__main__":
@@ -101,4 +124,4 @@ if __name__ == "__main__":
     flags.DEFINE_integer("step", None, "ours_to_hf: the step to convert (default: the newest).")
     flags.DEFINE_boolean("encoder_only", False, "Drop the heads (MLM, NSP, classifier, ...).")
     flags.mark_flags_as_required(["direction", "hf_dir", "checkpoint_dir"])
-    app.run(main)
+    app.run(main, flags_parser=cli.parse_flags)

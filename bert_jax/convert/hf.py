@@ -76,8 +76,12 @@ class _TensorFiles:
         if os.path.isfile(single):
             self._open_safetensors([single])
         elif os.path.isfile(index):
-            with open(index, encoding="utf-8") as f:
-                weight_map = json.load(f).get("weight_map")
+            try:
+                with open(index, encoding="utf-8") as f:
+                    index_json = json.load(f)
+            except (OSError, ValueError) as e:  # ValueError: JSONDecodeError, UnicodeDecodeError
+                raise CheckpointError(f"{index}: cannot read as JSON ({e})") from None
+            weight_map = index_json.get("weight_map") if isinstance(index_json, dict) else None
             if not isinstance(weight_map, dict):
                 raise CheckpointError(f"{index}: no 'weight_map' dict")
             self._open_safetensors(sorted({os.path.join(directory, v) for v in weight_map.values()}))
@@ -107,7 +111,17 @@ class _TensorFiles:
             raise CheckpointError(
                 f"{path}: reading pytorch_model.bin needs torch, which is not installed; install "
                 "torch, or convert the checkpoint to model.safetensors") from None
-        state = torch.load(path, map_location="cpu", weights_only=True)
+        try:
+            state = torch.load(path, map_location="cpu", weights_only=True)
+        except Exception as e:  # torch raises pickle, zip and its own errors for a damaged file
+            # weights_only errors bury the cause after this marker, under advice that does not fit
+            lines = str(e).split("WeightsUnpickler error:")[-1].strip().splitlines()
+            detail = lines[0].strip() if lines else type(e).__name__
+            raise CheckpointError(f"{path}: cannot read as a PyTorch checkpoint of tensors; is it "
+                                  f"damaged? ({detail})") from None
+        if not isinstance(state, Mapping) or not all(
+                isinstance(k, str) and isinstance(t, torch.Tensor) for k, t in state.items()):
+            raise CheckpointError(f"{path}: not a state dict of named tensors")
         for key, tensor in state.items():
             if tensor.is_floating_point():
                 tensor = tensor.float()
@@ -204,9 +218,20 @@ def load(directory: str | os.PathLike, *, with_heads: bool = True,
     config_path = os.path.join(directory, CONFIG)
     if not os.path.isfile(config_path):
         raise FileNotFoundError(f"{directory}: no {CONFIG} in the checkpoint folder")
-    cfg = BertConfig.from_json_file(config_path, **config_overrides)
-    with open(config_path, encoding="utf-8") as f:
-        hf_config = json.load(f)
+    try:
+        with open(config_path, encoding="utf-8") as f:
+            hf_config = json.load(f)
+    except ValueError as e:  # JSONDecodeError, UnicodeDecodeError
+        raise ConfigError(f"{config_path}: not valid JSON ({e})") from None
+    except OSError as e:
+        raise CheckpointError(f"{config_path}: cannot read ({e})") from None
+    if not isinstance(hf_config, dict):
+        raise ConfigError(f"{config_path}: expected a JSON object, got {type(hf_config).__name__}")
+    try:
+        cfg = BertConfig.from_hf_dict(hf_config, source=config_path, **config_overrides)
+    except TypeError as e:  # a field of the wrong type, e.g. "hidden_dropout_prob": "0.1"
+        overrides = f" with the overrides {config_overrides}" if config_overrides else ""
+        raise ConfigError(f"{config_path}{overrides}: a field has the wrong type ({e})") from None
     files = _TensorFiles(directory)
     dtype = np.dtype(_numpy_dtype(cfg.param_dtype))
     prefix = _encoder_prefix(files)

@@ -2,11 +2,13 @@
 tokenizer, optimizer, loop settings, and a checkpoint's parameters placed on the mesh.
 
 The config keys read here mean the same in every recipe (experiments/configs/common.py holds
-their blocks): `model.*` (a BertConfig preset and field overrides), `dtype`, `remat`, `init.*`
+their blocks): `recipe`, `model.*` (a BertConfig preset and field overrides), `dtype`, `remat`, `init.*`
 (hf_dir | checkpoint, with_heads), `tokenizer.*` (path, lowercase), `max_seq_len`, `batch_size`,
 `eval_batch_size`, `accumulation_steps`, `learning_rate`, `warmup_fraction`, `optimizer.*`,
 `seed`, `log_every_steps`, `eval_every_steps`, `checkpoint_every_steps`, `keep_checkpoints`,
-`async_checkpoints`, `mesh.*` (data, fsdp, tensor) and `peak_flops_per_device`.
+`async_checkpoints`, `mesh.*` (data, fsdp, tensor), `peak_flops_per_device`, `total_steps`,
+`nonfinite`, `max_nonfinite_in_a_row` (bert_jax.train.loop.LoopConfig) and
+`allow_config_change` (bert_jax.train.workdir).
 """
 
 from __future__ import annotations
@@ -126,18 +128,25 @@ def optimizer_config(config: Config, total_steps: int) -> optimizer.OptimizerCon
 
 
 def loop_config(config: Config, total_steps: int) -> loop.LoopConfig:
+    """The loop settings of `config` (checked: counts in range, a known nonfinite policy)."""
     return loop.LoopConfig(
         total_steps=total_steps, global_batch_size=config.batch_size,
         log_every_steps=config.log_every_steps, eval_every_steps=config.eval_every_steps,
         checkpoint_every_steps=config.checkpoint_every_steps,
         keep_checkpoints=config.keep_checkpoints, async_checkpoints=config.async_checkpoints,
         accumulation_steps=config.accumulation_steps, seed=config.seed,
-        peak_flops_per_device=config.peak_flops_per_device)
+        peak_flops_per_device=config.peak_flops_per_device, nonfinite=config.nonfinite,
+        max_nonfinite_in_a_row=config.max_nonfinite_in_a_row)
 
 
-def check_batch_sizes(config: Config, mesh) -> None:
+def check_run(config: Config, mesh, total_steps: int, cfg: BertConfig) -> None:
+    """Every check that needs no write: batch sizes on the mesh, optimizer and loop settings,
+    the model's lengths. Recipes call it before anything in the workdir is written."""
     loop.check_batch_size(config.batch_size, mesh, config.accumulation_steps)
     loop.check_batch_size(config.eval_batch_size, mesh)
+    optimizer_config(config, total_steps)
+    loop_config(config, total_steps)
+    check_lengths(config, cfg)
 
 
 def train(config: Config, workdir: str, task: loop.Task, train_iterator, mesh,

@@ -154,19 +154,22 @@ def make_task(config: common.Config, cfg: BertConfig, initial_params: Any = None
 # ----- entry points ----------------------------------------------------------------------------
 
 def train_and_evaluate(config: common.Config, workdir: str) -> loop.TrainResult:
-    """Prepare data, build the task and train (resuming from workdir). Errors name the fault."""
+    """Check the config, then (holding the workdir) prepare data, build the task and train,
+    resuming from workdir. Errors name the fault."""
     mesh = common.make_mesh(config)
-    common.check_batch_sizes(config, mesh)
-    common.optimizer_config(config, config.total_steps)  # checks the optimizer keys
-    workdir_lib.save_config(config, workdir)
-    vocab_size = vocab_size_of(config, workdir)
     init_cfg, initial_params = common.initial_weights(config)
-    task = make_task(config, common.model_config(config, vocab_size, init_cfg), initial_params)
-    train_iterator, make_eval_iterator = make_data(config, workdir, vocab_size)
-    evaluate_fn = evaluation.LossEvaluator(task.loss_fn, make_eval_iterator, mesh,
-                                           max_batches=config.eval_batches)
-    return common.train(config, workdir, task, train_iterator, mesh, config.total_steps,
-                        evaluate=evaluate_fn)
+    common.check_run(config, mesh, config.total_steps,
+                     common.model_config(config, config.tokenizer.vocab_size, init_cfg))
+    with workdir_lib.lock(workdir):
+        workdir_lib.record_config(config, workdir)
+        vocab_size = vocab_size_of(config, workdir)
+        task = make_task(config, common.model_config(config, vocab_size, init_cfg),
+                         initial_params)
+        train_iterator, make_eval_iterator = make_data(config, workdir, vocab_size)
+        evaluate_fn = evaluation.LossEvaluator(task.loss_fn, make_eval_iterator, mesh,
+                                               max_batches=config.eval_batches)
+        return common.train(config, workdir, task, train_iterator, mesh, config.total_steps,
+                            evaluate=evaluate_fn)
 
 
 def evaluate(config: common.Config, workdir: str, step: int | None = None

@@ -53,7 +53,7 @@ from bert_jax.config import BertConfig
 from bert_jax.train import checkpointing, flops, steps
 from bert_jax.train import state as state_lib
 from bert_jax.train.evaluation import Evaluator
-from bert_jax.train.metrics_writer import MetricsWriter, format_log_line
+from bert_jax.train.metrics_writer import MetricsWriter, format_log_line, read_metrics
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,6 +70,32 @@ class LoopConfig:
     accumulation_steps: int = 1
     seed: int = 0
     peak_flops_per_device: float = 0.0  # 0: look it up by device kind (bert_jax.train.flops)
+    # A step with non-finite gradients changes nothing (bert_jax.train.optimizer); then "stop":
+    # the run stops with NonFiniteError at the next log step or save; "skip": it goes on, and
+    # stops once max_nonfinite_in_a_row such steps came one after another.
+    nonfinite: str = "stop"
+    max_nonfinite_in_a_row: int = 10
+
+    def __post_init__(self):
+        for name, least in (("total_steps", 1), ("global_batch_size", 1), ("log_every_steps", 1),
+                            ("eval_every_steps", 0), ("checkpoint_every_steps", 0),
+                            ("keep_checkpoints", 1), ("accumulation_steps", 1),
+                            ("max_nonfinite_in_a_row", 1)):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < least:
+                raise ValueError(f"config.{_CONFIG_KEYS.get(name, name)}={value!r} must be an "
+                                 f"integer >= {least}")
+        if self.nonfinite not in NONFINITE_POLICIES:
+            raise ValueError(f"config.nonfinite={self.nonfinite!r}: choose one of "
+                             f"{NONFINITE_POLICIES}")
+
+
+NONFINITE_POLICIES = ("stop", "skip")
+_CONFIG_KEYS = {"global_batch_size": "batch_size"}  # LoopConfig field -> the config key
+
+
+class NonFiniteError(ValueError):
+    """The loss or gradients of a run stopped being finite (see LoopConfig.nonfinite)."""
 
 
 @dataclasses.dataclass
@@ -89,9 +115,10 @@ class Task:
 class TrainResult:
     state: steps.TrainState
     step: int
-    preempted: bool
+    preempted: bool  # stopped by a signal (saved first): signal_number says which
     last_train_metrics: dict[str, float]
     last_eval_metrics: Optional[dict[str, float]]
+    signal_number: Optional[int] = None
 
 
 def steps_for_epochs(num_examples: int, global_batch_size: int, epochs: float) -> int:
@@ -123,33 +150,45 @@ def check_batch_size(global_batch_size: int, mesh: Mesh, accumulation_steps: int
 
 # ----- preemption ------------------------------------------------------------------------------
 
-class _PreemptionFlag:
-    """Set by SIGTERM; all processes agree on it (any process preempted = all stop)."""
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+class _StopSignals:
+    """SIGTERM and SIGINT (Ctrl-C) ask the run to save and stop; a second SIGINT aborts at once.
+
+    All processes agree on the decision (any process signalled = all stop).
+    """
 
     def __init__(self):
-        self.received = False
-        self._previous = None
+        self.received: Optional[int] = None
+        self._previous: dict[int, Any] = {}
 
     def __enter__(self):
-        try:
-            self._previous = signal.signal(signal.SIGTERM, self._handle)
-        except ValueError:  # not the main thread: no handler, the run is not preemptible
-            self._previous = None
+        for signum in STOP_SIGNALS:
+            try:
+                self._previous[signum] = signal.signal(signum, self._handle)
+            except ValueError:  # not the main thread: no handler, the run is not preemptible
+                pass
         return self
 
     def _handle(self, signum, frame):
-        del signum, frame
-        self.received = True
+        del frame
+        self.received = self.received or signum
+        if signum == signal.SIGINT:  # the next Ctrl-C raises KeyboardInterrupt right away
+            signal.signal(signal.SIGINT, signal.default_int_handler)
 
     def __exit__(self, *exc):
-        if self._previous is not None:
-            signal.signal(signal.SIGTERM, self._previous)
+        for signum, previous in self._previous.items():
+            signal.signal(signum, previous)
 
     def should_stop(self) -> bool:
         if jax.process_count() == 1:
-            return self.received
+            return self.received is not None
         from jax.experimental import multihost_utils
-        return bool(np.any(multihost_utils.process_allgather(np.int32(self.received))))
+        received = np.int32(self.received or 0)
+        signals = multihost_utils.process_allgather(received)
+        self.received = self.received or (int(np.max(signals)) or None)
+        return self.received is not None
 
 
 # ----- the loop --------------------------------------------------------------------------------
@@ -190,14 +229,104 @@ class _Throughput:
                                  self.num_peak_devices, self.peak)}
 
 
-def _log(step: int, metrics: Mapping[str, jax.Array], config: LoopConfig, throughput: _Throughput,
-         writer: MetricsWriter) -> dict[str, float]:
-    """Fetch the step's metrics (the one host sync of a log step), add throughput, record them."""
-    logged = {k: float(v) for k, v in jax.device_get(metrics).items()}
-    logged.update(throughput.measure(step))
-    writer.write(step, logged)
-    logging.info(format_log_line(step, config.total_steps, logged))
-    return logged
+class _Run:
+    """One invocation of `train`: the state and everything around it that steps, logs,
+    evaluates, checks finiteness and saves."""
+
+    def __init__(self, task: Task, optimizer: optax.GradientTransformation,
+                 train_iterator: Iterator, workdir: str, config: LoopConfig, mesh: Mesh,
+                 learning_rate_fn: Optional[optax.Schedule], evaluate: Optional[Evaluator]):
+        self.task, self.config, self.mesh, self.evaluate = task, config, mesh, evaluate
+        self.iterator = train_iterator
+        self.manager = checkpointing.make_manager(checkpointing.checkpoint_dir(workdir),
+                                                  keep=config.keep_checkpoints,
+                                                  async_saves=config.async_checkpoints)
+        self.state, self.step, shardings = state_lib.create_or_restore(
+            task.init_fn, task.initial_params, optimizer, mesh, config.seed, self.manager,
+            task.model_config, train_iterator)
+        self.start_step, self.checked_step = self.step, self.step
+        self.train_step = _compile_train_step(task, optimizer, config, mesh, shardings,
+                                              learning_rate_fn)
+        self.writer = MetricsWriter(workdir, self.step)
+        self.throughput = _Throughput(task, config, self.step)
+        self.metrics: Mapping[str, jax.Array] = {}
+        self.last_train: dict[str, float] = {}
+        self.last_eval: Optional[dict[str, float]] = None
+
+    def next_step(self) -> bool:
+        """One optimizer step; False when the train iterator is exhausted."""
+        host_batch = next(self.iterator, None)
+        if host_batch is None:
+            logging.warning("train iterator exhausted at step %d of %d", self.step,
+                            self.config.total_steps)
+            return False
+        self.state, self.metrics = self.train_step(
+            self.state, sharding.device_put_batch(host_batch, self.mesh))
+        self.step += 1
+        return True
+
+    def log(self) -> None:
+        """Fetch the step's metrics (the one host sync of a log step), add throughput, record."""
+        logged = {k: float(v) for k, v in jax.device_get(self.metrics).items()}
+        logged.update(self.throughput.measure(self.step))
+        self.writer.write(self.step, logged)
+        logging.info(format_log_line(self.step, self.config.total_steps, logged))
+        self.last_train = logged
+        self.check_finite(logged)
+
+    def check_finite(self, metrics: Optional[Mapping[str, float]] = None) -> None:
+        """Stop with NonFiniteError as config.nonfinite says (counts: bert_jax.train.optimizer)."""
+        if metrics is None:  # a save point between log steps: fetch just the two counters
+            metrics = jax.device_get({k: v for k, v in self.metrics.items()
+                                      if k.startswith("nonfinite_")})
+        total = int(metrics.get("nonfinite_steps", 0))
+        in_a_row = int(metrics.get("nonfinite_in_a_row", 0))
+        limit = 1 if self.config.nonfinite == "stop" else self.config.max_nonfinite_in_a_row
+        counted = total if self.config.nonfinite == "stop" else in_a_row
+        if counted >= limit:
+            first = self.step - in_a_row + 1
+            where = (f"by step {self.step}" if in_a_row != total else f"at step {first}"
+                     if in_a_row == 1 else f"at steps {first}-{self.step}")
+            latest = self.manager.latest_step()
+            kept = (f"the newest checkpoint, step {latest}, holds finite parameters"
+                    if latest is not None else "no checkpoint had been saved")
+            raise NonFiniteError(
+                f"training diverged: the loss or gradients were not finite in {total} step(s) "
+                f"({in_a_row} in a row) {where}; those updates were skipped and nothing was "
+                f"saved since; {kept}. Lower the learning rate, set optimizer.clip_norm, or set "
+                "nonfinite=skip to go on past such steps")
+        self.checked_step = self.step
+
+    def save(self, force: bool = False) -> None:
+        if self.checked_step != self.step:
+            self.check_finite()
+        checkpointing.save(self.manager, self.step, self.state,
+                           model_config=self.task.model_config,
+                           data_iterator=self.iterator if hasattr(self.iterator, "get_state")
+                           else None,
+                           extra_metadata=self.task.checkpoint_metadata, force=force)
+
+    def run_eval(self) -> None:
+        self.last_eval = self.evaluate(self.state.params)
+        self.writer.write(self.step, self.last_eval, evaluation=True)
+        logging.info("eval at step %d: %s", self.step,
+                     ", ".join(f"{k} {v:.4f}" for k, v in sorted(self.last_eval.items())))
+        self.throughput.restart()  # evaluation is not training throughput
+
+    def final_eval(self) -> None:
+        """Evaluate the last step, unless this invocation trained nothing (a rerun of a finished
+        run): then its record is read back, so eval_metrics.jsonl keeps one line per step."""
+        if self.step > self.start_step:
+            self.run_eval()
+        elif self.writer.enabled and os.path.exists(self.writer.eval_path):
+            records = [r for r in read_metrics(self.writer.eval_path) if r["step"] == self.step]
+            if records:
+                self.last_eval = {k: v for k, v in records[-1].items() if k != "step"}
+
+    def close(self) -> None:
+        self.manager.wait_until_finished()
+        self.manager.close()
+        self.writer.close()
 
 
 def train(task: Task, optimizer: optax.GradientTransformation, train_iterator: Iterator,
@@ -207,56 +336,32 @@ def train(task: Task, optimizer: optax.GradientTransformation, train_iterator: I
     """Train `task` for config.total_steps optimizer steps, resuming from `workdir` if possible."""
     check_batch_size(config.global_batch_size, mesh, config.accumulation_steps)
     os.makedirs(workdir, exist_ok=True)
-    manager = checkpointing.make_manager(checkpointing.checkpoint_dir(workdir),
-                                         keep=config.keep_checkpoints,
-                                         async_saves=config.async_checkpoints)
-    state, step, shardings = state_lib.create_or_restore(
-        task.init_fn, task.initial_params, optimizer, mesh, config.seed, manager,
-        task.model_config, train_iterator)
-    train_step = _compile_train_step(task, optimizer, config, mesh, shardings, learning_rate_fn)
-    writer, throughput = MetricsWriter(workdir, step), _Throughput(task, config, step)
-    iterator_to_save = train_iterator if hasattr(train_iterator, "get_state") else None
-
-    def save(force: bool = False) -> None:
-        checkpointing.save(manager, step, state, model_config=task.model_config,
-                           data_iterator=iterator_to_save,
-                           extra_metadata=task.checkpoint_metadata, force=force)
-
-    def run_eval() -> dict[str, float]:
-        results = evaluate(state.params)
-        writer.write(step, results, evaluation=True)
-        logging.info("eval at step %d: %s", step,
-                     ", ".join(f"{k} {v:.4f}" for k, v in sorted(results.items())))
-        throughput.restart()  # evaluation is not training throughput
-        return results
-
-    preempted, last_train, last_eval = False, {}, None
-    with _PreemptionFlag() as preemption:  # SIGTERM: save this step, then stop
-        while step < config.total_steps:
-            host_batch = next(train_iterator, None)
-            if host_batch is None:
-                logging.warning("train iterator exhausted at step %d of %d", step,
-                                config.total_steps)
-                break
-            state, metrics = train_step(state, sharding.device_put_batch(host_batch, mesh))
-            step += 1
-            if step % config.log_every_steps == 0 or step == config.total_steps:
-                last_train = _log(step, metrics, config, throughput, writer)
-            if (evaluate is not None and config.eval_every_steps
-                    and step % config.eval_every_steps == 0 and step != config.total_steps):
-                last_eval = run_eval()
-            if preemption.should_stop():
-                logging.warning("SIGTERM received: saving step %d and stopping", step)
-                preempted = save(force=True) or True
-                break
-            if config.checkpoint_every_steps and step % config.checkpoint_every_steps == 0:
-                save()
-    if not preempted:
-        if manager.latest_step() != step:
-            save(force=True)
-        last_eval = run_eval() if evaluate is not None else last_eval
-    manager.wait_until_finished()
-    manager.close()
-    writer.close()
-    return TrainResult(state=state, step=step, preempted=preempted,
-                       last_train_metrics=last_train, last_eval_metrics=last_eval)
+    run = _Run(task, optimizer, train_iterator, workdir, config, mesh, learning_rate_fn,
+               evaluate)
+    signal_number = None
+    try:
+        with _StopSignals() as stop:  # SIGTERM or Ctrl-C: save this step, then stop
+            while run.step < config.total_steps and run.next_step():
+                if run.step % config.log_every_steps == 0 or run.step == config.total_steps:
+                    run.log()
+                if (evaluate is not None and config.eval_every_steps and run.step
+                        % config.eval_every_steps == 0 and run.step != config.total_steps):
+                    run.run_eval()
+                if stop.should_stop():
+                    signal_number = stop.received
+                    logging.warning("%s received: saving step %d and stopping",
+                                    signal.Signals(signal_number).name, run.step)
+                    run.save(force=True)
+                    break
+                if config.checkpoint_every_steps and run.step % config.checkpoint_every_steps == 0:
+                    run.save()
+        if signal_number is None:
+            if run.manager.latest_step() != run.step:
+                run.save(force=True)
+            if evaluate is not None:
+                run.final_eval()
+    finally:
+        run.close()
+    return TrainResult(state=run.state, step=run.step, preempted=signal_number is not None,
+                       last_train_metrics=run.last_train, last_eval_metrics=run.last_eval,
+                       signal_number=signal_number)

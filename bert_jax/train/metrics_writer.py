@@ -1,7 +1,9 @@
 """What a run logs: metrics.jsonl, eval_metrics.jsonl and TensorBoard events, from process 0.
 
 One JSON object per line, `{"step": N, name: value, ...}`. A resumed run first drops the lines
-past the step it resumes from, so each file reads as one uninterrupted run.
+past the step it resumes from, so each file reads as one uninterrupted run. A run killed in the
+middle of writing a line leaves that last line torn: the resume drops it (with a warning), and so
+does `read_metrics`; a line that is not a JSON record anywhere else in a file is an error.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import os
 from typing import Mapping
 
 import jax
+from absl import logging
 
 TRAIN_FILE = "metrics.jsonl"
 EVAL_FILE = "eval_metrics.jsonl"
@@ -51,16 +54,55 @@ class MetricsWriter:
             self.tensorboard.close()
 
 
+def read_metrics(path: str) -> list[dict]:
+    """The records of a metrics file, in file order. A torn last line (a run killed while writing
+    it) is dropped with a warning; a bad line elsewhere raises ValueError naming file and line."""
+    return [record for _, record in _read_records(path)[0]]
+
+
 def drop_lines_after(path: str, step: int) -> None:
-    """Rewrite a metrics file without the records of steps after `step`."""
+    """Rewrite a metrics file without the records of steps after `step` (and without a torn last
+    line, which the next append would otherwise run into)."""
     if not os.path.exists(path):
         return
-    with open(path, encoding="utf-8") as f:
-        lines = [line for line in f if line.strip()]
-    kept = [line for line in lines if json.loads(line)["step"] <= step]
-    if len(kept) != len(lines):
-        with open(path, "w", encoding="utf-8") as f:
-            f.writelines(kept)
+    records, clean = _read_records(path)
+    kept = [line for line, record in records if record["step"] <= step]
+    if clean and len(kept) == len(records):
+        return
+    temporary = path + ".tmp"  # replaced in one step: a kill now leaves the old file whole
+    with open(temporary, "w", encoding="utf-8") as f:
+        f.writelines(kept)
+    os.replace(temporary, path)
+
+
+def _read_records(path: str) -> tuple[list[tuple[str, dict]], bool]:
+    """([(line, record)] for each non-blank line of a metrics file, whether the file needs no
+    repair: every line whole and newline-terminated). See read_metrics."""
+    with open(path, "rb") as f:
+        text = f.read().decode("utf-8", errors="replace")
+    lines = [(number, line) for number, line in enumerate(text.splitlines(keepends=True), start=1)
+             if line.strip()]
+    records, clean = [], True
+    for index, (number, line) in enumerate(lines):
+        try:
+            record = json.loads(line)
+            step = record.get("step") if isinstance(record, dict) else None
+            problem = None if isinstance(step, int) and not isinstance(step, bool) else \
+                "a JSON value but not a record with an integer 'step'"
+        except ValueError as e:  # JSONDecodeError, or a NUL byte left by a crash
+            problem = f"not valid JSON ({e})"
+        if problem is None:
+            if not line.endswith("\n"):
+                line, clean = line + "\n", False
+            records.append((line, record))
+        elif index == len(lines) - 1:
+            logging.warning("%s: dropping the torn last line %d (%s): the run that wrote it was "
+                            "stopped in the middle of writing it", path, number, problem)
+            clean = False
+        else:
+            raise ValueError(f"{path}: line {number} is {problem}; only the last line of a metrics "
+                             "file may be torn (by a run stopped while writing it)")
+    return records, clean
 
 
 def format_log_line(step: int, total: int, metrics: Mapping[str, float]) -> str:

@@ -4,6 +4,11 @@
     up linearly from 0 to `learning_rate` over `warmup_steps`, then decays (linearly, as in the
     paper, or along a cosine) to `end_learning_rate_ratio * learning_rate` at `total_steps`.
 
+The whole chain sits inside `optax.apply_if_finite`: a step whose gradients hold a NaN or an
+infinity (which a non-finite loss gives) changes neither the parameters nor the optimizer state,
+and the state counts such steps (`nonfinite_counts`), so a diverging run never writes non-finite
+weights and the loop can stop it (or skip such steps) by config without a per-step host sync.
+
 Weight decay (0.01 in the paper) is decoupled, as in AdamW, and is not applied to biases or to
 LayerNorm parameters; `decay_mask` makes that choice from the parameter path. Gradient
 accumulation over micro-batches is not part of the chain: `bert_jax.train.steps` sums the
@@ -86,8 +91,26 @@ def decay_mask(params: Any) -> Any:
     return jax.tree_util.tree_map_with_path(lambda path, _: is_decayed(path), params)
 
 
+# apply_if_finite gives up and applies a non-finite update after this many in a row: never.
+_NEVER = 2**31 - 1
+
+
+def nonfinite_counts(opt_state: Any) -> dict[str, jax.Array]:
+    """{"nonfinite_steps": total, "nonfinite_in_a_row": consecutive} of a make_optimizer state
+    (int32 scalars; {} for another optimizer's state)."""
+    if not isinstance(opt_state, optax.ApplyIfFiniteState):
+        return {}
+    return {"nonfinite_steps": opt_state.total_notfinite,
+            "nonfinite_in_a_row": opt_state.notfinite_count}
+
+
 def make_optimizer(cfg: OptimizerConfig) -> optax.GradientTransformation:
-    """Global-norm clipping followed by AdamW or LAMB on the warm-up/decay schedule."""
+    """Global-norm clipping followed by AdamW or LAMB on the warm-up/decay schedule, skipping
+    every update whose gradients are not finite (module docstring)."""
+    return optax.apply_if_finite(_make_update_chain(cfg), max_consecutive_errors=_NEVER)
+
+
+def _make_update_chain(cfg: OptimizerConfig) -> optax.GradientTransformation:
     schedule = learning_rate_schedule(cfg)
     if cfg.name == "adamw":
         update = optax.adamw(schedule, b1=cfg.b1, b2=cfg.b2, eps=cfg.eps,

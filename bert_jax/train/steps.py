@@ -30,6 +30,8 @@ import numpy as np
 import optax
 from jax.sharding import NamedSharding
 
+from bert_jax.train import optimizer as optimizer_lib
+
 
 Array = jax.Array
 Params = Any
@@ -144,7 +146,8 @@ def make_train_step(loss_fn: LossFn, optimizer: optax.GradientTransformation,
     With accumulation_steps = k > 1 the batch is split into k micro-batches whose gradients are
     summed in a lax.scan before one optimizer update: peak activation memory is that of B/k rows.
     Metrics (all scalars): `loss`, each loss term and metric as a mean over the whole batch,
-    `grad_norm` (before clipping) and `learning_rate` when learning_rate_fn is given.
+    `grad_norm` (before clipping), `learning_rate` when learning_rate_fn is given, and the
+    non-finite step counts of an optimizer from bert_jax.train.optimizer.
     `batch_sharding` (rows over the data axes) keeps each micro-batch sharded like the batch.
     """
     if accumulation_steps < 1:
@@ -161,7 +164,8 @@ def make_train_step(loss_fn: LossFn, optimizer: optax.GradientTransformation,
         updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
         new_state = state.replace(step=state.step + 1, params=params, opt_state=opt_state)
-        logged = {"loss": combine(terms), "grad_norm": optax.tree.norm(grads)}
+        logged = {"loss": combine(terms), "grad_norm": optax.tree.norm(grads),
+                  **optimizer_lib.nonfinite_counts(opt_state)}
         logged.update({name: mean_of(pair) for name, pair in {**terms, **metrics}.items()})
         if learning_rate_fn is not None:
             logged["learning_rate"] = jnp.asarray(learning_rate_fn(state.step), jnp.float32)

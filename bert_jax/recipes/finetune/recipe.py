@@ -105,7 +105,6 @@ def total_steps_of(config, num_train_rows: int) -> int:
 def train_and_evaluate(config, workdir: str) -> loop.TrainResult:
     """Fine-tune as config says (resuming from workdir), then evaluate the final step."""
     mesh = common.make_mesh(config)
-    common.check_batch_sizes(config, mesh)
     tokenizer = common.load_tokenizer(config)
     init_cfg, initial_params = common.initial_weights(config)
     cfg = common.model_config(config, tokenizer.vocab_size, init_cfg)
@@ -113,16 +112,23 @@ def train_and_evaluate(config, workdir: str) -> loop.TrainResult:
     data = build_task_data(config, tokenizer, saved_task=read_task_file(workdir))
     num_rows = len(data.train_features["input_ids"])
     total_steps = total_steps_of(config, num_rows)
-    common.optimizer_config(config, total_steps)  # checks the optimizer keys before writing
-    workdir_lib.save_config(config, workdir)
-    save_task_file(workdir, data)
+    common.check_run(config, mesh, total_steps, cfg)
+    with workdir_lib.lock(workdir):
+        workdir_lib.record_config(config, workdir)
+        save_task_file(workdir, data)
+        return _train(config, workdir, cfg, data, initial_params, mesh, total_steps)
+
+
+def _train(config, workdir: str, cfg: BertConfig, data: TaskData, initial_params, mesh,
+           total_steps: int) -> loop.TrainResult:
+    """Train on data.train_features, then write the final step's predictions."""
     evaluator = make_evaluator(config, cfg, data, mesh)
     train_features = {k: data.train_features[k]
                       for k in kinds.MODEL_INPUTS + data.kind.target_keys}
     iterator = batches.train_batches(train_features, config.batch_size, config.seed,
                                      jax.process_index(), jax.process_count())
     logging.info("%s: %d train rows (%d examples), %d eval examples; %d steps; labels %s",
-                 data.kind.name, num_rows, len(data.train_examples), len(data.eval_examples),
+                 data.kind.name, len(train_features["input_ids"]), len(data.train_examples), len(data.eval_examples),
                  total_steps, data.labels.get("label_map"))
     result = common.train(config, workdir, make_task(config, cfg, data, initial_params),
                           iterator, mesh, total_steps, evaluate=evaluator)

@@ -1,0 +1,70 @@
+"""Tiny pre-training runs of experiments/pretrain.py in subprocesses, shared by the end-to-end
+and fault tests: a tiny BERT on the synthetic corpus (random tokens: the point is the
+bookkeeping, not learning), dropout on, so that resuming must also restore the dropout
+randomness and the data position."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PRETRAIN = os.path.join(ROOT, "experiments", "pretrain.py")
+EVALUATE = os.path.join(ROOT, "experiments", "evaluate.py")
+
+TINY_RUN = [
+    "--config=" + os.path.join(ROOT, "experiments", "configs", "demo.py"),
+    "--config.data.corpus=synthetic", "--config.tokenizer.vocab_size=97",
+    "--config.model.hidden_size=32", "--config.model.num_attention_heads=2",
+    "--config.model.intermediate_size=64", "--config.model.max_position_embeddings=16",
+    "--config.model.hidden_dropout_prob=0.1", "--config.model.attention_probs_dropout_prob=0.1",
+    "--config.max_seq_len=16", "--config.data.max_predictions=3",
+    "--config.batch_size=8", "--config.eval_batch_size=8", "--config.eval_batches=2",
+    "--config.total_steps=60", "--config.warmup_fraction=0.1", "--config.learning_rate=1e-3",
+    "--config.log_every_steps=1", "--config.checkpoint_every_steps=20",
+    "--config.eval_every_steps=0", "--config.keep_checkpoints=3",
+]
+
+
+def env():
+    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=ROOT)
+    env.pop("XLA_FLAGS", None)
+    return env
+
+
+def command(workdir, *extra):
+    return [sys.executable, PRETRAIN, f"--workdir={workdir}", *TINY_RUN, *extra]
+
+
+def run(workdir, *extra, check=True):
+    done = subprocess.run(command(workdir, *extra), env=env(), capture_output=True, text=True,
+                          timeout=300)
+    if check:
+        assert done.returncode == 0, done.stderr[-3000:]
+    return done
+
+
+def losses(workdir):
+    with open(os.path.join(workdir, "metrics.jsonl")) as f:
+        records = [json.loads(line) for line in f]
+    steps = [r["step"] for r in records]
+    assert steps == sorted(set(steps)), f"steps logged twice or out of order: {steps}"
+    return {r["step"]: r["loss"] for r in records}
+
+
+def last_logged_step(workdir):
+    path = os.path.join(workdir, "metrics.jsonl")
+    if not os.path.exists(path):
+        return 0
+    with open(path) as f:
+        lines = [line for line in f if line.endswith("\n")]
+    return json.loads(lines[-1])["step"] if lines else 0
+
+
+def wait_for(predicate, process, timeout=240):
+    start = time.time()
+    while not predicate():
+        assert process.poll() is None, "the run ended before it could be interrupted"
+        assert time.time() - start < timeout, "timed out waiting for the run"
+        time.sleep(0.01)
