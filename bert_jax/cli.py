@@ -46,7 +46,8 @@ def parse_flags(argv: list[str]) -> list[str]:
     try:
         return FLAGS(argv)
     except flags.Error as e:
-        sys.exit(f"{os.path.basename(argv[0])}: error: {e} (--help lists the flags)")
+        message = "; ".join(line for line in str(e).splitlines() if line.strip())
+        sys.exit(f"{os.path.basename(argv[0])}: error: {message} (--help lists the flags)")
     except (AttributeError, KeyError, TypeError, ValueError) as e:
         overrides = [a for a in argv[1:] if a.startswith("--config.")]
         message = str(e).strip("'\"").replace("\\n", " ").replace("\\'", "'")

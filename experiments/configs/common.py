@@ -151,3 +151,13 @@ def minilm_finetune_config(task: str, learning_rate: float, max_seq_len: int = 1
     config.learning_rate = learning_rate
     config.warmup_fraction = 0.1
     return config
+
+
+def glue_pair_config(task: str, tfds_name: str, learning_rate: float
+                     ) -> ml_collections.ConfigDict:
+    """A GLUE sentence-pair task from TFDS (sentence1, sentence2), from the MiniLM encoder."""
+    config = minilm_finetune_config(task, learning_rate=learning_rate)
+    config.data.tfds_name = tfds_name
+    config.data.text_column = "sentence1"
+    config.data.text_pair_column = "sentence2"
+    return config

@@ -20,8 +20,4 @@ from experiments.configs import common
 
 
 def get_config():
-    config = common.minilm_finetune_config("classification", learning_rate=2e-5)
-    config.data.tfds_name = "glue/mrpc"
-    config.data.text_column = "sentence1"
-    config.data.text_pair_column = "sentence2"
-    return config
+    return common.glue_pair_config("classification", "glue/mrpc", learning_rate=2e-5)

@@ -18,8 +18,4 @@ from experiments.configs import common
 
 
 def get_config():
-    config = common.minilm_finetune_config("regression", learning_rate=3e-5)
-    config.data.tfds_name = "glue/stsb"
-    config.data.text_column = "sentence1"
-    config.data.text_pair_column = "sentence2"
-    return config
+    return common.glue_pair_config("regression", "glue/stsb", learning_rate=3e-5)

@@ -8,13 +8,11 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-import jax.numpy as jnp
 import numpy as np
-import optax
 
 from bert_jax.data import encoding
 from bert_jax.recipes.finetune import metrics
-from bert_jax.recipes.finetune.kinds import register, softmax
+from bert_jax.recipes.finetune.kinds import register, softmax, softmax_cross_entropy
 from bert_jax.recipes.finetune.text import TextTask
 
 
@@ -33,13 +31,7 @@ class Classification(TextTask):
                                              labels["label_map"], source)
 
     def loss(self, outputs, batch, rows):
-        logits = outputs.astype(jnp.float32)  # [B, C]
-        labels = batch["labels"]
-        cross_entropy = optax.softmax_cross_entropy_with_integer_labels(logits, labels)
-        correct = (jnp.argmax(logits, -1) == labels).astype(jnp.float32)
-        count = jnp.sum(rows)
-        return ({"cross_entropy": (jnp.sum(cross_entropy * rows), count)},
-                {"accuracy": (jnp.sum(correct * rows), count)})
+        return softmax_cross_entropy(outputs, batch["labels"], rows, "accuracy")  # [B, C]
 
     def score(self, data, outputs, config):
         label_map = data.labels["label_map"]

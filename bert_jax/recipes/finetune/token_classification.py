@@ -11,12 +11,11 @@ import os
 from typing import Any, Mapping, Sequence
 
 import jax.numpy as jnp
-import optax
 
 from bert_jax.data import encoding, readers
 from bert_jax.model import BertForTokenClassification
 from bert_jax.recipes.finetune import metrics
-from bert_jax.recipes.finetune.kinds import TaskKind, register
+from bert_jax.recipes.finetune.kinds import TaskKind, register, softmax_cross_entropy
 
 
 @register
@@ -38,15 +37,10 @@ class TokenClassification(TaskKind):
         return BertForTokenClassification(cfg, len(labels["label_map"]))
 
     def loss(self, outputs, batch, rows):
-        logits = outputs.astype(jnp.float32)  # [B, L, C]
-        labels = batch["labels"]
+        labels = batch["labels"]  # [B, L], IGNORE where a position carries no tag
         tagged = (labels != encoding.IGNORE).astype(jnp.float32) * rows[:, None]
         safe_labels = jnp.where(labels == encoding.IGNORE, 0, labels)
-        cross_entropy = optax.softmax_cross_entropy_with_integer_labels(logits, safe_labels)
-        correct = (jnp.argmax(logits, -1) == safe_labels).astype(jnp.float32)
-        num_tagged = jnp.sum(tagged)
-        return ({"cross_entropy": (jnp.sum(cross_entropy * tagged), num_tagged)},
-                {"token_accuracy": (jnp.sum(correct * tagged), num_tagged)})
+        return softmax_cross_entropy(outputs, safe_labels, tagged, "token_accuracy")
 
     def score(self, data, outputs, config):
         examples = data.eval_examples
