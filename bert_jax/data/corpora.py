@@ -19,6 +19,10 @@ TensorFlow. Every example is a dict with a "text" field (bytes). The split into 
 "validation" is stable: a document goes to validation when a hash of its text falls below
 `validation_fraction`, so adding files never moves existing documents between splits.
 
+Preparing shows progress bars (files read, articles parsed, documents written per split; TFDS's
+own bars for a catalog dataset's download) under the rules of `bert_jax.progress`: process 0, on a
+terminal or with BERT_JAX_PROGRESS=1.
+
 Bad input (decided at preparation time, before any training starts):
   - a glob matching no file, or files holding no document at all: ValueError naming the glob;
   - an empty file: skipped with a warning naming it;
@@ -41,6 +45,8 @@ import xml.etree.ElementTree as ElementTree
 from typing import Any, Iterator, Protocol, Sequence
 
 import tensorflow_datasets as tfds
+
+from bert_jax import progress
 
 DEMO = "demo"
 TEXT_PREFIX = "text:"
@@ -104,8 +110,10 @@ def _split_documents(documents: Sequence[str], validation_fraction: float, origi
     return train, validation
 
 
-def _examples(documents: Sequence[str]) -> Iterator[tuple[str, dict[str, str]]]:
-    for index, doc in enumerate(documents):
+def _examples(documents: Sequence[str], split: str) -> Iterator[tuple[str, dict[str, str]]]:
+    """(key, example) of each document, with a progress bar of the documents written."""
+    written = progress.bar(documents, desc=f"corpus: writing {split}", unit="doc")
+    for index, doc in enumerate(written):
         yield f"{index:09d}", {"text": doc}
 
 
@@ -139,7 +147,7 @@ def read_text_documents(pattern: str, document_delimiter: str = "blank_line",
     if invalid_utf8 not in ("fail", "skip"):
         raise ValueError(f"invalid_utf8={invalid_utf8!r}; choose 'fail' or 'skip'")
     documents = []
-    for path in matched_files(pattern):
+    for path in progress.bar(matched_files(pattern), desc="corpus: reading files", unit="file"):
         with open(path, "rb") as f:
             raw = f.read()
         try:
@@ -217,11 +225,11 @@ class TextFiles(tfds.core.GeneratorBasedBuilder):
         documents = read_text_documents(cfg.pattern, cfg.document_delimiter, cfg.invalid_utf8)
         train, validation = _split_documents(documents, cfg.validation_fraction,
                                              f"the files matched by {cfg.pattern!r}")
-        return {"train": self._generate_examples(train),
-                "validation": self._generate_examples(validation)}
+        return {"train": self._generate_examples(train, "train"),
+                "validation": self._generate_examples(validation, "validation")}
 
-    def _generate_examples(self, documents):
-        yield from _examples(documents)
+    def _generate_examples(self, documents, split):
+        yield from _examples(documents, split)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -285,7 +293,8 @@ def wiki_articles(path: str) -> Iterator[str]:
 def demo_documents() -> list[str]:
     """The demo corpus: Wikipedia sample articles, then the Lee news stories (one per line)."""
     folder = gensim_test_data()
-    documents = list(wiki_articles(os.path.join(folder, WIKI_SAMPLE)))
+    articles = wiki_articles(os.path.join(folder, WIKI_SAMPLE))
+    documents = list(progress.bar(articles, desc="demo corpus: parsing articles", unit="article"))
     with open(os.path.join(folder, LEE_CORPUS), encoding="utf-8") as f:
         documents.extend(_documents_in(f.read(), "line"))
     return documents
@@ -305,11 +314,11 @@ class DemoCorpus(tfds.core.GeneratorBasedBuilder):
     def _split_generators(self, dl_manager):
         train, validation = _split_documents(demo_documents(), self.VALIDATION_FRACTION,
                                              "the demo corpus")
-        return {"train": self._generate_examples(train),
-                "validation": self._generate_examples(validation)}
+        return {"train": self._generate_examples(train, "train"),
+                "validation": self._generate_examples(validation, "validation")}
 
-    def _generate_examples(self, documents):
-        yield from _examples(documents)
+    def _generate_examples(self, documents, split):
+        yield from _examples(documents, split)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -360,7 +369,7 @@ def prepare(corpus: str, data_dir: str, **text_options) -> tfds.core.DatasetBuil
 
 def _download_and_prepare(builder: tfds.core.DatasetBuilder, corpus: str, data_dir: str) -> None:
     local = corpus == DEMO or corpus.startswith(TEXT_PREFIX)
-    tfds.display_progress_bar(False)
+    tfds.display_progress_bar(not local and progress.enabled())  # TFDS's own bars: downloads
     try:
         builder.download_and_prepare()
     except Exception as e:

@@ -10,7 +10,9 @@ Both are `evaluate(params) -> dict[str, float]`, what `loop.train(evaluate=...)`
 `eval_every_steps` and at the end, and what a recipe's `evaluate(config, workdir)` calls on a
 restored checkpoint, so a run's logged figures and a later re-evaluation come from the same code.
 A last, partial batch is padded with zero rows weighted 0 (`bert_jax.data.batches.pad_rows`):
-every batch has one shape (one compilation) and padding counts in no sum.
+every batch has one shape (one compilation) and padding counts in no sum. Each pass shows a
+progress bar of its batches (`bert_jax.progress`: process 0, on a terminal or with
+BERT_JAX_PROGRESS=1), which changes no result.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import jax
 import numpy as np
 from jax.sharding import Mesh
 
-from bert_jax import sharding
+from bert_jax import progress, sharding
 from bert_jax.data import batches as batches_lib
 from bert_jax.train import steps
 
@@ -45,7 +47,9 @@ class LossEvaluator:
 
     def __call__(self, params) -> dict[str, float]:
         sums = None
-        for index, batch in enumerate(self.make_iterator()):
+        batches = progress.bar(self.make_iterator(), total=self.max_batches or None,
+                               desc="evaluation", unit="batch")
+        for index, batch in enumerate(batches):
             if self.max_batches and index >= self.max_batches:
                 break
             rows = len(next(iter(batch.values())))
@@ -68,8 +72,10 @@ def predict_rows(predict_fn: Callable[[Any, Mapping[str, jax.Array]], Mapping[st
     """
     num_rows = len(next(iter(features.values())))
     collected: dict[str, list[np.ndarray]] = {}
-    batches = batches_lib.eval_batches(features, global_batch_size, jax.process_index(),
-                                       jax.process_count())
+    batches = progress.bar(
+        batches_lib.eval_batches(features, global_batch_size, jax.process_index(),
+                                 jax.process_count()),
+        total=-(-num_rows // global_batch_size), desc="evaluation", unit="batch")
     for start, batch in zip(range(0, num_rows, global_batch_size), batches):
         outputs = jax.device_get(predict_fn(params, sharding.device_put_batch(batch, mesh)))
         real = min(global_batch_size, num_rows - start)
