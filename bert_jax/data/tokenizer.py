@@ -9,16 +9,22 @@ longest-match-first WordPiece with "##" marking a piece that continues a word. S
 `tokenizer.json` (Hugging Face format, e.g. the one shipped with MiniLM); `train_wordpiece` learns a
 vocabulary of a given size from texts and saves both files. Every vocabulary must hold the five
 special tokens [PAD] [UNK] [CLS] [SEP] [MASK]; a missing one is an error naming the file.
+`save_hf` writes a tokenizer in the layout of a Hugging Face model folder (vocab.txt,
+tokenizer.json, tokenizer_config.json, special_tokens_map.json), so that
+`transformers.AutoTokenizer.from_pretrained(folder)` tokenizes as it does.
 """
 
 from __future__ import annotations
 
+import json
 import os
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 import numpy as np
 import tokenizers
 from tokenizers import decoders, models, normalizers, pre_tokenizers, processors, trainers
+
+from bert_jax import progress
 
 PAD, UNK, CLS, SEP, MASK = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
 SPECIAL_TOKENS = (PAD, UNK, CLS, SEP, MASK)
@@ -178,16 +184,19 @@ def train_wordpiece(texts: Iterable[str], vocab_size: int, out_dir: str, lowerca
     Ids 0..4 are [PAD] [UNK] [CLS] [SEP] [MASK]. Also writes tokenizer.json next to vocab.txt.
     The same texts give the same files, byte for byte, whatever the number of threads
     (`_continuation_pieces`). `texts` is read twice: a one-shot iterator (a generator) is first
-    read into memory, a collection or any other re-iterable is not.
+    read into memory, a collection or any other re-iterable is not. Each pass shows a progress
+    bar of the texts read (`bert_jax.progress`); the bars change nothing in the result.
     """
     if vocab_size <= len(SPECIAL_TOKENS):
         raise ValueError(f"vocab_size={vocab_size} leaves no room beside the special tokens")
     if iter(texts) is texts:
         texts = list(texts)
-    pieces = _continuation_pieces(texts, lowercase, strip_accents)
+    pieces = _continuation_pieces(
+        progress.bar(texts, desc="vocabulary 1/2: characters", unit="doc"), lowercase,
+        strip_accents)
     trained = bert_wordpiece(None, lowercase, strip_accents)
-    trained.train_from_iterator(texts, _trainer(vocab_size, min_frequency,
-                                                [*SPECIAL_TOKENS, *pieces]))
+    trained.train_from_iterator(progress.bar(texts, desc="vocabulary 2/2: words", unit="doc"),
+                                _trainer(vocab_size, min_frequency, [*SPECIAL_TOKENS, *pieces]))
     vocab = trained.get_vocab()
     tokenizer = bert_wordpiece(vocab, lowercase, strip_accents)  # the pieces are plain tokens
     tokenizer.add_special_tokens(list(SPECIAL_TOKENS))
@@ -200,3 +209,99 @@ def train_wordpiece(texts: Iterable[str], vocab_size: int, out_dir: str, lowerca
     tokenizer.save(os.path.join(out_dir, "tokenizer.json"))
     os.replace(tmp_path, vocab_path)  # vocab.txt last: its presence means the folder is complete
     return vocab_path
+
+
+# ----- the Hugging Face layout -------------------------------------------------------------------
+
+HF_TOKENIZER_FILES = ("vocab.txt", "tokenizer.json", "tokenizer_config.json",
+                      "special_tokens_map.json")
+SPECIAL_TOKENS_MAP = {"unk_token": UNK, "sep_token": SEP, "pad_token": PAD, "cls_token": CLS,
+                      "mask_token": MASK}
+# transformers.BertTokenizer (the slow one) fixes this; a WordPiece model must agree.
+_HF_MAX_INPUT_CHARS_PER_WORD = 100
+
+
+def hf_bert_settings(tokenizer: WordPieceTokenizer) -> dict[str, Any]:
+    """do_lower_case, strip_accents, tokenize_chinese_chars: the BertTokenizer options that
+    describe `tokenizer`'s normalizer.
+
+    Raises ValueError (naming tokenizer.source) unless the pipeline is BERT's: BertNormalizer
+    (clean_text on), BertPreTokenizer, WordPiece with "##", [UNK] and 100 characters per word at
+    most, which is all that transformers' BertTokenizer can express.
+    """
+    state = json.loads(tokenizer.tokenizer.to_str())
+    normalizer, pre_tokenizer, model = (state.get(key) or {} for key in
+                                        ("normalizer", "pre_tokenizer", "model"))
+    faults = []
+    if normalizer.get("type") != "BertNormalizer" or not normalizer.get("clean_text", False):
+        faults.append(f"normalizer {normalizer or None} (needs BertNormalizer with clean_text)")
+    if pre_tokenizer.get("type") != "BertPreTokenizer":
+        faults.append(f"pre-tokenizer {pre_tokenizer or None} (needs BertPreTokenizer)")
+    expected_model = {"type": "WordPiece", "unk_token": UNK,
+                      "continuing_subword_prefix": CONTINUATION_PREFIX,
+                      "max_input_chars_per_word": _HF_MAX_INPUT_CHARS_PER_WORD}
+    differing = {k: model.get(k) for k, v in expected_model.items() if model.get(k) != v}
+    if differing:
+        faults.append(f"WordPiece model with {differing} (needs {expected_model})")
+    if faults:
+        raise ValueError(f"tokenizer {tokenizer.source} cannot be saved as a Hugging Face "
+                         f"BertTokenizer: {'; '.join(faults)}")
+    return {"do_lower_case": normalizer["lowercase"], "strip_accents": normalizer["strip_accents"],
+            "tokenize_chinese_chars": normalizer["handle_chinese_chars"]}
+
+
+def _vocab_lines(tokenizer: WordPieceTokenizer) -> list[str]:
+    """Tokens by id, for vocab.txt; ValueError when the ids are not 0..n-1 or a token is not one
+    line."""
+    vocab = tokenizer.tokenizer.get_vocab(with_added_tokens=True)
+    tokens = sorted(vocab, key=vocab.get)
+    if [vocab[t] for t in tokens] != list(range(len(tokens))):
+        raise ValueError(f"tokenizer {tokenizer.source}: its ids are not 0..{len(tokens) - 1} "
+                         "without gaps, which vocab.txt needs (the line number is the id)")
+    bad = [t for t in tokens if not t or "\n" in t or "\r" in t]
+    if bad:
+        raise ValueError(f"tokenizer {tokenizer.source}: token(s) {bad[:3]} cannot be a line of "
+                         "vocab.txt")
+    return tokens
+
+
+def _hf_backend(tokenizer: WordPieceTokenizer) -> tokenizers.Tokenizer:
+    """A copy for tokenizer.json: BERT's [CLS] A [SEP] (B [SEP]) template (what the encoders of
+    bert_jax.data build), the special tokens registered as transformers registers them on load,
+    no truncation or padding."""
+    backend = tokenizers.Tokenizer.from_str(tokenizer.tokenizer.to_str())
+    backend.post_processor = bert_post_processor(backend.get_vocab(with_added_tokens=True))
+    backend.add_special_tokens(list(SPECIAL_TOKENS))
+    backend.no_truncation()
+    backend.no_padding()
+    return backend
+
+
+def save_hf(tokenizer: WordPieceTokenizer, directory: str, model_max_length: int) -> list[str]:
+    """Write `tokenizer` into `directory` as a Hugging Face BertTokenizer; returns the paths.
+
+    vocab.txt (one token per line, line number = id), tokenizer.json (the tokenizers pipeline,
+    with BERT's [CLS]/[SEP] template), tokenizer_config.json (tokenizer_class "BertTokenizer",
+    do_lower_case / strip_accents / tokenize_chinese_chars of the normalizer, model_max_length)
+    and special_tokens_map.json. AutoTokenizer (fast, from tokenizer.json) and BertTokenizer
+    (slow, from vocab.txt and the options) then give the ids that `tokenizer` gives, with
+    [CLS] ... [SEP] around them; except that transformers matches the special tokens' text
+    ("[MASK]") in its input, which a tokenizer loaded from a vocab.txt does not. Everything is
+    checked before the first file is written (ValueError naming the tokenizer).
+    """
+    settings = hf_bert_settings(tokenizer)
+    tokens = _vocab_lines(tokenizer)
+    backend = _hf_backend(tokenizer)
+    config = {"tokenizer_class": "BertTokenizer", **settings, "do_basic_tokenize": True,
+              "never_split": None, "model_max_length": int(model_max_length),
+              "clean_up_tokenization_spaces": True, **SPECIAL_TOKENS_MAP}
+    os.makedirs(directory, exist_ok=True)
+    paths = [os.path.join(directory, name) for name in HF_TOKENIZER_FILES]
+    with open(paths[0], "w", encoding="utf-8", newline="\n") as f:
+        f.writelines(token + "\n" for token in tokens)
+    backend.save(paths[1])
+    for path, content in zip(paths[2:], (config, SPECIAL_TOKENS_MAP)):
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(content, f, indent=2, ensure_ascii=False)
+            f.write("\n")
+    return paths

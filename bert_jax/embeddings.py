@@ -1,0 +1,354 @@
+"""Sentence embeddings from any BERT encoder: one of our runs or a Hugging Face folder.
+
+    encoder = embeddings.load_encoder(hf_dir="path/to/hf_bert")       # or workdir=RUN, step=N
+    rows = embeddings.read_rows("sentences.txt")                       # or .jsonl/.csv/.tsv
+    vectors = embeddings.embed(encoder, [r.text for r in rows], pooling="mean", normalize=True)
+    embeddings.write_outputs("out/sentences", vectors, rows)   # .npy [N, H] + .index.jsonl
+
+Each text becomes the row [CLS] pieces [SEP] (cut to max_seq_len), goes through the encoder
+(BertModel, no dropout), and is pooled: "mean" averages the last layer over the real tokens
+([CLS] and [SEP] included, padding excluded, as sentence-transformers does), "cls" takes the
+[CLS] vector (not the pooler's tanh layer); `normalize` scales each vector to unit L2 norm.
+
+Batches are jitted once per shape: rows are sorted by length, cut into batches of
+`batch_size` (the last one filled with padding rows), and each batch is padded to the smallest
+power of two (at least 8, at most max_seq_len) that holds its longest row, so a run compiles at
+most log2(max_seq_len) programs whatever the number of texts. The vectors come back in input
+order.
+
+Inputs (`read_rows`): text files (every non-blank line one text, verbatim), JSONL (an object
+per line, the text under `text_column`), CSV/TSV with a header row (`text_column`; TSV without
+quote processing, as bert_jax.data.readers reads it). Blank lines are not rows in any format;
+each row keeps its line number. A bad row (bad JSON, no such key, a short row, an empty or
+non-string text, undecodable bytes) is a DataError naming the file and line.
+"""
+
+from __future__ import annotations
+
+import codecs
+import dataclasses
+import json
+import os
+from typing import Any, Iterator, Optional, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from absl import logging
+
+from bert_jax.config import BertConfig
+from bert_jax.data import readers
+from bert_jax.data import tokenizer as tokenizer_lib
+from bert_jax.data.readers import DataError
+
+POOLINGS = ("mean", "cls")
+FORMATS = ("auto", "text", "jsonl", "csv", "tsv")
+MIN_BUCKET = 8  # the shortest padded length of a batch
+
+
+@dataclasses.dataclass(frozen=True)
+class Row:
+    """One input text and where it is: `line` is 1-based (a CSV record's first line)."""
+
+    line: int
+    text: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Encoder:
+    """What embedding needs: the model config, the BertModel tree (pooler dropped), the
+    tokenizer its vocabulary ids came from, and where they were read (for messages)."""
+
+    cfg: BertConfig
+    params: Any
+    tokenizer: tokenizer_lib.WordPieceTokenizer
+    source: str
+
+
+# ----- the encoder and its tokenizer ------------------------------------------------------------
+
+def hf_folder_tokenizer(directory: str) -> tokenizer_lib.WordPieceTokenizer:
+    """The tokenizer of a Hugging Face folder: tokenizer.json, else vocab.txt with the casing of
+    tokenizer_config.json (do_lower_case, default true; strip_accents)."""
+    options: dict[str, Any] = {}
+    config_path = os.path.join(directory, "tokenizer_config.json")
+    if os.path.isfile(config_path):
+        try:
+            with open(config_path, encoding="utf-8") as f:
+                options = json.load(f)
+        except ValueError as e:  # JSONDecodeError, UnicodeDecodeError
+            raise ValueError(f"{config_path}: not valid JSON ({e})") from None
+    return tokenizer_lib.load_tokenizer(directory, lowercase=options.get("do_lower_case", True),
+                                        strip_accents=options.get("strip_accents"))
+
+
+def run_tokenizer(workdir: str, config=None) -> Optional[tokenizer_lib.WordPieceTokenizer]:
+    """The tokenizer a training run used, built from <workdir>/config.json (or `config`) as the
+    run built it.
+
+    Fine-tuning: tokenizer.path, else init.hf_dir, with tokenizer.lowercase for a vocab.txt
+    (`recipes.common.load_tokenizer`). Pre-training: tokenizer.path, else the demo corpus's
+    vocabulary under the run's data dir (`recipes.pretrain.data_config`); None for the
+    synthetic corpus (random token ids, no vocabulary).
+    """
+    from bert_jax.recipes import common, pretrain  # pylint: disable=import-outside-toplevel
+    from bert_jax.train import workdir as workdir_lib  # pylint: disable=import-outside-toplevel
+    config = config if config is not None else workdir_lib.load_config(workdir)
+    if config.get("recipe", "pretrain") != "pretrain":
+        return common.load_tokenizer(config)
+    if config.data.corpus == pretrain.SYNTHETIC:
+        return None
+    from bert_jax.data import pretraining  # pylint: disable=import-outside-toplevel
+    path = pretraining.resolve_vocab_path(pretrain.data_config(config, workdir))
+    return tokenizer_lib.load_tokenizer(path, lowercase=config.tokenizer.lowercase)
+
+
+def encoder_tree(params: Any) -> dict:
+    """The BertModel tree of a checkpoint's params ({"bert": ..., heads} or bare), as numpy,
+    without the pooler (embeddings do not use it)."""
+    params = params["bert"] if "bert" in params else params
+    return {k: v for k, v in jax.device_get(params).items() if k != "pooler"}
+
+
+def load_encoder(hf_dir: Optional[str] = None, workdir: Optional[str] = None,
+                 step: Optional[int] = None) -> Encoder:
+    """The encoder of a Hugging Face folder (`hf_dir`) or of a run (`workdir`, its newest
+    checkpoint or `step`; fine-tuning heads are dropped). Exactly one of the two."""
+    if (hf_dir is None) == (workdir is None):
+        raise ValueError("give exactly one of a Hugging Face folder and a run's workdir")
+    if hf_dir is not None:
+        from bert_jax.convert import hf  # pylint: disable=import-outside-toplevel
+        cfg, params = hf.load(hf_dir, with_heads=False)
+        tokenizer, source = hf_folder_tokenizer(hf_dir), hf_dir
+    else:
+        from bert_jax.train import checkpointing  # pylint: disable=import-outside-toplevel
+        source = checkpointing.checkpoint_dir(workdir)
+        cfg, params = checkpointing.load_params(source, step=step)
+        tokenizer = run_tokenizer(workdir)
+        if tokenizer is None:
+            raise ValueError(f"{workdir}: the run has no vocabulary (synthetic corpus), so there "
+                             "are no texts to embed")
+    if tokenizer.vocab_size > cfg.vocab_size:
+        raise ValueError(f"tokenizer {tokenizer.source} has {tokenizer.vocab_size} tokens but "
+                         f"the model of {source} only {cfg.vocab_size}")
+    return Encoder(cfg, encoder_tree(params), tokenizer, source)
+
+
+# ----- reading the texts -------------------------------------------------------------------------
+
+def _format_of(path: str, file_format: str) -> str:
+    if file_format not in FORMATS:
+        raise ValueError(f"format {file_format!r} is unknown; choose one of {FORMATS}")
+    if file_format != "auto":
+        return file_format
+    extension = os.path.splitext(path)[1].lower()
+    return {".jsonl": "jsonl", ".csv": "csv", ".tsv": "tsv"}.get(extension, "text")
+
+
+def _decoded_lines(path: str, encoding: str) -> Iterator[tuple[int, str]]:
+    """(line number, line) of a file in an ASCII-compatible encoding, decoded line by line so
+    that undecodable bytes name their own line (a UTF-8 byte-order mark is dropped)."""
+    codec = readers._decoding(encoding)  # pylint: disable=protected-access
+    decoder = codecs.getincrementaldecoder(codec)()
+    with open(path, "rb") as f:
+        for number, raw in enumerate(f, 1):
+            try:
+                yield number, decoder.decode(raw)
+            except UnicodeDecodeError as e:
+                raise DataError(f"{path}:{number}: not valid {encoding} ({e.reason} at byte "
+                                f"{e.start} of the line); give the file's encoding") from None
+
+
+def _text_rows(path: str, encoding: str) -> Iterator[Row]:
+    for number, line in _decoded_lines(path, encoding):
+        if line.strip():
+            yield Row(number, line.rstrip("\r\n"))
+
+
+def _jsonl_rows(path: str, text_column: str, encoding: str) -> Iterator[Row]:
+    for number, line in _decoded_lines(path, encoding):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise DataError(f"{path}:{number}: not valid JSON ({e.msg})") from None
+        if not isinstance(record, dict) or text_column not in record:
+            keys = sorted(record) if isinstance(record, dict) else type(record).__name__
+            raise DataError(f"{path}:{number}: no key {text_column!r} (found {keys}); set "
+                            "--text_column")
+        yield Row(number, record[text_column])
+
+
+def _table_rows(path: str, text_column: str, delimiter: str, encoding: str) -> Iterator[Row]:
+    # pylint: disable=protected-access
+    with readers._fields_of_any_length():
+        records = readers._table_records(path, delimiter, delimiter != "\t", encoding)
+        header = next(records, (0, []))[1]
+        if text_column not in header:
+            raise DataError(f"{path}:1: no column {text_column!r} in the header {header}; set "
+                            "--text_column")
+        column = header.index(text_column)
+        for number, fields in records:
+            if len(fields) != len(header):
+                raise DataError(f"{path}:{number}: the row has {len(fields)} columns, not the "
+                                f"{len(header)} of the header")
+            yield Row(number, fields[column])
+
+
+def read_rows(path: str, file_format: str = "auto", text_column: str = "text",
+              encoding: str = "utf-8") -> list[Row]:
+    """Every text of `path`, in file order (format by extension for "auto": .jsonl, .csv,
+    .tsv, anything else one text per line; blank lines skipped). A missing file is
+    FileNotFoundError; an empty or non-string text, bad JSON or a short row a DataError naming
+    the file and line; a file without texts a DataError."""
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"{path}: no such input file")
+    file_format = _format_of(path, file_format)
+    if file_format == "text":
+        rows = list(_text_rows(path, encoding))
+    elif file_format == "jsonl":
+        rows = list(_jsonl_rows(path, text_column, encoding))
+    else:
+        rows = list(_table_rows(path, text_column, "\t" if file_format == "tsv" else ",",
+                                encoding))
+    for row in rows:
+        if not isinstance(row.text, str) or not row.text.strip():
+            raise DataError(f"{path}:{row.line}: the text is empty or not a string "
+                            f"({row.text!r})")
+    if not rows:
+        raise DataError(f"{path}: holds no texts")
+    return rows
+
+
+# ----- embedding ---------------------------------------------------------------------------------
+
+def token_rows(tokenizer: tokenizer_lib.WordPieceTokenizer, texts: Sequence[str],
+               max_seq_len: int) -> tuple[list[list[int]], int]:
+    """([CLS] pieces [SEP] ids of each text, cut to max_seq_len; the number of texts cut)."""
+    if max_seq_len < 3:
+        raise ValueError(f"max_seq_len={max_seq_len} leaves no room beside [CLS] and [SEP]")
+    pieces = tokenizer.encode_batch(texts)
+    rows = [[tokenizer.cls_id, *p[:max_seq_len - 2], tokenizer.sep_id] for p in pieces]
+    return rows, sum(len(p) > max_seq_len - 2 for p in pieces)
+
+
+def bucket_length(length: int, max_seq_len: int) -> int:
+    """The padded length of a batch whose longest row has `length` tokens: the smallest power
+    of two >= length (and >= MIN_BUCKET), at most max_seq_len."""
+    return min(max(MIN_BUCKET, 1 << max(length - 1, 0).bit_length()), max_seq_len)
+
+
+def plan_batches(lengths: Sequence[int], batch_size: int, max_seq_len: int
+                 ) -> list[tuple[np.ndarray, int]]:
+    """(row indices [<= batch_size], padded length) of each batch: rows longest first."""
+    order = np.argsort(-np.asarray(lengths), kind="stable")
+    return [(order[i:i + batch_size], bucket_length(int(lengths[order[i]]), max_seq_len))
+            for i in range(0, len(order), batch_size)]
+
+
+def pool(sequence_output: jax.Array, attention_mask: jax.Array, pooling: str,
+         normalize: bool) -> jax.Array:
+    """[B, L, H] hidden states, [B, L] mask (1 = real token) -> float32 [B, H] vectors.
+
+    mean: sum over real tokens / their count (a row without any gives zeros); cls: position 0.
+    normalize: divided by the L2 norm (at least 1e-12)."""
+    hidden = sequence_output.astype(jnp.float32)
+    if pooling == "cls":
+        vectors = hidden[:, 0]
+    else:
+        mask = attention_mask.astype(jnp.float32)[:, :, None]
+        vectors = jnp.sum(hidden * mask, axis=1) / jnp.maximum(jnp.sum(mask, axis=1), 1.0)
+    if normalize:
+        norm = jnp.linalg.norm(vectors, axis=-1, keepdims=True)
+        vectors = vectors / jnp.maximum(norm, 1e-12)
+    return vectors
+
+
+def make_embed_fn(cfg: BertConfig, pooling: str, normalize: bool):
+    """jitted (params, input_ids [B, L], attention_mask [B, L]) -> float32 [B, H]."""
+    if pooling not in POOLINGS:
+        raise ValueError(f"pooling {pooling!r} is unknown; choose one of {POOLINGS}")
+    from bert_jax.model import BertModel  # pylint: disable=import-outside-toplevel
+    model = BertModel(cfg, add_pooler=False)
+
+    def embed_fn(params, input_ids, attention_mask):
+        out = model.apply({"params": params}, input_ids, jnp.zeros_like(input_ids),
+                          attention_mask, True)
+        return pool(out.sequence_output, attention_mask, pooling, normalize)
+
+    return jax.jit(embed_fn)
+
+
+def _padded(rows: Sequence[list[int]], indices: np.ndarray, batch_size: int, length: int,
+            pad_id: int) -> tuple[np.ndarray, np.ndarray]:
+    """input_ids, attention_mask [batch_size, length] int32 of rows[indices], padding rows after."""
+    ids = np.full((batch_size, length), pad_id, np.int32)
+    mask = np.zeros((batch_size, length), np.int32)
+    for slot, index in enumerate(indices):
+        ids[slot, :len(rows[index])] = rows[index]
+        mask[slot, :len(rows[index])] = 1
+    return ids, mask
+
+
+def embed(encoder: Encoder, texts: Sequence[str], pooling: str = "mean", normalize: bool = False,
+          batch_size: int = 64, max_seq_len: Optional[int] = None,
+          progress: bool = False) -> np.ndarray:
+    """float32 [len(texts), hidden_size]: one vector per text, in the order of `texts`.
+
+    max_seq_len: tokens per row, [CLS] and [SEP] included (default and at most the model's
+    max_position_embeddings); longer texts are cut (logged). progress: a tqdm bar in rows/s.
+    """
+    limit = encoder.cfg.max_position_embeddings
+    max_seq_len = max_seq_len or limit
+    if not 0 < max_seq_len <= limit or batch_size <= 0:
+        raise ValueError(f"max_seq_len={max_seq_len} must be in 1..{limit} (the model's "
+                         f"max_position_embeddings) and batch_size={batch_size} positive")
+    rows, cut = token_rows(encoder.tokenizer, texts, max_seq_len)
+    if cut:
+        logging.warning("%d of %d texts are longer than max_seq_len=%d tokens and were cut",
+                        cut, len(texts), max_seq_len)
+    batch_size = min(batch_size, len(rows))
+    embed_fn = make_embed_fn(encoder.cfg, pooling, normalize)
+    params = jax.device_put(encoder.params)
+    out = np.zeros((len(rows), encoder.cfg.hidden_size), np.float32)
+    bar = _progress_bar(len(rows)) if progress else None
+    for indices, length in plan_batches([len(r) for r in rows], batch_size, max_seq_len):
+        ids, mask = _padded(rows, indices, batch_size, length, encoder.tokenizer.pad_id)
+        out[indices] = np.asarray(embed_fn(params, ids, mask))[:len(indices)]
+        if bar is not None:
+            bar.update(len(indices))
+    if bar is not None:
+        bar.close()
+    return out
+
+
+def _progress_bar(total: int):
+    from tqdm import tqdm  # pylint: disable=import-outside-toplevel
+    return tqdm(total=total, unit="rows", desc="embedding", dynamic_ncols=True)
+
+
+# ----- writing -----------------------------------------------------------------------------------
+
+def output_paths(prefix: str) -> tuple[str, str]:
+    """(PREFIX.npy, PREFIX.index.jsonl)."""
+    return f"{prefix}.npy", f"{prefix}.index.jsonl"
+
+
+def write_outputs(prefix: str, vectors: np.ndarray, rows: Sequence[Row]) -> tuple[str, str]:
+    """PREFIX.npy (float32 [N, H]) and PREFIX.index.jsonl (line i: {"index": i, "line": the
+    input line, "text": ...}); both appear together (written aside, then renamed)."""
+    if len(vectors) != len(rows):
+        raise ValueError(f"{len(vectors)} vectors for {len(rows)} rows")
+    paths = output_paths(prefix)
+    os.makedirs(os.path.dirname(os.path.abspath(prefix)), exist_ok=True)
+    temporary = [f"{path}.{os.getpid()}.tmp" for path in paths]
+    with open(temporary[0], "wb") as f:
+        np.save(f, np.asarray(vectors, np.float32))
+    with open(temporary[1], "w", encoding="utf-8") as f:
+        for index, row in enumerate(rows):
+            f.write(json.dumps({"index": index, "line": row.line, "text": row.text},
+                               ensure_ascii=False) + "\n")
+    for source, target in zip(temporary, paths):
+        os.replace(source, target)
+    return paths
