@@ -13,6 +13,13 @@ JSON. A UTF-8 byte-order mark is dropped. Every reader fails with a DataError na
 (and line, key or question id) at fault: an empty file, a missing column, a malformed CoNLL line,
 an answer whose `answer_start` does not point at its text.
 
+Unlabelled input (prediction, `read_unlabelled_*`) comes in the same formats, a label being
+optional and ignored, plus `lines` (every non-blank line one text, verbatim); the readers return
+`Rows`: the good rows as examples, and each bad row (a missing column, a non-string text, a line
+that is not a JSON object, ...) named by file and line instead of stopping the read. A file that
+cannot be read as a whole (no such file, empty, undecodable, a header without the text column)
+is still a DataError. Blank lines are not rows in any format.
+
 TFDS catalog names are read by `bert_jax.data.tfds_tasks`; examples become model rows in
 `bert_jax.data.encoding`.
 """
@@ -26,7 +33,7 @@ import dataclasses
 import json
 import os
 import re
-from typing import Any, Iterator, Mapping, Optional, Sequence
+from typing import Any, Iterable, Iterator, Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -262,6 +269,19 @@ def read_fasttext(path: str, encoding: str = "utf-8") -> list[TextExample]:
     return examples
 
 
+def _format_of(path: str, file_format: str, choices: str = "csv, tsv, jsonl or fasttext") -> str:
+    """`file_format`, or for "auto" the format its extension says (.txt and .cor: fasttext)."""
+    if file_format != "auto":
+        return file_format
+    extension = os.path.splitext(path)[1].lower()
+    file_format = {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".json": "jsonl",
+                   ".cor": "fasttext", ".txt": "fasttext"}.get(extension, "")
+    if not file_format:
+        raise DataError(f"{path}: cannot tell the format from the extension {extension!r}; "
+                        f"set the format to {choices}")
+    return file_format
+
+
 def read_text_examples(path: str, file_format: str = "auto", text_column: str = "text",
                        label_column: str = "label", text_pair_column: Optional[str] = None,
                        regression: bool = False, encoding: str = "utf-8",
@@ -269,13 +289,7 @@ def read_text_examples(path: str, file_format: str = "auto", text_column: str = 
     """Dispatch on `file_format` (csv | tsv | jsonl | fasttext), or on the extension for auto.
 
     tsv_quoting: read TSV files with CSV quoting (see `read_table`)."""
-    if file_format == "auto":
-        extension = os.path.splitext(path)[1].lower()
-        file_format = {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".json": "jsonl",
-                       ".cor": "fasttext", ".txt": "fasttext"}.get(extension, "")
-        if not file_format:
-            raise DataError(f"{path}: cannot tell the format from the extension {extension!r}; "
-                            "set the format to csv, tsv, jsonl or fasttext")
+    file_format = _format_of(path, file_format)
     if file_format in ("csv", "tsv"):
         return read_table(path, text_column, label_column, text_pair_column, regression,
                           delimiter="\t" if file_format == "tsv" else ",", encoding=encoding,
@@ -353,14 +367,7 @@ def qa_example(qid: str, question: str, context: str, answers: Sequence[tuple[st
 def read_squad_json(path: str) -> list[QAExample]:
     """SQuAD 1.1 / 2.0 JSON: data[].paragraphs[].{context, qas[].{id, question, answers,
     is_impossible}}. Every answer's answer_start must point at its text in the context."""
-    _check_file(path)
-    try:
-        with open(path, encoding=_decoding("utf-8")) as f:
-            document = json.load(f)
-    except json.JSONDecodeError as e:
-        raise DataError(f"{path}: not valid JSON ({e})") from None
-    except UnicodeDecodeError as e:
-        raise DataError(f"{path}: not valid UTF-8 ({e.reason} at byte {e.start})") from None
+    document = _load_json(path)
     if not isinstance(document, dict) or not isinstance(document.get("data"), list):
         raise DataError(f"{path}: expected a SQuAD object with a 'data' list")
     examples = []
@@ -378,6 +385,196 @@ def read_squad_json(path: str) -> list[QAExample]:
     if not examples:
         raise DataError(f"{path}: holds no questions")
     return examples
+
+
+# ----- unlabelled input (prediction) ------------------------------------------------------------
+
+@dataclasses.dataclass
+class Rows:
+    """The rows of an unlabelled input file, in file order.
+
+    examples: the good rows' examples; indices: the position of each among all rows of the file
+    (bad rows included, from 0); bad: "<file>:<line>: <what is wrong>" for each bad row.
+    """
+
+    examples: list
+    indices: list[int]
+    bad: list[str]
+
+    @property
+    def total(self) -> int:
+        return len(self.examples) + len(self.bad)
+
+
+def _rows(items: Iterable[tuple[Any, Optional[str]]]) -> Rows:
+    """Rows from (example, None) for a good row and (None, message) for a bad one."""
+    rows = Rows([], [], [])
+    for index, (example, error) in enumerate(items):
+        if error is not None:
+            rows.bad.append(error)
+        else:
+            rows.examples.append(example)
+            rows.indices.append(index)
+    return rows
+
+
+def _unlabelled_text(where: str, record: Mapping[str, Any], text_column: str,
+                     text_pair_column: Optional[str]) -> tuple[Any, Optional[str]]:
+    """(TextExample, None) of one record, or (None, the fault named at `where`)."""
+    for column in (text_column, text_pair_column):
+        if column is not None and column not in record:
+            return None, f"{where}: no column {column!r}; the columns are {sorted(record)}"
+    text = record[text_column]
+    pair = record[text_pair_column] if text_pair_column else None
+    if not isinstance(text, str) or (text_pair_column and not isinstance(pair, str)):
+        return None, f"{where}: the text columns must hold strings"
+    return TextExample(text, pair), None
+
+
+def _unlabelled_table(path: str, delimiter: str, quoting: bool, encoding: str,
+                      columns: Sequence[str]) -> Iterator[tuple[str, Any]]:
+    """(location, record dict or a fault) per row of a CSV/TSV file; the header must hold
+    `columns` (else a DataError: no row could be read)."""
+    with _fields_of_any_length():
+        records = _table_records(path, delimiter, quoting, encoding)
+        header = next(records, (0, []))[1]
+        if not header:
+            raise DataError(f"{path}: no header row")
+        missing = [c for c in columns if c not in header]
+        if missing:
+            raise DataError(f"{path}: no column(s) {missing} in the header; the columns are "
+                            f"{header}")
+        for line, fields in records:
+            if len(fields) != len(header):
+                yield f"{path}:{line}", (f"the row has {len(fields)} columns, not the "
+                                         f"{len(header)} columns of the header")
+            else:
+                yield f"{path}:{line}", dict(zip(header, fields))
+
+
+def _unlabelled_jsonl(path: str, encoding: str) -> Iterator[tuple[str, Any]]:
+    """(location, record dict or a fault) per non-blank line of a JSONL file."""
+    for number, line in _lines(path, encoding):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as e:
+            yield f"{path}:{number}", f"not valid JSON ({e.msg})"
+            continue
+        yield f"{path}:{number}", (record if isinstance(record, dict) else
+                                   "expected a JSON object per line")
+
+
+def _unlabelled_lines(path: str, encoding: str, labelled: bool
+                      ) -> Iterator[tuple[Any, Optional[str]]]:
+    """One text per non-blank line, stripped; `labelled` (fastText) drops leading
+    `__label__<name>` words first, so lines with and without labels both read."""
+    for number, line in _lines(path, encoding):
+        text = line.strip()
+        if not text:
+            continue
+        while labelled and text.startswith(FASTTEXT_PREFIX):
+            text = text.partition(" ")[2].strip()
+        if not text:
+            yield None, f"{path}:{number}: the text after the label is empty"
+        else:
+            yield TextExample(text), None
+
+
+UNLABELLED_TEXT_FORMATS = ("csv", "tsv", "jsonl", "fasttext", "lines")
+
+
+def read_unlabelled_text(path: str, file_format: str = "auto", text_column: str = "text",
+                         text_pair_column: Optional[str] = None, encoding: str = "utf-8",
+                         tsv_quoting: bool = False) -> Rows:
+    """Rows of TextExamples (label None) from csv | tsv | jsonl | fasttext | lines, or by the
+    extension for auto (.txt and .cor: fasttext, whose label words are optional here).
+
+    A label column may be present or not (it is ignored). Bad rows: a row with another number
+    of columns than the header, a line that is not a JSON object, a record without the text (or
+    pair) key, a text that is not a string, a fastText line with only labels.
+    """
+    _check_file(path)
+    choices = ", ".join(UNLABELLED_TEXT_FORMATS[:-1]) + " or lines"
+    file_format = _format_of(path, file_format, choices)
+    if file_format in ("fasttext", "lines") and text_pair_column:
+        raise DataError(f"{path}: the {file_format} format holds one text per line, but the "
+                        f"task takes pairs ({text_column!r}, {text_pair_column!r}): use csv, "
+                        "tsv or jsonl")
+    if file_format in ("fasttext", "lines"):
+        return _rows(_unlabelled_lines(path, encoding, labelled=file_format == "fasttext"))
+    if file_format in ("csv", "tsv"):
+        delimiter = "\t" if file_format == "tsv" else ","
+        columns = [c for c in (text_column, text_pair_column) if c]
+        records = _unlabelled_table(path, delimiter, tsv_quoting or delimiter != "\t",
+                                    encoding, columns)
+    elif file_format == "jsonl":
+        records = _unlabelled_jsonl(path, encoding)
+    else:
+        raise DataError(f"unknown text file format {file_format!r}: use {choices}")
+    return _rows((None, f"{where}: {record}") if isinstance(record, str) else
+                 _unlabelled_text(where, record, text_column, text_pair_column)
+                 for where, record in records)
+
+
+def read_unlabelled_conll(path: str, encoding: str = "utf-8") -> Rows:
+    """Rows of TaggedSentences with no tags: one token per line (its first column; any other
+    columns, such as tags, are ignored), a blank line between sentences, -DOCSTART- skipped."""
+    _check_file(path)
+    sentences: list[tuple[str, ...]] = []
+    words: list[str] = []
+    for _, line in _lines(path, encoding):
+        columns = line.split()
+        if not columns or columns[0] == "-DOCSTART-":
+            if words:
+                sentences.append(tuple(words))
+            words = []
+            continue
+        words.append(columns[0])
+    if words:
+        sentences.append(tuple(words))
+    return _rows((TaggedSentence(sentence, ()), None) for sentence in sentences)
+
+
+def _load_json(path: str) -> Any:
+    """The JSON document of a file; DataError naming the file when it is not valid JSON."""
+    _check_file(path)
+    try:
+        with open(path, encoding=_decoding("utf-8")) as f:
+            return json.load(f)
+    except json.JSONDecodeError as e:
+        raise DataError(f"{path}: not valid JSON ({e})") from None
+    except UnicodeDecodeError as e:
+        raise DataError(f"{path}: not valid UTF-8 ({e.reason} at byte {e.start})") from None
+
+
+def _unlabelled_questions(path: str, document: Any) -> Iterator[tuple[Any, Optional[str]]]:
+    """(QAExample with no answers, None) or (None, fault) per question of a SQuAD document."""
+    for a, article in enumerate(document["data"]):
+        paragraphs = article.get("paragraphs", []) if isinstance(article, dict) else []
+        for p, paragraph in enumerate(paragraphs):
+            context = paragraph.get("context") if isinstance(paragraph, dict) else None
+            questions = paragraph.get("qas", []) if isinstance(paragraph, dict) else []
+            for q, qa in enumerate(questions):
+                where = f"{path}: data[{a}].paragraphs[{p}].qas[{q}]"
+                if not isinstance(context, str):
+                    yield None, f"{where}: the paragraph has no 'context' string"
+                elif not isinstance(qa, dict) or not isinstance(qa.get("question"), str):
+                    yield None, f"{where}: no 'question' string"
+                else:
+                    qid = str(qa["id"]) if qa.get("id") is not None else None
+                    yield QAExample(qid, qa["question"], context, ()), None
+
+
+def read_unlabelled_squad(path: str) -> Rows:
+    """Rows of QAExamples (no answers; id None where the question has none) from SQuAD-style
+    JSON: data[].paragraphs[].{context, qas[].{id, question}}; answers, if any, are ignored.
+    Bad rows are named by their place in the document (data[a].paragraphs[p].qas[q])."""
+    document = _load_json(path)
+    if not isinstance(document, dict) or not isinstance(document.get("data"), list):
+        raise DataError(f"{path}: expected a SQuAD object with a 'data' list")
+    return _rows(_unlabelled_questions(path, document))
 
 
 # ----- held-out split ------------------------------------------------------------------------

@@ -48,3 +48,13 @@ class Classification(TextTask):
                                probabilities=[round(float(x), 6) for x in probabilities[i]])
                    for i, (e, p) in enumerate(zip(data.eval_examples, predicted))]
         return result, records
+
+    def prediction_records(self, examples, features, outputs, labels, config):
+        """{"text", ("text_pair"), "label": the most probable class, "probabilities": {class:
+        p}} per example; outputs["logits"]: [N, C]."""
+        label_map = labels["label_map"]
+        predicted = np.argmax(outputs["logits"], -1)
+        probabilities = softmax(outputs["logits"])
+        return [{**self.input_fields(e), "label": label_map[p],
+                 "probabilities": dict(zip(label_map, map(float, row)))}
+                for e, p, row in zip(examples, predicted, probabilities)]

@@ -16,6 +16,18 @@ A kind says, for one family of tasks, everything that differs between them:
     write(records, directory)        prediction files; returns their paths
     head_outputs(labels, seq_len)    outputs per row of the head, for the FLOP count
 
+and, for predictions on new inputs (bert_jax.recipes.finetune.predict):
+
+    read_unlabelled(path, config, file_format)
+                                     readers.Rows: the good rows' examples (labels absent or
+                                     ignored) and the bad rows named by file and line
+    encode_unlabelled(tokenizer, examples, config, labels, source)
+                                     (features, cut): the model inputs [N', L] plus what
+                                     prediction_records reads; cut = {what was cut short: how
+                                     many examples}, e.g. inputs truncated to max_seq_len
+    prediction_records(examples, features, outputs, labels, config)
+                                     one JSON-able dict per example, in order
+
 Adding a kind: one module with a TaskKind subclass decorated with `@register`, and its import in
 `bert_jax/recipes/finetune/__init__.py` (see the multi-label kind).
 """
@@ -33,6 +45,7 @@ import numpy as np
 import optax
 
 from bert_jax.config import BertConfig
+from bert_jax.data import readers
 
 Weighted = tuple[jax.Array, jax.Array]
 LossOutput = tuple[dict[str, Weighted], dict[str, Weighted]]
@@ -79,6 +92,19 @@ class TaskKind:
 
     def head_outputs(self, labels: Mapping[str, Any], seq_len: int) -> int:
         return self.num_outputs(labels)
+
+    def read_unlabelled(self, path: str, config, file_format: str) -> readers.Rows:
+        raise ValueError(f"task kind {self.name!r} does not read unlabelled input (prediction)")
+
+    def encode_unlabelled(self, tokenizer, examples: Sequence[Any], config,
+                          labels: Mapping[str, Any], source: str
+                          ) -> tuple[dict[str, np.ndarray], dict[str, int]]:
+        raise ValueError(f"task kind {self.name!r} does not encode unlabelled input")
+
+    def prediction_records(self, examples: Sequence[Any], features: Mapping[str, np.ndarray],
+                           outputs: Mapping[str, np.ndarray], labels: Mapping[str, Any],
+                           config) -> list[dict[str, Any]]:
+        raise ValueError(f"task kind {self.name!r} does not write prediction records")
 
 
 def register(cls: type[TaskKind]) -> type[TaskKind]:

@@ -86,3 +86,13 @@ class MultiLabel(TextTask):
                                probabilities=[round(float(x), 6) for x in probabilities[i]])
                    for i, e in enumerate(data.eval_examples)]
         return result, records
+
+    def prediction_records(self, examples, features, outputs, labels, config):
+        """{"text", ("text_pair"), "labels": those with p > 0.5, "probabilities": {label: p}}
+        per example; logits [N, C]."""
+        label_map = labels["label_map"]
+        probabilities = 1.0 / (1.0 + np.exp(-outputs["logits"]))
+        return [{**self.input_fields(e),
+                 "labels": [label_map[j] for j in np.nonzero(row > 0.5)[0]],
+                 "probabilities": dict(zip(label_map, map(float, row)))}
+                for e, row in zip(examples, probabilities)]

@@ -36,3 +36,8 @@ class Regression(TextTask):
         records = [self.record(i, e, prediction=float(p))
                    for i, (e, p) in enumerate(zip(data.eval_examples, predicted))]
         return result, records
+
+    def prediction_records(self, examples, features, outputs, labels, config):
+        """{"text", ("text_pair"), "prediction": the score} per example; logits [N, 1]."""
+        return [{**self.input_fields(e), "prediction": float(p)}
+                for e, p in zip(examples, outputs["logits"][:, 0])]

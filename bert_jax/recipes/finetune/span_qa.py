@@ -7,8 +7,10 @@ and F1 with SQuAD's answer normalization. Writes predictions.json, null_odds.jso
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+from typing import Optional
 
 import jax.numpy as jnp
 import numpy as np
@@ -83,3 +85,63 @@ class SpanQA(TaskKind):
 
     def head_outputs(self, labels, seq_len: int) -> int:
         return 2 * seq_len
+
+    # ----- prediction on unlabelled input ---------------------------------------------------
+
+    def read_unlabelled(self, path: str, config, file_format: str) -> readers.Rows:
+        """Questions with their contexts from SQuAD-style JSON (answers optional, ignored)."""
+        if file_format not in ("auto", "json", "squad"):
+            raise readers.DataError(f"{path}: span QA reads SQuAD-style JSON (format auto, "
+                                    f"json or squad), not {file_format!r}")
+        return readers.read_unlabelled_squad(path)
+
+    def encode_unlabelled(self, tokenizer, examples, config, labels, source):
+        """Window rows (squad.encode_qa_examples, targets dropped), and how many questions
+        were cut to squad.max_query_len tokens (contexts are never cut: sliding windows)."""
+        features = self.encode(tokenizer, examples, config, labels, source)
+        del features["start_positions"], features["end_positions"]
+        limit = config.squad.max_query_len
+        cut = sum(len(ids) > limit for ids in tokenizer.encode_batch(
+            [e.question for e in examples]))
+        return features, {f"questions truncated to squad.max_query_len={limit} tokens": cut}
+
+    def prediction_records(self, examples, features, outputs, labels, config):
+        """{"id", "question", "answer", "start", "end" (character offsets in the context,
+        end exclusive; null for no answer), "score"} per question, decoded as in evaluation."""
+        q = config.squad
+        numbered = [dataclasses.replace(e, id=str(i)) for i, e in enumerate(examples)]
+        answers = squad.decode_answers(
+            numbered, features, outputs["start_logits"], outputs["end_logits"],
+            n_best=q.n_best, max_answer_length=q.max_answer_length,
+            allow_no_answer=q.version_2, no_answer_threshold=q.no_answer_threshold)
+        records = []
+        for i, example in enumerate(examples):
+            answer = answers[str(i)]
+            start, end = answer_span(example.context, answer, i, features, outputs)
+            records.append({"id": example.id, "question": example.question,
+                            "answer": answer.text, "start": start, "end": end,
+                            "score": float(answer.score) if np.isfinite(answer.score) else None})
+        return records
+
+
+def answer_span(context: str, answer: squad.Prediction, example: int, features,
+                outputs) -> tuple[Optional[int], Optional[int]]:
+    """(start, end) characters, end exclusive, of the span decode_answers chose for example
+    number `example`, or (None, None) for no answer: among the spans of its windows that hold
+    the answer's text (the start token in its max-context window), the one whose start + end
+    logit is the answer's score. features/outputs: those of the windows, [F, L, ...]."""
+    best, best_gap, length = (None, None), np.inf, len(answer.text)
+    if not length:
+        return best
+    for window in np.nonzero(features["example_index"] == example)[0]:
+        offsets, max_context = features["offsets"][window], features["max_context"][window]
+        starts, ends = outputs["start_logits"][window], outputs["end_logits"][window]
+        for s in np.nonzero((offsets[:, 0] >= 0) & max_context)[0]:
+            a = int(offsets[s, 0])
+            if context[a:a + length] != answer.text:
+                continue
+            for e in np.nonzero((offsets[:, 1] == a + length) & (offsets[:, 0] >= 0))[0]:
+                gap = abs(float(starts[s] + ends[e]) - answer.score)
+                if e >= s and gap < best_gap:
+                    best, best_gap = (a, a + length), gap
+    return best

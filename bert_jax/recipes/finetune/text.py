@@ -39,3 +39,43 @@ class TextTask(TaskKind):
         """A prediction record: the example as read, then what the kind adds."""
         return {"index": index, "text": example.text, "text_pair": example.text_pair,
                 "label": example.label, **fields}
+
+    # ----- prediction on unlabelled input ---------------------------------------------------
+
+    def read_unlabelled(self, path: str, config, file_format: str) -> readers.Rows:
+        """Texts (and pairs, when the run had config.data.text_pair_column) of csv | tsv | jsonl
+        | fasttext | lines, or auto by extension; a label column may be absent."""
+        data = config.data
+        return readers.read_unlabelled_text(
+            path, file_format, data.text_column, data.text_pair_column or None, data.encoding,
+            data.tsv_quoting)
+
+    def encode_unlabelled(self, tokenizer, examples, config, labels, source):
+        """Model inputs [N, max_seq_len], and how many examples were truncated to fit."""
+        features = self.encode_inputs(tokenizer, examples, config, source)
+        cut = truncated_examples(tokenizer, examples, features["attention_mask"])
+        return features, {f"inputs truncated to max_seq_len={config.max_seq_len} tokens": cut}
+
+    @staticmethod
+    def input_fields(example: readers.TextExample) -> dict[str, Any]:
+        """{"text"} (and "text_pair" for a pair): the start of a prediction record."""
+        fields = {"text": example.text}
+        if example.text_pair is not None:
+            fields["text_pair"] = example.text_pair
+        return fields
+
+
+def truncated_examples(tokenizer, examples: Sequence[readers.TextExample],
+                       attention_mask: np.ndarray) -> int:
+    """How many examples did not fit their row ([CLS] A [SEP] (B [SEP]) longer than the row).
+
+    attention_mask: [N, L] of the encoded rows; only full rows are tokenized again to tell."""
+    full = np.nonzero(attention_mask[:, -1] == 1)[0]
+    if not len(full):
+        return 0
+    lengths = np.asarray([len(ids) + 2 for ids in
+                          tokenizer.encode_batch([examples[i].text for i in full])])
+    if examples[full[0]].text_pair is not None:
+        lengths += np.asarray([len(ids) + 1 for ids in
+                               tokenizer.encode_batch([examples[i].text_pair for i in full])])
+    return int(np.sum(lengths > attention_mask.shape[1]))

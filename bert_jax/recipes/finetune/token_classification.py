@@ -11,6 +11,7 @@ import os
 from typing import Any, Mapping, Sequence
 
 import jax.numpy as jnp
+import numpy as np
 
 from bert_jax.data import encoding, readers
 from bert_jax.model import BertForTokenClassification
@@ -62,3 +63,34 @@ class TokenClassification(TaskKind):
 
     def head_outputs(self, labels, seq_len: int) -> int:
         return len(labels["label_map"]) * seq_len
+
+    # ----- prediction on unlabelled input ---------------------------------------------------
+
+    def read_unlabelled(self, path: str, config, file_format: str) -> readers.Rows:
+        """Sentences of a CoNLL file of tokens (one per line, first column; blank line between
+        sentences); tag columns, if any, are ignored."""
+        if file_format not in ("auto", "conll"):
+            raise readers.DataError(f"{path}: token classification reads CoNLL files (format "
+                                    f"auto or conll), not {file_format!r}")
+        return readers.read_unlabelled_conll(path, config.data.encoding)
+
+    def encode_unlabelled(self, tokenizer, examples, config, labels, source):
+        """Model inputs and word_index [N, L], and how many sentences lost words to
+        max_seq_len (those words are tagged "O", as in evaluation)."""
+        placeholder = labels["label_map"][0]  # encoding wants tags; prediction ignores them
+        tagged = [readers.TaggedSentence(s.words, (placeholder,) * len(s.words))
+                  for s in examples]
+        features = encoding.encode_tagged_sentences(tokenizer, tagged, config.max_seq_len,
+                                                    labels["label_map"], source)
+        del features["labels"]
+        placed = np.sum(features["word_index"] >= 0, axis=1)
+        cut = int(np.sum(placed < np.asarray([len(s.words) for s in examples])))
+        return features, {f"sentences truncated to max_seq_len={config.max_seq_len} tokens "
+                          "(their last words tagged O)": cut}
+
+    def prediction_records(self, examples, features, outputs, labels, config):
+        """{"words", "tags"} per sentence; logits [N, L, C], read at first sub-words."""
+        tags = encoding.tags_from_token_predictions(
+            outputs["logits"].argmax(-1), features["word_index"],
+            [len(s.words) for s in examples], labels["label_map"])
+        return [{"words": list(s.words), "tags": t} for s, t in zip(examples, tags)]

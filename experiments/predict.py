@@ -1,0 +1,60 @@
+"""Predict new, unlabelled inputs with a fine-tuned run (any task kind).
+
+    python experiments/predict.py --workdir=/tmp/polarity --input=new.txt --output=out.jsonl \
+        [--step=N] [--batch_size=64] [--dtype=float32|bfloat16] [--format=lines] \
+        [--skip_bad_rows]
+
+Input, in the formats of training with the label optional (--format, default: the run's
+config.data.format; auto goes by the extension): csv | tsv | jsonl with the run's text (and pair)
+columns, fasttext (`__label__x` words at the start of a line are optional and dropped), lines
+(every non-blank line one text, verbatim: for plain text that may start with `__label__`),
+CoNLL tokens (token classification), SQuAD-style JSON (span QA). Output: one JSON line per input
+row, in input order, "index" first (the row's position in the input, from 0):
+classification {"index", "text", ("text_pair"), "label", "probabilities": {label: p}};
+regression {"index", "text", ("text_pair"), "prediction"}; multi_label {"index", "text",
+("text_pair"), "labels", "probabilities"}; token_classification {"index", "words", "tags"};
+span_qa {"index", "id", "question", "answer", "start", "end", "score"}.
+
+A bad row (file:line named) stops the run before anything is written, or, with --skip_bad_rows,
+is skipped and listed. Over-long inputs are truncated (NER: the words past the row get "O"; QA:
+sliding windows) and counted. The last stdout line is a JSON summary (rows, records, bad rows,
+what was cut, rows/s). Exit status: 0 done, 1 bad input (one line `predict.py: error: ...`).
+The logic: bert_jax.recipes.finetune.predict.
+"""
+
+import json
+
+import jax
+from absl import app, flags
+
+from bert_jax import cli, distributed
+from bert_jax.recipes.finetune import predict
+
+FLAGS = flags.FLAGS
+
+
+def main(argv):
+    cli.start(argv)
+    options = predict.PredictOptions(
+        input_path=FLAGS.input, output_path=FLAGS.output, step=FLAGS.step,
+        batch_size=FLAGS.batch_size, dtype=FLAGS.dtype, file_format=FLAGS.format,
+        skip_bad_rows=FLAGS.skip_bad_rows)
+    summary = cli.run_or_exit("predict.py", lambda: predict.predict_file(FLAGS.workdir, options))
+    if jax.process_index() == 0:
+        print(json.dumps(summary.to_dict(), ensure_ascii=False))
+
+
+if __name__ == "__main__":
+    flags.DEFINE_string("workdir", None, "The workdir of a fine-tuning run.", required=True)
+    flags.DEFINE_string("input", None, "The file of unlabelled inputs.", required=True)
+    flags.DEFINE_string("output", None, "The JSONL file to write.", required=True)
+    flags.DEFINE_integer("step", None, "Checkpoint step (default: the newest).")
+    flags.DEFINE_integer("batch_size", 64, "Rows per model call, over all devices.")
+    flags.DEFINE_enum("dtype", None, ["float32", "bfloat16"],
+                      "Compute dtype (default: the run's).")
+    flags.DEFINE_enum("format", None, ["auto", "csv", "tsv", "jsonl", "fasttext", "lines",
+                                       "conll", "json", "squad"],
+                      "Input format (default: the run's config.data.format).")
+    flags.DEFINE_bool("skip_bad_rows", False, "Skip bad rows (listed) instead of stopping.")
+    distributed.define_flags()
+    app.run(main, flags_parser=cli.parse_flags)
