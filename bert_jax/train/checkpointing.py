@@ -14,6 +14,26 @@ checkpoint written on (2, 2, 2) devices restores onto one device, or any other m
 Public API: `load_params(checkpoint_dir, step=None, shardings=None) -> (BertConfig, params)`
 reads the parameters of the newest (or a named) step, for fine-tuning or evaluation, straight onto
 the given shardings (e.g. `sharding.param_shardings(...)` of the current mesh).
+
+Errors say which step and which item:
+    CheckpointMismatchError    the step is readable but does not fit this run (another model
+                               shape, head or optimizer; another number of processes)
+    CheckpointUnreadableError  the step cannot be read: "checkpoint <dir>/<step> cannot be read:
+                               <item> is missing (...)" or "...: <item>: <error class>: <first line
+                               of the error>" (a truncated file, a corrupt manifest, a deleted
+                               folder); raised by restore, read_metadata, load_model_config and
+                               load_params, never a raw Orbax/tensorstore/JSON traceback
+    CheckpointWriteError       a save failed (disk full, no permission): "could not write the
+                               checkpoint <dir>/<step>: ...", raised by save, or for an
+                               asynchronous save by the next save or the manager's
+                               wait_until_finished/close; Orbax leaves the partial step in
+                               a `<step>.orbax-checkpoint-tmp*` folder, which is not a step
+All three are ValueErrors, so the scripts print them as one line and exit with status 1.
+`check_readable` (a step's metadata files) and `restore` (the arrays, each process its own shards)
+read without any collective and without Orbax's restore barrier, so that an error on one process
+never leaves the others waiting: with several processes the caller agrees on the outcome (see
+bert_jax.train.state, which falls back to the previous step). `set_aside` moves an unreadable step
+to `<directory>_unreadable/<step>`.
 """
 
 from __future__ import annotations
@@ -34,6 +54,7 @@ from bert_jax.config import BertConfig
 
 STATE, DATA, METADATA = "state", "data_iterator", "metadata"
 CHECKPOINTS = "checkpoints"  # the folder of a run's checkpoints inside its workdir
+UNREADABLE_SUFFIX = "_unreadable"  # <directory>_unreadable/<step>: steps set aside by set_aside
 
 
 def checkpoint_dir(workdir: str | os.PathLike) -> str:
@@ -41,8 +62,78 @@ def checkpoint_dir(workdir: str | os.PathLike) -> str:
     return os.path.join(os.fspath(workdir), CHECKPOINTS)
 
 
+def unreadable_dir(directory: str | os.PathLike) -> epath.Path:
+    """Where set_aside moves unreadable steps: `<workdir>/checkpoints_unreadable`."""
+    directory = epath.Path(os.path.abspath(os.fspath(directory)))
+    return directory.parent / (directory.name + UNREADABLE_SUFFIX)
+
+
 class CheckpointMismatchError(ValueError):
     """A checkpoint on disk does not fit the model or train state of the current run."""
+
+
+class CheckpointUnreadableError(ValueError):
+    """A checkpoint step on disk cannot be read (a truncated or missing file); names the step."""
+
+
+class CheckpointWriteError(ValueError):
+    """A checkpoint could not be written (disk full, no permission); names the step folder."""
+
+
+def _describe(error: BaseException) -> str:
+    """'<class>: <first line>' of the root cause of `error` (Orbax wraps tensorstore's errors)."""
+    seen = {id(error)}
+    while True:
+        cause = error.__cause__ or (None if error.__suppress_context__ else error.__context__)
+        if cause is None or id(cause) in seen:
+            break
+        seen.add(id(cause))
+        error = cause
+    text = str(error).strip()
+    line = text.splitlines()[0] if text else ""
+    if len(line) > 400:
+        line = line[:400] + "..."
+    return f"{type(error).__name__}: {line}" if line else type(error).__name__
+
+
+class _Reading:
+    """`with _Reading(where, item):` turns any error but ours into CheckpointUnreadableError."""
+
+    def __init__(self, where: str, item: str):
+        self.where, self.item = where, item
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, error, traceback):
+        if error is None or not isinstance(error, Exception) or isinstance(
+                error, (CheckpointMismatchError, CheckpointUnreadableError)):
+            return False
+        raise CheckpointUnreadableError(
+            f"checkpoint {self.where} cannot be read: {self.item}: {_describe(error)}") from error
+
+
+def _unreadable(where: str, what: str) -> CheckpointUnreadableError:
+    return CheckpointUnreadableError(f"checkpoint {where} cannot be read: {what}")
+
+
+class _Manager(ocp.CheckpointManager):
+    """A CheckpointManager whose waits for an asynchronous save name the step that failed."""
+
+    pending_step: Optional[int] = None
+
+    def wait_until_finished(self):
+        try:
+            super().wait_until_finished()
+        except Exception as e:  # the error of a background save, re-raised here by Orbax
+            if isinstance(e, CheckpointWriteError):
+                raise
+            step = self.pending_step
+            where = f"{self.directory}/{step}" if step is not None else str(self.directory)
+            raise CheckpointWriteError(
+                f"could not write the checkpoint {where} (saved in the background): "
+                f"{_describe(e)}") from e
+        self.pending_step = None
 
 
 def make_manager(directory: str | os.PathLike, keep: int = 3,
@@ -50,8 +141,8 @@ def make_manager(directory: str | os.PathLike, keep: int = 3,
     """A CheckpointManager over `directory` that keeps the newest `keep` steps."""
     options = ocp.CheckpointManagerOptions(
         max_to_keep=keep, create=True, enable_async_checkpointing=async_saves)
-    return ocp.CheckpointManager(os.path.abspath(os.fspath(directory)), options=options,
-                                 item_handlers=_item_handlers(ocp.StandardCheckpointHandler()))
+    return _Manager(os.path.abspath(os.fspath(directory)), options=options,
+                    item_handlers=_item_handlers(ocp.StandardCheckpointHandler()))
 
 
 def _item_handlers(state_handler) -> dict[str, Any]:
@@ -84,7 +175,7 @@ class _IteratorStateReceiver:
         pass
 
 
-# ----- save / restore --------------------------------------------------------------------------
+# ----- save --------------------------------------------------------------------------------------
 
 def metadata_for(model_config: BertConfig, extra: Optional[Mapping[str, Any]] = None) -> dict:
     return {"model_config": dataclasses.asdict(model_config), **dict(extra or {})}
@@ -93,17 +184,108 @@ def metadata_for(model_config: BertConfig, extra: Optional[Mapping[str, Any]] = 
 def save(manager: ocp.CheckpointManager, step: int, state: Any, *,
          model_config: BertConfig, data_iterator: Any = None,
          extra_metadata: Optional[Mapping[str, Any]] = None, force: bool = False) -> bool:
-    """Start an (asynchronous) save of `state` and the iterator's current state at `step`."""
+    """Start an (asynchronous) save of `state` and the iterator's current state at `step`.
+
+    Raises CheckpointWriteError naming the step folder if this save, or the asynchronous one
+    still in flight, fails.
+    """
     items = {STATE: ocp.args.StandardSave(state),
              METADATA: ocp.args.JsonSave(metadata_for(model_config, extra_metadata))}
     if data_iterator is not None:
         items[DATA] = grain_checkpoint.CheckpointSave(_IteratorSnapshot(data_iterator))
-    return manager.save(step, args=ocp.args.Composite(**items), force=force)
+    try:  # Orbax's save first waits for the one in flight: _Manager names that one's step
+        saved = manager.save(step, args=ocp.args.Composite(**items), force=force)
+    except (OSError, ValueError) as e:
+        if isinstance(e, CheckpointWriteError):
+            raise
+        raise CheckpointWriteError(
+            f"could not write the checkpoint {manager.directory}/{step}: {_describe(e)}") from e
+    if saved and isinstance(manager, _Manager):
+        manager.pending_step = step
+    return saved
+
+
+# ----- reading a step --------------------------------------------------------------------------
+
+def _where(manager: ocp.CheckpointManager, step: int) -> str:
+    return f"{manager.directory}/{step}"
+
+
+def _read_metadata_item(step_dir: epath.Path, where: str) -> dict:
+    """The metadata JSON of a step folder, read by the handler itself (no collective)."""
+    if not (step_dir / METADATA).exists():
+        raise _unreadable(where, f"{METADATA} is missing (no folder {step_dir / METADATA})")
+    with _Reading(where, METADATA):
+        metadata = ocp.JsonCheckpointHandler().restore(step_dir / METADATA)
+    if not isinstance(metadata, Mapping):
+        raise _unreadable(where, f"{METADATA}: not a JSON object")
+    return dict(metadata)
 
 
 def read_metadata(manager: ocp.CheckpointManager, step: int) -> dict:
-    restored = manager.restore(step, args=ocp.args.Composite(**{METADATA: ocp.args.JsonRestore()}))
-    return dict(restored[METADATA])
+    """The metadata JSON of `step` (model_config and the task's extra keys)."""
+    return _read_metadata_item(manager.directory / str(step), _where(manager, step))
+
+
+def _state_metadata(manager: ocp.CheckpointManager, step: int) -> Any:
+    """The saved TrainState's tree of array metadata (shapes, dtypes), without reading arrays."""
+    where = _where(manager, step)
+    if not (manager.directory / str(step) / STATE).exists():
+        raise _unreadable(where, f"{STATE} is missing (no folder {where}/{STATE})")
+    with _Reading(where, STATE):
+        items = manager.item_metadata(step)
+        saved = items[STATE] if STATE in items else None
+    if saved is None:
+        raise _unreadable(where, f"{STATE}: Orbax finds no metadata of the saved arrays")
+    return saved
+
+
+def _data_iterator_file(manager: ocp.CheckpointManager, step: int) -> Optional[epath.Path]:
+    """This process's iterator-state file of `step`, or None if the step was saved without one.
+
+    Raises CheckpointUnreadableError if the step was saved with one that is gone, and
+    CheckpointMismatchError if it was saved by another number of processes.
+    """
+    where = _where(manager, step)
+    folder = manager.directory / str(step) / DATA
+    index, count = jax.process_index(), jax.process_count()
+    if not folder.exists():
+        with _Reading(where, "the step's Orbax metadata"):
+            saved_items = manager.metadata(step).item_handlers or {}
+        if DATA in saved_items:
+            raise _unreadable(where, f"{DATA} is missing (no folder {folder})")
+        return None
+    path = folder / f"process_{index}-of-{count}.json"
+    if not path.exists():
+        counts = sorted({p.name.rsplit("-of-", 1)[-1][:-len(".json")] for p in folder.iterdir()
+                         if p.name.startswith("process_") and "-of-" in p.name
+                         and p.name.endswith(".json")})
+        if counts and str(count) not in counts:
+            raise CheckpointMismatchError(
+                f"checkpoint {where} holds the data-iterator state of {' or '.join(counts)} "
+                f"process(es), and this run has {count}: resume with as many processes")
+        raise _unreadable(where, f"{DATA} is missing this process's state (no file {path})")
+    return path
+
+
+def check_readable(manager: ocp.CheckpointManager, step: int, *,
+                   data_iterator: bool = False) -> None:
+    """Raise CheckpointUnreadableError naming the item unless `step`'s metadata JSON, the
+    metadata of its saved arrays and (if asked) this process's data-iterator state can be read.
+
+    Reads files only, without any collective, so that each process can check on its own; the
+    arrays themselves are read only by restore (a truncated data file shows there).
+    """
+    where = _where(manager, step)
+    if not (manager.directory / str(step)).is_dir():
+        raise _unreadable(where, "the folder is missing")
+    read_metadata(manager, step)
+    _state_metadata(manager, step)
+    if data_iterator:
+        path = _data_iterator_file(manager, step)
+        if path is not None:
+            with _Reading(where, DATA):
+                json.loads(path.read_text())
 
 
 def _shapes_by_path(tree: Any) -> dict[str, tuple[int, ...]]:
@@ -113,8 +295,9 @@ def _shapes_by_path(tree: Any) -> dict[str, tuple[int, ...]]:
 
 def check_compatible(manager: ocp.CheckpointManager, step: int, abstract_state: Any,
                      model_config: BertConfig) -> None:
-    """Raise CheckpointMismatchError naming what differs between the checkpoint and this run."""
-    where = f"{manager.directory}/{step}"
+    """Raise CheckpointMismatchError naming what differs between the checkpoint and this run
+    (CheckpointUnreadableError if what it compares cannot be read)."""
+    where = _where(manager, step)
     saved_config = read_metadata(manager, step).get("model_config", {})
     ours = dataclasses.asdict(model_config)
     shape_fields = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
@@ -126,7 +309,8 @@ def check_compatible(manager: ocp.CheckpointManager, step: int, abstract_state: 
             f"the checkpoint {where} holds a model of another shape ("
             + "; ".join(differing) + "). Use another --workdir, or the model config it was "
             "trained with.")
-    saved = _shapes_by_path(manager.item_metadata(step)[STATE])
+    with _Reading(where, STATE):
+        saved = _shapes_by_path(_state_metadata(manager, step))
     wanted = _shapes_by_path(abstract_state)
     missing = sorted(set(wanted) - set(saved))
     unexpected = sorted(set(saved) - set(wanted))
@@ -145,20 +329,53 @@ def restore(manager: ocp.CheckpointManager, step: int, abstract_state: Any, *,
     """The TrainState at `step`, placed with the shardings of `abstract_state` (any mesh).
 
     abstract_state: a tree of jax.ShapeDtypeStruct with `.sharding` set, e.g. from
-    jax.eval_shape plus the state shardings. The iterator, if given, is set to its saved state.
+    jax.eval_shape plus the state shardings. The iterator, if given, is set to its saved state
+    (only once everything was read). Raises CheckpointMismatchError if the step does not fit this
+    run, CheckpointUnreadableError (naming the item) if it cannot be read.
+
+    Each process reads its own shards through the item handlers, without the barrier that
+    `manager.restore` ends with, so that an error on one process cannot leave the others waiting
+    in a collective: with several processes the caller must agree on the outcome afterwards (one
+    allgather that every process reaches, as bert_jax.train.state does), which is also the
+    barrier.
     """
+    where = _where(manager, step)
+    step_dir = manager.directory / str(step)
+    check_readable(manager, step, data_iterator=data_iterator is not None)
     check_compatible(manager, step, abstract_state, model_config)
-    items = {STATE: ocp.args.StandardRestore(abstract_state)}
     receiver = _IteratorStateReceiver()
     if data_iterator is not None:
-        if not (manager.directory / str(step) / DATA).exists():
+        if _data_iterator_file(manager, step) is None:
             raise CheckpointMismatchError(
-                f"checkpoint {manager.directory}/{step} has no data-iterator state to resume from")
-        items[DATA] = grain_checkpoint.CheckpointRestore(receiver)
-    restored = manager.restore(step, args=ocp.args.Composite(**items))
+                f"checkpoint {where} has no data-iterator state to resume from")
+        with _Reading(where, DATA):
+            grain_checkpoint.CheckpointHandler().restore(
+                step_dir / DATA, args=grain_checkpoint.CheckpointRestore(receiver))
+    handler = ocp.StandardCheckpointHandler()
+    try:
+        with _Reading(where, STATE):
+            state = handler.restore(step_dir / STATE,
+                                    args=ocp.args.StandardRestore(abstract_state))
+    finally:
+        handler.close()
     if data_iterator is not None:
         data_iterator.set_state(receiver.state)
-    return restored[STATE]
+    return state
+
+
+def set_aside(directory: str | os.PathLike, step: int) -> epath.Path:
+    """Move the step folder `<directory>/<step>` to `<directory>_unreadable/<step>` (with a
+    suffix `.1`, `.2`, ... if that exists) and return where it went. Nothing is deleted; call it
+    from one process only, and `manager.reload()` afterwards."""
+    source = epath.Path(os.path.abspath(os.fspath(directory))) / str(step)
+    aside = unreadable_dir(directory)
+    aside.mkdir(parents=True, exist_ok=True)
+    target, n = aside / str(step), 0
+    while target.exists():
+        n += 1
+        target = aside / f"{step}.{n}"
+    source.rename(target)
+    return target
 
 
 # ----- parameters only (the public API) --------------------------------------------------------
@@ -180,7 +397,11 @@ def _resolve_step_dir(checkpoint_dir: str | os.PathLike, step: Optional[int]) ->
 
 
 def resolve_step(checkpoint_dir: str | os.PathLike, step: Optional[int] = None) -> int:
-    """`step` if `checkpoint_dir` holds it, else the newest step there; errors name the folder."""
+    """`step` if `checkpoint_dir` holds it, else the newest step there; errors name the folder.
+
+    It only lists the folder: reading the step (load_model_config, load_params) says whether it
+    can be read.
+    """
     return _resolve_step_dir(checkpoint_dir, step)[1]
 
 
@@ -220,21 +441,26 @@ def load_params(checkpoint_dir: str | os.PathLike, step: Optional[int] = None,
     shardings: where the parameters land: None (the first local device), one Sharding for every
     leaf, or a tree of Shardings shaped like the params (e.g. `sharding.param_shardings` of this
     run's model on its mesh), in which case each leaf is read straight into its shards.
+    A step that cannot be read is a CheckpointUnreadableError naming it (no fallback: the caller
+    asked for this step, or for the newest).
     """
     root, step = _resolve_step_dir(checkpoint_dir, step)
     manager = _read_only_manager(root)
+    where = _where(manager, step)
     try:
         model_config = _model_config(manager, step)
-        saved = manager.item_metadata(step)[STATE]
+        saved = _state_metadata(manager, step)
         if "params" not in saved:
             raise ValueError(f"{root}/{step}/{STATE} holds no params")
         saved_params = dict(saved["params"])
         target = jax.tree.map(
             lambda m, s: jax.ShapeDtypeStruct(tuple(m.shape), np.dtype(m.dtype), sharding=s),
-            saved_params, _sharding_tree(shardings, saved_params, f"{root}/{step}"))
-        restored = manager.restore(step, args=ocp.args.Composite(**{STATE: ocp.args.PyTreeRestore(
-            item={"params": target}, restore_args=ocp.checkpoint_utils.construct_restore_args(
-                {"params": target}), partial_restore=True)}))
+            saved_params, _sharding_tree(shardings, saved_params, where))
+        with _Reading(where, STATE):
+            restored = manager.restore(step, args=ocp.args.Composite(**{
+                STATE: ocp.args.PyTreeRestore(
+                    item={"params": target}, restore_args=ocp.checkpoint_utils
+                    .construct_restore_args({"params": target}), partial_restore=True)}))
         return model_config, restored[STATE]["params"]
     finally:
         manager.close()

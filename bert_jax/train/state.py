@@ -1,7 +1,24 @@
 """The train state of a run on its mesh: built fresh (optionally from given parameters) or
-restored from the newest checkpoint, with the shardings that the jitted step uses.
+restored from the newest readable checkpoint, with the shardings that the jitted step uses.
 
 Optimizer moments are sharded like the parameters they belong to; step and rng are replicated.
+
+Resuming (create_or_restore) takes the newest step that can be read. A step that cannot (a
+truncated data file or manifest, a deleted metadata or data_iterator folder: any
+CheckpointUnreadableError) is logged as a warning naming the step and the error, and the previous
+step is tried. Once a step restores, the newer unreadable ones are moved (never deleted) to
+`<workdir>/checkpoints_unreadable/<step>` (a suffix `.1`, ... if that exists) and the manager
+forgets them, so the run continues from there exactly and later saves do not meet them. If no
+step can be read the run stops with CheckpointUnreadableError listing each step's error and
+nothing is moved: starting over silently would lose the run's position. A CheckpointMismatchError
+(this config does not fit the run) stops the run at once.
+
+With several processes, every process first checks the files of a step on its own
+(`checkpointing.check_readable`), then reads its own shards (`checkpointing.restore`, which has no
+collective inside); after each of the two, all processes meet in one allgather of their outcomes,
+so an error on any process sends all of them to the same previous step (or stops all of them), and
+none is left waiting. Process 0 moves the folders, and all wait at a barrier before forgetting
+them.
 """
 
 from __future__ import annotations
@@ -11,6 +28,7 @@ from typing import Any, Callable, Optional
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 from absl import logging
 from jax.sharding import Mesh, NamedSharding
@@ -78,17 +96,15 @@ def create_or_restore(init_fn: Callable[[jax.Array], Any], initial_params: Any,
     abstract_boxed = jax.eval_shape(init_fn, init_rng)
     param_shardings, shardings = state_shardings(abstract_boxed, optimizer, mesh)
     create = lambda p: steps.TrainState.create(p, optimizer, state_rng)  # noqa: E731
-    latest = manager.latest_step()
-    if latest is not None:
-        logging.info("resuming from %s/%d", manager.directory, latest)
+    if manager.latest_step() is not None:
         resumable = hasattr(train_iterator, "set_state")
         if not resumable:
             logging.warning("the train iterator has no set_state: its batches restart from the "
                             "beginning, so this resumed run is not the uninterrupted one")
         abstract_state = jax.eval_shape(create, nn.meta.unbox(abstract_boxed))
-        state = checkpointing.restore(
-            manager, latest, _with_shardings(abstract_state, shardings),
-            model_config=model_config, data_iterator=train_iterator if resumable else None)
+        state = _restore_newest_readable(
+            manager, _with_shardings(abstract_state, shardings), model_config,
+            train_iterator if resumable else None)
         return state, int(jax.device_get(state.step)), shardings
     params, _ = sharding.init_sharded(lambda: init_fn(init_rng), mesh)
     if initial_params is not None:
@@ -97,3 +113,95 @@ def create_or_restore(init_fn: Callable[[jax.Array], Any], initial_params: Any,
     state = jax.jit(create, in_shardings=(param_shardings,), out_shardings=shardings,
                     donate_argnums=(0,))(params)
     return state, 0, shardings
+
+
+# ----- resuming from the newest readable step (module doc) -------------------------------------
+
+_OK, _UNREADABLE, _FAILED = 0, 1, 2  # a process's outcome of checking or restoring a step
+
+
+def _outcomes(mine: int) -> np.ndarray:
+    """Every process's outcome, in process order: one allgather, which every process reaches
+    exactly once per check and per restore of a step (also the barrier after a restore)."""
+    if jax.process_count() == 1:
+        return np.asarray([mine])
+    from jax.experimental import multihost_utils
+    return np.asarray(multihost_utils.process_allgather(np.int32(mine))).reshape(-1)
+
+
+def _attempt(fn: Callable[[], Any], where: str) -> tuple[Any, Optional[str]]:
+    """(fn(), None), or (None, why the step cannot be read) once all processes agree it can't.
+
+    Every other error (CheckpointMismatchError, a bug) stops every process: the process that had
+    it raises it, the others an error naming that process.
+    """
+    result, problem, error = None, None, None
+    try:
+        result = fn()
+    except checkpointing.CheckpointUnreadableError as e:
+        problem = str(e)
+    except Exception as e:  # noqa: BLE001 - re-raised below, once every process knows
+        error = e
+    outcomes = _outcomes(_FAILED if error else _UNREADABLE if problem else _OK)
+    if error is not None:
+        raise error
+    failed = [int(i) for i in np.flatnonzero(outcomes == _FAILED)]
+    if failed:
+        raise checkpointing.CheckpointUnreadableError(
+            f"restoring {where} failed on process(es) {failed} (their logs say why)")
+    unreadable = [int(i) for i in np.flatnonzero(outcomes == _UNREADABLE)]
+    if unreadable and problem is None:
+        problem = (f"checkpoint {where} cannot be read on process(es) {unreadable} "
+                   "(their logs say why)")
+    return (None, problem) if unreadable else (result, None)
+
+
+def _set_aside(manager, steps_to_move: list[int]) -> None:
+    """Move `steps_to_move` out of the manager's directory (process 0) and make every process
+    forget them."""
+    if jax.process_index() == 0:
+        for step in steps_to_move:
+            target = checkpointing.set_aside(manager.directory, step)
+            logging.warning("moved the unreadable checkpoint %s/%d to %s", manager.directory,
+                            step, target)
+    if jax.process_count() > 1:
+        from jax.experimental import multihost_utils
+        multihost_utils.sync_global_devices("bert_jax: unreadable checkpoints set aside")
+    manager.reload()
+
+
+def _restore_newest_readable(manager, abstract_state: Any, model_config: BertConfig,
+                             data_iterator: Any) -> steps.TrainState:
+    """The state of the newest step of `manager` that can be read; the newer ones are set aside.
+
+    Raises CheckpointMismatchError as restore does, and CheckpointUnreadableError if no step can
+    be read (nothing is moved then).
+    """
+    unreadable: list[tuple[int, str]] = []
+    candidates = sorted(manager.all_steps(), reverse=True)
+    for i, step in enumerate(candidates):
+        where = f"{manager.directory}/{step}"
+        _, problem = _attempt(lambda: checkpointing.check_readable(  # noqa: B023
+            manager, step, data_iterator=data_iterator is not None), where)
+        if problem is None:
+            logging.info("resuming from %s", where)
+            # restore sets the iterator only once its process read the whole step; if another
+            # process could not, the restore of the previous step sets it again.
+            state, problem = _attempt(lambda: checkpointing.restore(  # noqa: B023
+                manager, step, abstract_state, model_config=model_config,
+                data_iterator=data_iterator), where)
+        if problem is None:
+            if unreadable:
+                _set_aside(manager, [s for s, _ in unreadable])
+                logging.warning("resumed from %s instead of the newer unreadable step(s) %s",
+                                where, [s for s, _ in unreadable])
+            return state
+        unreadable.append((step, problem))
+        logging.warning("%s; %s", problem, f"trying step {candidates[i + 1]}"
+                        if i + 1 < len(candidates) else "no older step")
+    raise checkpointing.CheckpointUnreadableError(
+        f"no checkpoint in {manager.directory} can be read, so the run cannot resume: "
+        + "; ".join(problem for _, problem in unreadable)
+        + ". Nothing was moved or deleted. To start this run over, move "
+        f"{manager.directory} away (e.g. to {checkpointing.unreadable_dir(manager.directory)}) "
+        "or use another --workdir")

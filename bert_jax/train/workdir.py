@@ -81,10 +81,12 @@ def record_config(config: ml_collections.ConfigDict, workdir: str) -> None:
             os.replace(path, kept)
             logging.warning("config changed (%s); the previous config is kept as %s",
                             "; ".join(differences), kept)
-    if jax.process_index() == 0:
+    if jax.process_index() == 0:  # written whole, then renamed: other processes read either
         os.makedirs(workdir, exist_ok=True)
-        with open(path, "w", encoding="utf-8") as f:
+        temporary = f"{path}.tmp-{os.getpid()}"
+        with open(temporary, "w", encoding="utf-8") as f:
             json.dump(config.to_dict(), f, indent=2, sort_keys=True)
+        os.replace(temporary, path)
 
 
 def _read_json(path: str) -> dict:

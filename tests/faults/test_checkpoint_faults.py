@@ -1,0 +1,292 @@
+"""Checkpoint faults: a newest step that cannot be read (a truncated data file or manifest, a
+deleted metadata folder) must not block a resume, nor end evaluation in a traceback; a leftover
+Orbax temporary folder is not a step; a failed save names its folder and stops the run.
+
+A tiny pre-training (hidden 32, 1 layer, 16 tokens) on batches that depend only on their position,
+so that a resumed run must reproduce the losses of the uninterrupted one exactly.
+"""
+
+import errno
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from bert_jax import BertConfig, cli, sharding
+from bert_jax.model import BertForPreTraining
+from bert_jax.recipes import pretrain
+from bert_jax.train import checkpointing, loop, optimizer
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+TOTAL_STEPS = 8  # checkpoints every 2 steps, the newest 3 kept: 4, 6, 8
+
+
+class PositionBatches:
+    """Masked-LM batches that depend only on their position; resumable (get/set_state)."""
+
+    def __init__(self):
+        self.position = 0
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        rng = np.random.default_rng(self.position)
+        self.position += 1
+        return {"input_ids": rng.integers(5, 100, (4, 16), dtype=np.int32),
+                "token_type_ids": np.zeros((4, 16), np.int32),
+                "segment_ids": np.ones((4, 16), np.int32),
+                "position_ids": np.tile(np.arange(16, dtype=np.int32), (4, 1)),
+                "masked_positions": np.tile(np.asarray([1, 2], np.int32), (4, 1)),
+                "masked_ids": rng.integers(5, 100, (4, 2), dtype=np.int32),
+                "masked_weights": np.ones((4, 2), np.float32)}
+
+    def get_state(self):
+        return {"position": self.position}
+
+    def set_state(self, state):
+        self.position = state["position"]
+
+
+def train(workdir, async_checkpoints=False):
+    cfg = BertConfig.preset("tiny", vocab_size=100, hidden_size=32, num_hidden_layers=1,
+                            num_attention_heads=2, intermediate_size=64,
+                            max_position_embeddings=16, hidden_dropout_prob=0.1)
+    model = BertForPreTraining(cfg, with_nsp=False)
+    ids, positions = jnp.zeros((1, 16), jnp.int32), jnp.zeros((1, 2), jnp.int32)
+    task = loop.Task(cfg, lambda rng: model.init(rng, ids, positions)["params"],
+                     pretrain.make_loss(model))
+    tx = optimizer.make_optimizer(optimizer.OptimizerConfig(
+        learning_rate=1e-3, total_steps=TOTAL_STEPS, warmup_steps=1))
+    config = loop.LoopConfig(total_steps=TOTAL_STEPS, global_batch_size=4, log_every_steps=1,
+                             checkpoint_every_steps=2, keep_checkpoints=3,
+                             async_checkpoints=async_checkpoints)
+    return loop.train(task, tx, PositionBatches(), str(workdir), config, sharding.make_mesh())
+
+
+def losses(workdir):
+    with open(os.path.join(workdir, "metrics.jsonl")) as f:
+        return [(r["step"], r["loss"]) for r in map(json.loads, f)]
+
+
+def steps_in(directory):
+    return sorted(int(p) for p in os.listdir(directory) if p.isdigit())
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    """An uninterrupted run: its workdir (checkpoints 4, 6, 8) and its losses."""
+    workdir = tmp_path_factory.mktemp("uninterrupted")
+    train(workdir)
+    assert steps_in(workdir / "checkpoints") == [4, 6, 8]
+    assert [step for step, _ in losses(workdir)] == list(range(1, TOTAL_STEPS + 1))
+    return workdir, losses(workdir)
+
+
+@pytest.fixture
+def run_copy(uninterrupted, tmp_path):
+    """A copy of the uninterrupted run, to damage."""
+    workdir = tmp_path / "run"
+    shutil.copytree(uninterrupted[0], workdir)
+    return workdir
+
+
+@pytest.fixture
+def restored_steps(monkeypatch):
+    """The steps that checkpointing.restore returned a state for, in order."""
+    restored, real_restore = [], checkpointing.restore
+
+    def spy(manager, step, *args, **kwargs):
+        state = real_restore(manager, step, *args, **kwargs)
+        restored.append(step)
+        return state
+
+    monkeypatch.setattr(checkpointing, "restore", spy)
+    return restored
+
+
+def truncate(path):
+    with open(path, "r+b") as f:
+        f.truncate(os.path.getsize(path) // 2)
+
+
+def truncate_largest_data_file(step_dir):
+    files = [os.path.join(root, name) for root, _, names in os.walk(step_dir / "state")
+             for name in names]
+    truncate(max(files, key=os.path.getsize))  # an array chunk under ocdbt.process_0/d/ or d/
+
+
+def truncate_manifest(step_dir):
+    truncate(step_dir / "state" / "manifest.ocdbt")
+
+
+def delete_metadata(step_dir):
+    shutil.rmtree(step_dir / "metadata")
+
+
+# ----- resume falls back past an unreadable newest step -----------------------------------------
+
+@pytest.mark.parametrize("damage, set_aside_before", [
+    (truncate_largest_data_file, []), (truncate_manifest, []),
+    (delete_metadata, ["8"]),  # an earlier unreadable step 8 is there already: "8.1"
+])
+def test_an_unreadable_newest_step_is_set_aside_and_the_run_resumes_from_the_previous_one(
+        damage, set_aside_before, uninterrupted, run_copy, restored_steps):
+    for name in set_aside_before:
+        (run_copy / "checkpoints_unreadable" / name).mkdir(parents=True)
+    damage(run_copy / "checkpoints" / "8")
+    result = train(run_copy)
+    assert restored_steps == [6] and result.step == TOTAL_STEPS
+    assert losses(run_copy) == uninterrupted[1]  # steps 7 and 8 again, exactly
+    moved = "8.1" if set_aside_before else "8"
+    assert sorted(os.listdir(run_copy / "checkpoints_unreadable")) == sorted(
+        set_aside_before + [moved])
+    assert os.path.isdir(run_copy / "checkpoints_unreadable" / moved / "state")  # not deleted
+    assert steps_in(run_copy / "checkpoints") == [4, 6, 8]  # step 8 saved anew
+
+
+def test_when_no_step_can_be_read_the_run_stops_and_nothing_is_moved(run_copy):
+    for step in (4, 6, 8):
+        delete_metadata(run_copy / "checkpoints" / str(step))
+    with pytest.raises(checkpointing.CheckpointUnreadableError) as error:
+        train(run_copy)
+    message = str(error.value)
+    assert message.startswith(f"no checkpoint in {run_copy}/checkpoints can be read")
+    for step in (8, 6, 4):
+        assert f"checkpoint {run_copy}/checkpoints/{step} cannot be read: metadata is missing" \
+            in message
+    assert "Nothing was moved or deleted" in message and "\n" not in message
+    assert steps_in(run_copy / "checkpoints") == [4, 6, 8]
+    assert not (run_copy / "checkpoints_unreadable").exists()
+
+
+def test_a_config_that_does_not_fit_still_stops_the_run(run_copy, monkeypatch):
+    """A CheckpointMismatchError is not an unreadable step: no fallback, nothing moved."""
+    real = checkpointing.check_compatible
+
+    def another_shape(manager, step, abstract_state, model_config):
+        import dataclasses
+        real(manager, step, abstract_state, dataclasses.replace(model_config, hidden_size=64))
+
+    monkeypatch.setattr(checkpointing, "check_compatible", another_shape)
+    with pytest.raises(checkpointing.CheckpointMismatchError,
+                       match=r"checkpoints/8 holds a model of another shape"):
+        train(run_copy)
+    assert steps_in(run_copy / "checkpoints") == [4, 6, 8]
+    assert not (run_copy / "checkpoints_unreadable").exists()
+
+
+# ----- load_params / evaluate.py name the unreadable step ---------------------------------------
+
+def test_load_params_names_an_unreadable_step(run_copy):
+    directory = run_copy / "checkpoints"
+    delete_metadata(directory / "8")
+    with pytest.raises(checkpointing.CheckpointUnreadableError,
+                       match=rf"^checkpoint {directory}/8 cannot be read: metadata is missing "
+                             rf"\(no folder {directory}/8/metadata\)"):
+        checkpointing.load_params(directory)
+    with pytest.raises(checkpointing.CheckpointUnreadableError, match=r"checkpoints/8 cannot"):
+        checkpointing.load_model_config(directory)
+    assert checkpointing.resolve_step(directory) == 8  # listing only: reading says the rest
+    truncate_manifest(directory / "6")  # (a truncated data file may hold only optimizer state)
+    with pytest.raises(checkpointing.CheckpointUnreadableError,
+                       match=rf"^checkpoint {directory}/6 cannot be read: state: ValueError: "
+                             r"DATA_LOSS: "):
+        checkpointing.load_params(directory, step=6)
+    config, params = checkpointing.load_params(directory, step=4)  # the others still load
+    assert config.hidden_size == 32 and "bert" in params
+
+
+def test_evaluate_py_names_the_unreadable_step_in_one_line(tmp_path):
+    workdir = tmp_path / "pretrain"
+    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=ROOT)
+    env.pop("XLA_FLAGS", None)
+    done = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "experiments", "pretrain.py"), f"--workdir={workdir}",
+         "--config=" + os.path.join(ROOT, "experiments", "configs", "demo.py"),
+         "--config.data.corpus=synthetic", "--config.tokenizer.vocab_size=97",
+         "--config.model.hidden_size=32", "--config.model.num_attention_heads=2",
+         "--config.model.intermediate_size=64", "--config.model.max_position_embeddings=16",
+         "--config.max_seq_len=16", "--config.data.max_predictions=3", "--config.batch_size=8",
+         "--config.eval_batch_size=8", "--config.eval_batches=1", "--config.total_steps=4",
+         "--config.checkpoint_every_steps=2", "--config.eval_every_steps=0",
+         "--config.async_checkpoints=False"],
+        env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    shutil.rmtree(workdir / "checkpoints" / "4" / "metadata")
+    done = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "experiments", "evaluate.py"), f"--workdir={workdir}"],
+        env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1
+    assert "Traceback" not in done.stderr
+    errors = [line for line in done.stderr.splitlines() if line.startswith("evaluate.py: error:")]
+    assert errors == [f"evaluate.py: error: checkpoint {workdir}/checkpoints/4 cannot be read: "
+                      f"metadata is missing (no folder {workdir}/checkpoints/4/metadata)"]
+
+
+# ----- leftover temporary folders and failed saves ----------------------------------------------
+
+def test_a_leftover_orbax_temporary_folder_is_not_a_step(uninterrupted, run_copy,
+                                                         restored_steps):
+    """A save of step 8 killed before Orbax renamed its folder: the run resumes from step 6."""
+    checkpoints = run_copy / "checkpoints"
+    os.rename(checkpoints / "8", checkpoints / "8.orbax-checkpoint-tmp-1234")
+    shutil.copytree(checkpoints / "6", checkpoints / "10.orbax-checkpoint-tmp-99")
+    train(run_copy)
+    assert restored_steps == [6]
+    assert losses(run_copy) == uninterrupted[1]
+    assert steps_in(checkpoints) == [4, 6, 8]
+    assert not (run_copy / "checkpoints_unreadable").exists()
+
+
+def test_a_failed_save_names_its_folder_and_stops_the_run(uninterrupted, tmp_path, monkeypatch,
+                                                          restored_steps):
+    from grain import checkpoint as grain_checkpoint
+    real_save, calls = grain_checkpoint.CheckpointHandler.save, []
+
+    def disk_full_at_step_4(self, directory, *args, **kwargs):
+        if directory.parent.name.startswith("4."):  # <dir>/4.orbax-checkpoint-tmp*/data_iterator
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real_save(self, directory, *args, **kwargs)
+
+    monkeypatch.setattr(grain_checkpoint.CheckpointHandler, "save", disk_full_at_step_4)
+    workdir = tmp_path / "run"
+    with pytest.raises(checkpointing.CheckpointWriteError) as error:
+        train(workdir)
+    assert str(error.value) == (f"could not write the checkpoint {workdir}/checkpoints/4: "
+                                "OSError: [Errno 28] No space left on device")
+    with pytest.raises(SystemExit) as exit_:  # what the scripts make of it: one line, status 1
+        cli.run_or_exit("pretrain.py", lambda: (_ for _ in ()).throw(error.value))
+    assert exit_.value.code == f"pretrain.py: error: {error.value}"
+    assert steps_in(workdir / "checkpoints") == [2]
+    assert [p for p in os.listdir(workdir / "checkpoints") if p.startswith("4.")]  # the partial
+
+    monkeypatch.setattr(grain_checkpoint.CheckpointHandler, "save", real_save)
+    train(workdir)  # the disk has room again: the same command resumes past the partial save
+    assert restored_steps == [2]
+    assert losses(workdir) == uninterrupted[1]
+
+
+def test_a_failed_background_save_names_its_step(tmp_path, monkeypatch):
+    """An asynchronous save fails after the step went on: the next wait names that save's step."""
+    from orbax.checkpoint._src.handlers import json_checkpoint_handler
+    handler = json_checkpoint_handler.JsonCheckpointHandler
+    real_save_fn, calls = handler._save_fn, []
+
+    async def disk_full_at_step_4(self, item, directory):
+        calls.append(directory)
+        if len(calls) == 2:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return await real_save_fn(self, item, directory)
+
+    monkeypatch.setattr(handler, "_save_fn", disk_full_at_step_4)
+    workdir = tmp_path / "run"
+    with pytest.raises(checkpointing.CheckpointWriteError,
+                       match=rf"^could not write the checkpoint {workdir}/checkpoints/4 \(saved "
+                             r"in the background\): OSError: \[Errno 28\] No space left"):
+        train(workdir, async_checkpoints=True)
