@@ -15,20 +15,9 @@ Public API: `load_params(checkpoint_dir, step=None, shardings=None) -> (BertConf
 reads the parameters of the newest (or a named) step, for fine-tuning or evaluation, straight onto
 the given shardings (e.g. `sharding.param_shardings(...)` of the current mesh).
 
-Errors say which step and which item:
-    CheckpointMismatchError    the step is readable but does not fit this run (another model
-                               shape, head or optimizer; another number of processes)
-    CheckpointUnreadableError  the step cannot be read: "checkpoint <dir>/<step> cannot be read:
-                               <item> is missing (...)" or "...: <item>: <error class>: <first line
-                               of the error>" (a truncated file, a corrupt manifest, a deleted
-                               folder); raised by restore, read_metadata, load_model_config and
-                               load_params, never a raw Orbax/tensorstore/JSON traceback
-    CheckpointWriteError       a save failed (disk full, no permission): "could not write the
-                               checkpoint <dir>/<step>: ...", raised by save, or for an
-                               asynchronous save by the next save or the manager's
-                               wait_until_finished/close; Orbax leaves the partial step in
-                               a `<step>.orbax-checkpoint-tmp*` folder, which is not a step
-All three are ValueErrors, so the scripts print them as one line and exit with status 1.
+Errors (bert_jax.train.checkpoint_errors, importable from here too) say which step and which
+item: CheckpointMismatchError (readable, but does not fit this run), CheckpointUnreadableError
+(a truncated or missing file), CheckpointWriteError (a save failed); all are ValueErrors.
 `check_readable` (a step's metadata files) and `restore` (the arrays, each process its own shards)
 read without any collective and without Orbax's restore barrier, so that an error on one process
 never leaves the others waiting: with several processes the caller agrees on the outcome (see
@@ -51,6 +40,9 @@ from grain import checkpoint as grain_checkpoint
 
 from bert_jax import pytree
 from bert_jax.config import BertConfig
+from bert_jax.train.checkpoint_errors import (CheckpointMismatchError,  # noqa: F401 (public)
+                                              CheckpointUnreadableError, CheckpointWriteError,
+                                              Reading, describe, unreadable)
 
 STATE, DATA, METADATA = "state", "data_iterator", "metadata"
 CHECKPOINTS = "checkpoints"  # the folder of a run's checkpoints inside its workdir
@@ -68,55 +60,6 @@ def unreadable_dir(directory: str | os.PathLike) -> epath.Path:
     return directory.parent / (directory.name + UNREADABLE_SUFFIX)
 
 
-class CheckpointMismatchError(ValueError):
-    """A checkpoint on disk does not fit the model or train state of the current run."""
-
-
-class CheckpointUnreadableError(ValueError):
-    """A checkpoint step on disk cannot be read (a truncated or missing file); names the step."""
-
-
-class CheckpointWriteError(ValueError):
-    """A checkpoint could not be written (disk full, no permission); names the step folder."""
-
-
-def _describe(error: BaseException) -> str:
-    """'<class>: <first line>' of the root cause of `error` (Orbax wraps tensorstore's errors)."""
-    seen = {id(error)}
-    while True:
-        cause = error.__cause__ or (None if error.__suppress_context__ else error.__context__)
-        if cause is None or id(cause) in seen:
-            break
-        seen.add(id(cause))
-        error = cause
-    text = str(error).strip()
-    line = text.splitlines()[0] if text else ""
-    if len(line) > 400:
-        line = line[:400] + "..."
-    return f"{type(error).__name__}: {line}" if line else type(error).__name__
-
-
-class _Reading:
-    """`with _Reading(where, item):` turns any error but ours into CheckpointUnreadableError."""
-
-    def __init__(self, where: str, item: str):
-        self.where, self.item = where, item
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, kind, error, traceback):
-        if error is None or not isinstance(error, Exception) or isinstance(
-                error, (CheckpointMismatchError, CheckpointUnreadableError)):
-            return False
-        raise CheckpointUnreadableError(
-            f"checkpoint {self.where} cannot be read: {self.item}: {_describe(error)}") from error
-
-
-def _unreadable(where: str, what: str) -> CheckpointUnreadableError:
-    return CheckpointUnreadableError(f"checkpoint {where} cannot be read: {what}")
-
-
 class _Manager(ocp.CheckpointManager):
     """A CheckpointManager whose waits for an asynchronous save name the step that failed."""
 
@@ -132,7 +75,7 @@ class _Manager(ocp.CheckpointManager):
             where = f"{self.directory}/{step}" if step is not None else str(self.directory)
             raise CheckpointWriteError(
                 f"could not write the checkpoint {where} (saved in the background): "
-                f"{_describe(e)}") from e
+                f"{describe(e)}") from e
         self.pending_step = None
 
 
@@ -199,7 +142,7 @@ def save(manager: ocp.CheckpointManager, step: int, state: Any, *,
         if isinstance(e, CheckpointWriteError):
             raise
         raise CheckpointWriteError(
-            f"could not write the checkpoint {manager.directory}/{step}: {_describe(e)}") from e
+            f"could not write the checkpoint {manager.directory}/{step}: {describe(e)}") from e
     if saved and isinstance(manager, _Manager):
         manager.pending_step = step
     return saved
@@ -214,11 +157,11 @@ def _where(manager: ocp.CheckpointManager, step: int) -> str:
 def _read_metadata_item(step_dir: epath.Path, where: str) -> dict:
     """The metadata JSON of a step folder, read by the handler itself (no collective)."""
     if not (step_dir / METADATA).exists():
-        raise _unreadable(where, f"{METADATA} is missing (no folder {step_dir / METADATA})")
-    with _Reading(where, METADATA):
+        raise unreadable(where, f"{METADATA} is missing (no folder {step_dir / METADATA})")
+    with Reading(where, METADATA):
         metadata = ocp.JsonCheckpointHandler().restore(step_dir / METADATA)
     if not isinstance(metadata, Mapping):
-        raise _unreadable(where, f"{METADATA}: not a JSON object")
+        raise unreadable(where, f"{METADATA}: not a JSON object")
     return dict(metadata)
 
 
@@ -231,12 +174,12 @@ def _state_metadata(manager: ocp.CheckpointManager, step: int) -> Any:
     """The saved TrainState's tree of array metadata (shapes, dtypes), without reading arrays."""
     where = _where(manager, step)
     if not (manager.directory / str(step) / STATE).exists():
-        raise _unreadable(where, f"{STATE} is missing (no folder {where}/{STATE})")
-    with _Reading(where, STATE):
+        raise unreadable(where, f"{STATE} is missing (no folder {where}/{STATE})")
+    with Reading(where, STATE):
         items = manager.item_metadata(step)
         saved = items[STATE] if STATE in items else None
     if saved is None:
-        raise _unreadable(where, f"{STATE}: Orbax finds no metadata of the saved arrays")
+        raise unreadable(where, f"{STATE}: Orbax finds no metadata of the saved arrays")
     return saved
 
 
@@ -250,10 +193,10 @@ def _data_iterator_file(manager: ocp.CheckpointManager, step: int) -> Optional[e
     folder = manager.directory / str(step) / DATA
     index, count = jax.process_index(), jax.process_count()
     if not folder.exists():
-        with _Reading(where, "the step's Orbax metadata"):
+        with Reading(where, "the step's Orbax metadata"):
             saved_items = manager.metadata(step).item_handlers or {}
         if DATA in saved_items:
-            raise _unreadable(where, f"{DATA} is missing (no folder {folder})")
+            raise unreadable(where, f"{DATA} is missing (no folder {folder})")
         return None
     path = folder / f"process_{index}-of-{count}.json"
     if not path.exists():
@@ -264,7 +207,7 @@ def _data_iterator_file(manager: ocp.CheckpointManager, step: int) -> Optional[e
             raise CheckpointMismatchError(
                 f"checkpoint {where} holds the data-iterator state of {' or '.join(counts)} "
                 f"process(es), and this run has {count}: resume with as many processes")
-        raise _unreadable(where, f"{DATA} is missing this process's state (no file {path})")
+        raise unreadable(where, f"{DATA} is missing this process's state (no file {path})")
     return path
 
 
@@ -278,13 +221,13 @@ def check_readable(manager: ocp.CheckpointManager, step: int, *,
     """
     where = _where(manager, step)
     if not (manager.directory / str(step)).is_dir():
-        raise _unreadable(where, "the folder is missing")
+        raise unreadable(where, "the folder is missing")
     read_metadata(manager, step)
     _state_metadata(manager, step)
     if data_iterator:
         path = _data_iterator_file(manager, step)
         if path is not None:
-            with _Reading(where, DATA):
+            with Reading(where, DATA):
                 json.loads(path.read_text())
 
 
@@ -309,7 +252,7 @@ def check_compatible(manager: ocp.CheckpointManager, step: int, abstract_state: 
             f"the checkpoint {where} holds a model of another shape ("
             + "; ".join(differing) + "). Use another --workdir, or the model config it was "
             "trained with.")
-    with _Reading(where, STATE):
+    with Reading(where, STATE):
         saved = _shapes_by_path(_state_metadata(manager, step))
     wanted = _shapes_by_path(abstract_state)
     missing = sorted(set(wanted) - set(saved))
@@ -348,12 +291,12 @@ def restore(manager: ocp.CheckpointManager, step: int, abstract_state: Any, *,
         if _data_iterator_file(manager, step) is None:
             raise CheckpointMismatchError(
                 f"checkpoint {where} has no data-iterator state to resume from")
-        with _Reading(where, DATA):
+        with Reading(where, DATA):
             grain_checkpoint.CheckpointHandler().restore(
                 step_dir / DATA, args=grain_checkpoint.CheckpointRestore(receiver))
     handler = ocp.StandardCheckpointHandler()
     try:
-        with _Reading(where, STATE):
+        with Reading(where, STATE):
             state = handler.restore(step_dir / STATE,
                                     args=ocp.args.StandardRestore(abstract_state))
     finally:
@@ -456,7 +399,7 @@ def load_params(checkpoint_dir: str | os.PathLike, step: Optional[int] = None,
         target = jax.tree.map(
             lambda m, s: jax.ShapeDtypeStruct(tuple(m.shape), np.dtype(m.dtype), sharding=s),
             saved_params, _sharding_tree(shardings, saved_params, where))
-        with _Reading(where, STATE):
+        with Reading(where, STATE):
             restored = manager.restore(step, args=ocp.args.Composite(**{
                 STATE: ocp.args.PyTreeRestore(
                     item={"params": target}, restore_args=ocp.checkpoint_utils
