@@ -16,20 +16,20 @@ power of two (at least 8, at most max_seq_len) that holds its longest row, so a 
 most log2(max_seq_len) programs whatever the number of texts. The vectors come back in input
 order.
 
-Inputs (`read_rows`): text files (every non-blank line one text, verbatim), JSONL (an object
+Inputs (`read_rows`) are read by `bert_jax.data.unlabelled.read_unlabelled_text`, one text
+column: text files (every non-blank line one text, stripped: format `lines`), JSONL (an object
 per line, the text under `text_column`), CSV/TSV with a header row (`text_column`; TSV without
-quote processing, as bert_jax.data.readers reads it). Blank lines are not rows in any format;
-each row keeps its line number. A bad row (bad JSON, no such key, a short row, an empty or
-non-string text, undecodable bytes) is a DataError naming the file and line.
+quote processing). Blank lines are not rows in any format; each row keeps its line number. A bad
+row (bad JSON, no such key, a short row, an empty or non-string text, undecodable bytes) is one
+DataError naming the file and line, before anything is embedded.
 """
 
 from __future__ import annotations
 
-import codecs
 import dataclasses
 import json
 import os
-from typing import Any, Iterator, Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -37,9 +37,9 @@ import numpy as np
 from absl import logging
 
 from bert_jax.config import BertConfig
-from bert_jax.data import readers
 from bert_jax.data import tokenizer as tokenizer_lib
-from bert_jax.data.readers import DataError
+from bert_jax.data import unlabelled
+from bert_jax.data.textfiles import DataError
 
 POOLINGS = ("mean", "cls")
 FORMATS = ("auto", "text", "jsonl", "csv", "tsv")
@@ -67,42 +67,6 @@ class Encoder:
 
 # ----- the encoder and its tokenizer ------------------------------------------------------------
 
-def hf_folder_tokenizer(directory: str) -> tokenizer_lib.WordPieceTokenizer:
-    """The tokenizer of a Hugging Face folder: tokenizer.json, else vocab.txt with the casing of
-    tokenizer_config.json (do_lower_case, default true; strip_accents)."""
-    options: dict[str, Any] = {}
-    config_path = os.path.join(directory, "tokenizer_config.json")
-    if os.path.isfile(config_path):
-        try:
-            with open(config_path, encoding="utf-8") as f:
-                options = json.load(f)
-        except ValueError as e:  # JSONDecodeError, UnicodeDecodeError
-            raise ValueError(f"{config_path}: not valid JSON ({e})") from None
-    return tokenizer_lib.load_tokenizer(directory, lowercase=options.get("do_lower_case", True),
-                                        strip_accents=options.get("strip_accents"))
-
-
-def run_tokenizer(workdir: str, config=None) -> Optional[tokenizer_lib.WordPieceTokenizer]:
-    """The tokenizer a training run used, built from <workdir>/config.json (or `config`) as the
-    run built it.
-
-    Fine-tuning: tokenizer.path, else init.hf_dir, with tokenizer.lowercase for a vocab.txt
-    (`recipes.common.load_tokenizer`). Pre-training: tokenizer.path, else the demo corpus's
-    vocabulary under the run's data dir (`recipes.pretrain.data_config`); None for the
-    synthetic corpus (random token ids, no vocabulary).
-    """
-    from bert_jax.recipes import common, pretrain  # pylint: disable=import-outside-toplevel
-    from bert_jax.train import workdir as workdir_lib  # pylint: disable=import-outside-toplevel
-    config = config if config is not None else workdir_lib.load_config(workdir)
-    if config.get("recipe", "pretrain") != "pretrain":
-        return common.load_tokenizer(config)
-    if config.data.corpus == pretrain.SYNTHETIC:
-        return None
-    from bert_jax.data import pretraining  # pylint: disable=import-outside-toplevel
-    path = pretraining.resolve_vocab_path(pretrain.data_config(config, workdir))
-    return tokenizer_lib.load_tokenizer(path, lowercase=config.tokenizer.lowercase)
-
-
 def encoder_tree(params: Any) -> dict:
     """The BertModel tree of a checkpoint's params ({"bert": ..., heads} or bare), as numpy,
     without the pooler (embeddings do not use it)."""
@@ -119,12 +83,13 @@ def load_encoder(hf_dir: Optional[str] = None, workdir: Optional[str] = None,
     if hf_dir is not None:
         from bert_jax.convert import hf  # pylint: disable=import-outside-toplevel
         cfg, params = hf.load(hf_dir, with_heads=False)
-        tokenizer, source = hf_folder_tokenizer(hf_dir), hf_dir
+        tokenizer, source = tokenizer_lib.load_tokenizer(hf_dir), hf_dir
     else:
+        from bert_jax.recipes import common  # pylint: disable=import-outside-toplevel
         from bert_jax.train import checkpointing  # pylint: disable=import-outside-toplevel
         source = checkpointing.checkpoint_dir(workdir)
         cfg, params = checkpointing.load_params(source, step=step)
-        tokenizer = run_tokenizer(workdir)
+        tokenizer = common.run_tokenizer(workdir)
         if tokenizer is None:
             raise ValueError(f"{workdir}: the run has no vocabulary (synthetic corpus), so there "
                              "are no texts to embed")
@@ -136,89 +101,33 @@ def load_encoder(hf_dir: Optional[str] = None, workdir: Optional[str] = None,
 
 # ----- reading the texts -------------------------------------------------------------------------
 
-def _format_of(path: str, file_format: str) -> str:
+def reader_format(path: str, file_format: str) -> str:
+    """The `unlabelled.read_unlabelled_text` format of one of FORMATS ("text": `lines`); for
+    "auto" by the extension: .jsonl, .csv, .tsv, anything else one text per line."""
     if file_format not in FORMATS:
         raise ValueError(f"format {file_format!r} is unknown; choose one of {FORMATS}")
-    if file_format != "auto":
-        return file_format
-    extension = os.path.splitext(path)[1].lower()
-    return {".jsonl": "jsonl", ".csv": "csv", ".tsv": "tsv"}.get(extension, "text")
-
-
-def _decoded_lines(path: str, encoding: str) -> Iterator[tuple[int, str]]:
-    """(line number, line) of a file in an ASCII-compatible encoding, decoded line by line so
-    that undecodable bytes name their own line (a UTF-8 byte-order mark is dropped)."""
-    codec = readers._decoding(encoding)  # pylint: disable=protected-access
-    decoder = codecs.getincrementaldecoder(codec)()
-    with open(path, "rb") as f:
-        for number, raw in enumerate(f, 1):
-            try:
-                yield number, decoder.decode(raw)
-            except UnicodeDecodeError as e:
-                raise DataError(f"{path}:{number}: not valid {encoding} ({e.reason} at byte "
-                                f"{e.start} of the line); give the file's encoding") from None
-
-
-def _text_rows(path: str, encoding: str) -> Iterator[Row]:
-    for number, line in _decoded_lines(path, encoding):
-        if line.strip():
-            yield Row(number, line.rstrip("\r\n"))
-
-
-def _jsonl_rows(path: str, text_column: str, encoding: str) -> Iterator[Row]:
-    for number, line in _decoded_lines(path, encoding):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise DataError(f"{path}:{number}: not valid JSON ({e.msg})") from None
-        if not isinstance(record, dict) or text_column not in record:
-            keys = sorted(record) if isinstance(record, dict) else type(record).__name__
-            raise DataError(f"{path}:{number}: no key {text_column!r} (found {keys}); set "
-                            "--text_column")
-        yield Row(number, record[text_column])
-
-
-def _table_rows(path: str, text_column: str, delimiter: str, encoding: str) -> Iterator[Row]:
-    # pylint: disable=protected-access
-    with readers._fields_of_any_length():
-        records = readers._table_records(path, delimiter, delimiter != "\t", encoding)
-        header = next(records, (0, []))[1]
-        if text_column not in header:
-            raise DataError(f"{path}:1: no column {text_column!r} in the header {header}; set "
-                            "--text_column")
-        column = header.index(text_column)
-        for number, fields in records:
-            if len(fields) != len(header):
-                raise DataError(f"{path}:{number}: the row has {len(fields)} columns, not the "
-                                f"{len(header)} of the header")
-            yield Row(number, fields[column])
+    if file_format == "auto":
+        extension = os.path.splitext(path)[1].lower()
+        file_format = {".jsonl": "jsonl", ".csv": "csv", ".tsv": "tsv"}.get(extension, "text")
+    return "lines" if file_format == "text" else file_format
 
 
 def read_rows(path: str, file_format: str = "auto", text_column: str = "text",
               encoding: str = "utf-8") -> list[Row]:
-    """Every text of `path`, in file order (format by extension for "auto": .jsonl, .csv,
-    .tsv, anything else one text per line; blank lines skipped). A missing file is
-    FileNotFoundError; an empty or non-string text, bad JSON or a short row a DataError naming
-    the file and line; a file without texts a DataError."""
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"{path}: no such input file")
-    file_format = _format_of(path, file_format)
-    if file_format == "text":
-        rows = list(_text_rows(path, encoding))
-    elif file_format == "jsonl":
-        rows = list(_jsonl_rows(path, text_column, encoding))
-    else:
-        rows = list(_table_rows(path, text_column, "\t" if file_format == "tsv" else ",",
-                                encoding))
-    for row in rows:
-        if not isinstance(row.text, str) or not row.text.strip():
-            raise DataError(f"{path}:{row.line}: the text is empty or not a string "
-                            f"({row.text!r})")
-    if not rows:
+    """Every text of `path`, in file order, with its line (format: `reader_format`; blank
+    lines skipped). A missing, empty or undecodable file, a bad row or an empty text is one
+    DataError naming the file (and the first bad row's line); a file without texts too."""
+    rows = unlabelled.read_unlabelled_text(path, reader_format(path, file_format), text_column,
+                                           encoding=encoding)
+    faults = rows.bad + [f"{path}:{line}: the text is empty"
+                         for line, example in zip(rows.lines, rows.examples)
+                         if not example.text.strip()]
+    if faults:
+        more = f" (and {len(faults) - 1} more bad rows)" if len(faults) > 1 else ""
+        raise DataError(f"{faults[0]}{more}")
+    if not rows.examples:
         raise DataError(f"{path}: holds no texts")
-    return rows
+    return [Row(line, example.text) for line, example in zip(rows.lines, rows.examples)]
 
 
 # ----- embedding ---------------------------------------------------------------------------------

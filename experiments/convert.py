@@ -38,7 +38,8 @@ import numpy as np
 from absl import app, flags, logging
 
 from bert_jax.convert import hf
-from bert_jax import cli, embeddings
+from bert_jax import cli
+from bert_jax.recipes import common
 from bert_jax.train import checkpointing
 
 FLAGS = flags.FLAGS
@@ -114,7 +115,7 @@ def run_export_options(workdir: str | None, params) -> dict:
                         "labels (give --workdir)")
         return {}
     from bert_jax.recipes.finetune.data import read_task_file  # pylint: disable=C0415
-    options = {"tokenizer": embeddings.run_tokenizer(workdir)}
+    options = {"tokenizer": common.run_tokenizer(workdir)}
     if options["tokenizer"] is None:
         logging.warning("%s: the run has no vocabulary (synthetic corpus): writing no tokenizer",
                         workdir)

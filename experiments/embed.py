@@ -4,7 +4,7 @@
         --model=HF_FOLDER | --workdir=RUN [--step=N] \
         [--pooling=mean|cls] [--normalize] [--batch_size=64] [--max_seq_len=N]
 
---input: one text per non-blank line, or .jsonl / .csv / .tsv with the text under
+--input: one text per non-blank line (stripped), or .jsonl / .csv / .tsv with the text under
 --text_column (blank lines are not rows; --encoding if not UTF-8).
 Writes out/sentences.npy (float32 [N, hidden], row i = input row i, in input order) and
 out/sentences.index.jsonl (line i: {"index": i, "line": its input line, "text": ...}); prints

@@ -123,7 +123,7 @@ def test_read_rows_of_each_format(tmp_path):
     (tmp_path / "a.txt").write_text("first text\n\n  second, with a comma \n",
                                     encoding="utf-8")
     assert embeddings.read_rows(str(tmp_path / "a.txt")) == [
-        embeddings.Row(1, "first text"), embeddings.Row(3, "  second, with a comma ")]
+        embeddings.Row(1, "first text"), embeddings.Row(3, "second, with a comma")]
     (tmp_path / "crlf.txt").write_bytes("\ufeffWindows line\r\nZoë\r\n".encode("utf-8"))
     assert embeddings.read_rows(str(tmp_path / "crlf.txt")) == [
         embeddings.Row(1, "Windows line"), embeddings.Row(2, "Zoë")]
@@ -143,10 +143,11 @@ def test_read_rows_of_each_format(tmp_path):
 @pytest.mark.parametrize("name, content, where", [
     ("latin1.txt", "one\ncaf\xe9\n", ":2: not valid utf-8"),
     ("bad.jsonl", '{"text": "ok"}\n{"text": oops}\n', ":2: not valid JSON"),
-    ("key.jsonl", '{"text": "ok"}\n{"body": "x"}\n', ":2: no key 'text'"),
-    ("number.jsonl", '{"text": "ok"}\n{"text": 3}\n', ":2: the text is empty or not a string"),
+    ("key.jsonl", '{"text": "ok"}\n{"body": "x"}\n', ":2: no column 'text'"),
+    ("number.jsonl", '{"text": "ok"}\n{"text": 3}\n', ":2: the text columns must hold strings"),
+    ("blank.csv", "text,label\nok,1\n  ,2\n", ":3: the text is empty"),
     ("short.csv", "text,label\nok,1\nmissing\n", ":3: the row has 1 columns"),
-    ("column.csv", "body,label\nok,1\n", ":1: no column 'text'"),
+    ("column.csv", "body,label\nok,1\n", ": no column(s) ['text'] in the header"),
     ("empty.txt", "\n \n", ": holds no texts"),
 ])
 def test_bad_rows_name_the_file_and_line(tmp_path, name, content, where):

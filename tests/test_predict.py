@@ -16,7 +16,7 @@ import sys
 import numpy as np
 import pytest
 
-from bert_jax.data import readers
+from bert_jax.data import readers, unlabelled
 from bert_jax.recipes.finetune import recipe
 from experiments.configs import common
 
@@ -107,10 +107,10 @@ def classification_run(tmp_path_factory):
 
 def test_classification_predictions_equal_the_runs_own(classification_run):
     root, workdir, dev = classification_run
-    unlabelled = root / "new.jsonl"  # another format than training's TSV, and no labels
-    unlabelled.write_text("".join(json.dumps({"text": t}) + "\n" for t, _ in dev),
-                          encoding="utf-8")
-    code, stdout, stderr = run_predict(workdir, unlabelled, root / "out.jsonl")
+    new_input = root / "new.jsonl"  # another format than training's TSV, and no labels
+    new_input.write_text("".join(json.dumps({"text": t}) + "\n" for t, _ in dev),
+                         encoding="utf-8")
+    code, stdout, stderr = run_predict(workdir, new_input, root / "out.jsonl")
     assert code == 0, stderr[-3000:]
     mine, theirs = read_jsonl(root / "out.jsonl"), read_jsonl(run_outputs(workdir,
                                                                           "predictions.jsonl"))
@@ -303,10 +303,11 @@ def test_pair_regression_and_multi_label_records_equal_the_runs_own(task, tmp_pa
 def test_unlabelled_text_formats(tmp_path):
     def read(name, text, **kwargs):
         (tmp_path / name).write_text(text, encoding="utf-8")
-        return readers.read_unlabelled_text(str(tmp_path / name), **kwargs)
+        return unlabelled.read_unlabelled_text(str(tmp_path / name), **kwargs)
 
     rows = read("a.csv", 'id,text\n1,"Hi, there"\n2,a,b\n\n3,Bye\n')
     assert [e.text for e in rows.examples] == ["Hi, there", "Bye"] and rows.indices == [0, 2]
+    assert rows.lines == [2, 5]
     assert rows.bad == [f"{tmp_path / 'a.csv'}:3: the row has 3 columns, not the 2 columns of "
                         "the header"]
     rows = read("b.tsv", "s1\ts2\tlabel\nA cat\tA dog\t1\n", text_column="s1",
@@ -320,7 +321,7 @@ def test_unlabelled_text_formats(tmp_path):
     assert [e.text for e in rows.examples] == ["__label__pos is kept"]
     with pytest.raises(readers.DataError, match=r"d\.txt: the lines format holds one text per "
                        r"line, but the task takes pairs"):
-        readers.read_unlabelled_text(str(tmp_path / "d.txt"), "lines", text_pair_column="b")
+        unlabelled.read_unlabelled_text(str(tmp_path / "d.txt"), "lines", text_pair_column="b")
     with pytest.raises(readers.DataError, match=r"e\.csv: no column\(s\) \['text'\]"):
         read("e.csv", "sentence\nhi\n")
     with pytest.raises(readers.DataError, match=r"f\.xml.*csv, tsv, jsonl, fasttext or lines"):
@@ -329,15 +330,16 @@ def test_unlabelled_text_formats(tmp_path):
 
 def test_unlabelled_conll_and_squad(tmp_path):
     (tmp_path / "a.conll").write_text("-DOCSTART- O\n\nJohn B-PER\nruns O\n\n\nParis\n")
-    rows = readers.read_unlabelled_conll(str(tmp_path / "a.conll"))
+    rows = unlabelled.read_unlabelled_conll(str(tmp_path / "a.conll"))
     assert [s.words for s in rows.examples] == [("John", "runs"), ("Paris",)]
+    assert rows.lines == [3, 7]
     document = {"data": [{"paragraphs": [
         {"context": "the car is in paris .",
          "qas": [{"id": "q1", "question": "where is the car ?"}, {"id": "q2"},
                  {"question": "what is in paris ?"}]},
         {"qas": [{"id": "q4", "question": "?"}]}]}]}
     (tmp_path / "a.json").write_text(json.dumps(document))
-    rows = readers.read_unlabelled_squad(str(tmp_path / "a.json"))
+    rows = unlabelled.read_unlabelled_squad(str(tmp_path / "a.json"))
     assert [(e.id, e.question, e.answers) for e in rows.examples] == [
         ("q1", "where is the car ?", ()), (None, "what is in paris ?", ())]
     assert rows.indices == [0, 2] and rows.bad == [

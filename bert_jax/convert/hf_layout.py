@@ -8,19 +8,31 @@ An `Entry` pairs a Hugging Face tensor name with its path in our tree, its torch
 one head.
 
 `ARCHITECTURES` is the one table of which heads make which Hugging Face architecture and which
-model of ours.
+model of ours; `heads_of`, `encoder_of`, `num_classes` and `architecture_of` read a tree against
+it. With the names of a folder's files and `CheckpointError`, this is what reading
+(`bert_jax.convert.hf`) and writing (`bert_jax.convert.hf_export`) share.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, Optional
+from typing import Any, Callable, Mapping, Optional
 
 import numpy as np
 
 from bert_jax.config import BertConfig
 
 HEADS = ("mlm", "nsp", "classifier", "qa_outputs")
+
+# The files of a Hugging Face folder that hold the config and the weights.
+SAFETENSORS = "model.safetensors"
+SAFETENSORS_INDEX = "model.safetensors.index.json"
+PYTORCH_BIN = "pytorch_model.bin"
+CONFIG = "config.json"
+
+
+class CheckpointError(ValueError):
+    """A checkpoint folder or a parameter tree does not hold what the config says it should."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -176,3 +188,25 @@ def architecture(heads: tuple[str, ...], with_pooler: bool) -> Optional[Architec
     """The row of ARCHITECTURES for a tree with these heads (HEADS order); None if none fits."""
     return next((a for a in ARCHITECTURES
                  if a.heads == tuple(heads) and a.pooler in (None, with_pooler)), None)
+
+
+def heads_of(params: Mapping[str, Any]) -> tuple[str, ...]:
+    """The heads present in a tree: () for a bare BertModel tree."""
+    if "bert" not in params:
+        return ()
+    return tuple(h for h in HEADS if h in params)
+
+
+def encoder_of(params: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The BertModel tree inside a tree with heads, or the tree itself."""
+    return params["bert"] if heads_of(params) else params
+
+
+def num_classes(params: Mapping[str, Any]) -> int:
+    """The width of the classifier head of a tree that has one."""
+    return params["classifier"]["dense"]["bias"].shape[0]
+
+
+def architecture_of(params: Mapping[str, Any]) -> Optional[Architecture]:
+    """The row of ARCHITECTURES that a tree fits (its heads, its pooler); None if none does."""
+    return architecture(heads_of(params), "pooler" in encoder_of(params))

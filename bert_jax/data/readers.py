@@ -11,14 +11,9 @@ fastText-style lines (`__label__pos some text`), CoNLL (a token and its tag per 
 the last column by default, a blank line between sentences, `-DOCSTART-` lines skipped) and SQuAD
 JSON. A UTF-8 byte-order mark is dropped. Every reader fails with a DataError naming the file
 (and line, key or question id) at fault: an empty file, a missing column, a malformed CoNLL line,
-an answer whose `answer_start` does not point at its text.
-
-Unlabelled input (prediction, `read_unlabelled_*`) comes in the same formats, a label being
-optional and ignored, plus `lines` (every non-blank line one text, verbatim); the readers return
-`Rows`: the good rows as examples, and each bad row (a missing column, a non-string text, a line
-that is not a JSON object, ...) named by file and line instead of stopping the read. A file that
-cannot be read as a whole (no such file, empty, undecodable, a header without the text column)
-is still a DataError. Blank lines are not rows in any format.
+an answer whose `answer_start` does not point at its text. How files are opened and split into
+records is `bert_jax.data.textfiles`, shared with the readers of unlabelled input
+(`bert_jax.data.unlabelled`, for prediction and embeddings).
 
 TFDS catalog names are read by `bert_jax.data.tfds_tasks`; examples become model rows in
 `bert_jax.data.encoding`.
@@ -26,23 +21,14 @@ TFDS catalog names are read by `bert_jax.data.tfds_tasks`; examples become model
 
 from __future__ import annotations
 
-import codecs
-import contextlib
-import csv
 import dataclasses
-import json
-import os
-import re
 from typing import Any, Iterable, Iterator, Mapping, Optional, Sequence
 
 import numpy as np
 
-_LINE_BREAK = re.compile(r"\r\n|\r|\n")
-_FIELD_LIMIT = 2**31 - 1  # the largest the csv module takes everywhere (a C long)
-
-
-class DataError(ValueError):
-    """Fine-tuning input that cannot be read or does not fit the task; names the file at fault."""
+from bert_jax.data import textfiles
+# Defined beside the file plumbing that raises it too; `readers.DataError` is the name callers use.
+from bert_jax.data.textfiles import DataError
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,35 +59,7 @@ class QAExample:
     is_impossible: bool = False
 
 
-# ----- local files -----------------------------------------------------------------------------
-
-def _check_file(path: str) -> None:
-    if not os.path.isfile(path):
-        raise DataError(f"{path}: no such file")
-    if os.path.getsize(path) == 0:
-        raise DataError(f"{path}: the file is empty")
-
-
-def _decoding(encoding: str) -> str:
-    """The codec to read a file said to be in `encoding`: UTF-8 drops a leading byte-order mark."""
-    return "utf-8-sig" if codecs.lookup(encoding).name == "utf-8" else encoding
-
-
-def _lines(path: str, encoding: str, newline: Optional[str] = None) -> Iterator[tuple[int, str]]:
-    """(line number, line) of a text file; undecodable bytes name the file, line and encoding.
-
-    newline: as for `open` ("" keeps line ends as they are, which the csv module needs).
-    """
-    number = 0
-    try:
-        with open(path, encoding=_decoding(encoding), newline=newline) as f:
-            for number, line in enumerate(f, 1):
-                yield number, line
-    except UnicodeDecodeError as e:
-        raise DataError(f"{path}:{number + 1}: not valid {encoding} ({e.reason} at byte "
-                        f"{e.start} of a block); set the file's encoding (data.encoding, e.g. "
-                        "cp1252 or latin-1)") from None
-
+# ----- text files --------------------------------------------------------------------------------
 
 def _label_value(raw: Any, regression: bool, where: str) -> Any:
     """A class name (str), a number (regression), or a tuple of names (a JSON list of labels,
@@ -139,55 +97,6 @@ def _from_records(records: Iterator[tuple[str, Mapping[str, Any]]], path: str, t
     return examples
 
 
-@contextlib.contextmanager
-def _fields_of_any_length():
-    """Lifts the csv module's 128 KiB field limit (a process-wide setting) for a block."""
-    previous = csv.field_size_limit(_FIELD_LIMIT)
-    try:
-        yield
-    finally:
-        csv.field_size_limit(previous)
-
-
-def _table_records(path: str, delimiter: str, quoting: bool, encoding: str
-                   ) -> Iterator[tuple[int, list[str]]]:
-    """(first line number, fields) of each non-blank record of a CSV/TSV file, header included.
-
-    Every line must be accounted for: a record takes one line, plus one for each line break
-    inside its quoted fields; blank lines are skipped. Lines a record takes otherwise, and, in
-    a TSV file, a quoted field holding both line breaks and tabs (rows swallowed by a quote that
-    closes lines later) are a DataError naming the lines and the rows they made.
-    """
-    lines = (line for _, line in _lines(path, encoding, newline=""))
-    reader = csv.reader(lines, delimiter=delimiter, strict=quoting,
-                        quoting=csv.QUOTE_MINIMAL if quoting else csv.QUOTE_NONE)
-    consumed = 0
-    while True:
-        start = consumed + 1
-        try:
-            fields = next(reader)
-        except StopIteration:
-            return
-        except csv.Error as e:
-            hint = ("read TSV files without quote processing (tsv_quoting=False)"
-                    if delimiter == "\t" else "a quoted field ends with a quote, and a quote "
-                    "inside it is written twice")
-            raise DataError(f"{path}:{start}: malformed quote: {e}; {hint}") from None
-        taken, consumed = reader.line_num - consumed, reader.line_num
-        if not fields:
-            continue
-        breaks = sum(len(_LINE_BREAK.findall(field)) for field in fields)
-        swallowed = delimiter == "\t" and any(
-            "\t" in field and _LINE_BREAK.search(field) for field in fields)
-        if taken != 1 + breaks or swallowed:
-            why = (f"a quoted field holds line breaks and tabs: rows swallowed by the quote "
-                   f"opened on line {start}; read the TSV without quote processing "
-                   "(tsv_quoting=False)" if swallowed else
-                   f"only {1 + breaks} of them are explained by line breaks in quoted fields")
-            raise DataError(f"{path}: 1 row from {taken} lines ({start}-{consumed}): {why}")
-        yield start, fields
-
-
 def read_table(path: str, text_column: str, label_column: str,
                text_pair_column: Optional[str] = None, regression: bool = False,
                delimiter: Optional[str] = None, encoding: str = "utf-8",
@@ -199,27 +108,14 @@ def read_table(path: str, text_column: str, label_column: str,
     reads them with CSV quoting instead. Other delimiters use the standard CSV dialect (a quoted
     field may hold delimiters, line breaks and doubled quotes), strictly: a malformed quote is an
     error naming its line. A UTF-8 byte-order mark is dropped; fields may be of any length. Every
-    line of the file makes a row, is blank or lies inside a quoted field (`_table_records`).
+    line of the file makes a row, is blank or lies inside a quoted field
+    (`textfiles.table_records`).
     """
-    _check_file(path)
+    textfiles.check_file(path)
     delimiter = delimiter or ("\t" if path.endswith(".tsv") else ",")
+    columns = [c for c in (text_column, text_pair_column, label_column) if c is not None]
     quoting = tsv_quoting or delimiter != "\t"
-    with _fields_of_any_length():
-        records = _table_records(path, delimiter, quoting, encoding)
-        header = next(records, (0, []))[1]
-        if not header:
-            raise DataError(f"{path}: no header row")
-        missing = [c for c in (text_column, text_pair_column, label_column)
-                   if c is not None and c not in header]
-        if missing:
-            raise DataError(f"{path}: no column(s) {missing} in the header; the columns are "
-                            f"{header}")
-        rows = []
-        for line, fields in records:
-            if len(fields) != len(header):
-                raise DataError(f"{path}:{line}: the row has {len(fields)} columns, not the "
-                                f"{len(header)} columns of the header")
-            rows.append((f"{path}:{line}", dict(zip(header, fields))))
+    rows = list(_strict(path, textfiles.table_rows(path, delimiter, quoting, encoding, columns)))
     return _from_records(iter(rows), path, text_column, label_column, text_pair_column,
                          regression)
 
@@ -228,22 +124,18 @@ def read_jsonl(path: str, text_column: str, label_column: str,
                text_pair_column: Optional[str] = None, regression: bool = False,
                encoding: str = "utf-8") -> list[TextExample]:
     """One JSON object per line, with the named keys."""
-    _check_file(path)
+    textfiles.check_file(path)
+    return _from_records(_strict(path, textfiles.jsonl_records(path, encoding)), path,
+                         text_column, label_column, text_pair_column, regression)
 
-    def records():
-        for number, line in _lines(path, encoding):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise DataError(f"{path}:{number}: not valid JSON ({e.msg})") from None
-            if not isinstance(record, dict):
-                raise DataError(f"{path}:{number}: expected a JSON object per line")
-            yield f"{path}:{number}", record
 
-    return _from_records(records(), path, text_column, label_column, text_pair_column,
-                         regression)
+def _strict(path: str, records: Iterable[tuple[int, textfiles.Record]]
+            ) -> Iterator[tuple[str, dict]]:
+    """("<path>:<line>", record) of each row; the first bad row is a DataError naming it."""
+    for line, record in records:
+        if isinstance(record, str):
+            raise DataError(f"{path}:{line}: {record}")
+        yield f"{path}:{line}", record
 
 
 FASTTEXT_PREFIX = "__label__"
@@ -251,9 +143,9 @@ FASTTEXT_PREFIX = "__label__"
 
 def read_fasttext(path: str, encoding: str = "utf-8") -> list[TextExample]:
     """Lines `__label__<name> text` (the format of gensim's pang_lee_polarity.cor, in cp1252)."""
-    _check_file(path)
+    textfiles.check_file(path)
     examples = []
-    for number, line in _lines(path, encoding):
+    for number, line in textfiles.lines(path, encoding):
         line = line.strip()
         if not line:
             continue
@@ -269,19 +161,6 @@ def read_fasttext(path: str, encoding: str = "utf-8") -> list[TextExample]:
     return examples
 
 
-def _format_of(path: str, file_format: str, choices: str = "csv, tsv, jsonl or fasttext") -> str:
-    """`file_format`, or for "auto" the format its extension says (.txt and .cor: fasttext)."""
-    if file_format != "auto":
-        return file_format
-    extension = os.path.splitext(path)[1].lower()
-    file_format = {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".json": "jsonl",
-                   ".cor": "fasttext", ".txt": "fasttext"}.get(extension, "")
-    if not file_format:
-        raise DataError(f"{path}: cannot tell the format from the extension {extension!r}; "
-                        f"set the format to {choices}")
-    return file_format
-
-
 def read_text_examples(path: str, file_format: str = "auto", text_column: str = "text",
                        label_column: str = "label", text_pair_column: Optional[str] = None,
                        regression: bool = False, encoding: str = "utf-8",
@@ -289,7 +168,7 @@ def read_text_examples(path: str, file_format: str = "auto", text_column: str = 
     """Dispatch on `file_format` (csv | tsv | jsonl | fasttext), or on the extension for auto.
 
     tsv_quoting: read TSV files with CSV quoting (see `read_table`)."""
-    file_format = _format_of(path, file_format)
+    file_format = textfiles.format_of(path, file_format)
     if file_format in ("csv", "tsv"):
         return read_table(path, text_column, label_column, text_pair_column, regression,
                           delimiter="\t" if file_format == "tsv" else ",", encoding=encoding,
@@ -310,7 +189,7 @@ def read_conll(path: str, tag_column: int = -1, encoding: str = "utf-8") -> list
     Lines starting with -DOCSTART- are skipped. A line with fewer than two columns, or fewer
     columns than the sentence's first line, is an error naming its line number.
     """
-    _check_file(path)
+    textfiles.check_file(path)
     sentences: list[TaggedSentence] = []
     words: list[str] = []
     tags: list[str] = []
@@ -322,7 +201,7 @@ def read_conll(path: str, tag_column: int = -1, encoding: str = "utf-8") -> list
             sentences.append(TaggedSentence(tuple(words), tuple(tags)))
         words, tags, width = [], [], 0
 
-    for number, line in _lines(path, encoding):
+    for number, line in textfiles.lines(path, encoding):
         columns = line.split()
         if not columns:
             close_sentence()
@@ -367,7 +246,7 @@ def qa_example(qid: str, question: str, context: str, answers: Sequence[tuple[st
 def read_squad_json(path: str) -> list[QAExample]:
     """SQuAD 1.1 / 2.0 JSON: data[].paragraphs[].{context, qas[].{id, question, answers,
     is_impossible}}. Every answer's answer_start must point at its text in the context."""
-    document = _load_json(path)
+    document = textfiles.load_json(path)
     if not isinstance(document, dict) or not isinstance(document.get("data"), list):
         raise DataError(f"{path}: expected a SQuAD object with a 'data' list")
     examples = []
@@ -385,196 +264,6 @@ def read_squad_json(path: str) -> list[QAExample]:
     if not examples:
         raise DataError(f"{path}: holds no questions")
     return examples
-
-
-# ----- unlabelled input (prediction) ------------------------------------------------------------
-
-@dataclasses.dataclass
-class Rows:
-    """The rows of an unlabelled input file, in file order.
-
-    examples: the good rows' examples; indices: the position of each among all rows of the file
-    (bad rows included, from 0); bad: "<file>:<line>: <what is wrong>" for each bad row.
-    """
-
-    examples: list
-    indices: list[int]
-    bad: list[str]
-
-    @property
-    def total(self) -> int:
-        return len(self.examples) + len(self.bad)
-
-
-def _rows(items: Iterable[tuple[Any, Optional[str]]]) -> Rows:
-    """Rows from (example, None) for a good row and (None, message) for a bad one."""
-    rows = Rows([], [], [])
-    for index, (example, error) in enumerate(items):
-        if error is not None:
-            rows.bad.append(error)
-        else:
-            rows.examples.append(example)
-            rows.indices.append(index)
-    return rows
-
-
-def _unlabelled_text(where: str, record: Mapping[str, Any], text_column: str,
-                     text_pair_column: Optional[str]) -> tuple[Any, Optional[str]]:
-    """(TextExample, None) of one record, or (None, the fault named at `where`)."""
-    for column in (text_column, text_pair_column):
-        if column is not None and column not in record:
-            return None, f"{where}: no column {column!r}; the columns are {sorted(record)}"
-    text = record[text_column]
-    pair = record[text_pair_column] if text_pair_column else None
-    if not isinstance(text, str) or (text_pair_column and not isinstance(pair, str)):
-        return None, f"{where}: the text columns must hold strings"
-    return TextExample(text, pair), None
-
-
-def _unlabelled_table(path: str, delimiter: str, quoting: bool, encoding: str,
-                      columns: Sequence[str]) -> Iterator[tuple[str, Any]]:
-    """(location, record dict or a fault) per row of a CSV/TSV file; the header must hold
-    `columns` (else a DataError: no row could be read)."""
-    with _fields_of_any_length():
-        records = _table_records(path, delimiter, quoting, encoding)
-        header = next(records, (0, []))[1]
-        if not header:
-            raise DataError(f"{path}: no header row")
-        missing = [c for c in columns if c not in header]
-        if missing:
-            raise DataError(f"{path}: no column(s) {missing} in the header; the columns are "
-                            f"{header}")
-        for line, fields in records:
-            if len(fields) != len(header):
-                yield f"{path}:{line}", (f"the row has {len(fields)} columns, not the "
-                                         f"{len(header)} columns of the header")
-            else:
-                yield f"{path}:{line}", dict(zip(header, fields))
-
-
-def _unlabelled_jsonl(path: str, encoding: str) -> Iterator[tuple[str, Any]]:
-    """(location, record dict or a fault) per non-blank line of a JSONL file."""
-    for number, line in _lines(path, encoding):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as e:
-            yield f"{path}:{number}", f"not valid JSON ({e.msg})"
-            continue
-        yield f"{path}:{number}", (record if isinstance(record, dict) else
-                                   "expected a JSON object per line")
-
-
-def _unlabelled_lines(path: str, encoding: str, labelled: bool
-                      ) -> Iterator[tuple[Any, Optional[str]]]:
-    """One text per non-blank line, stripped; `labelled` (fastText) drops leading
-    `__label__<name>` words first, so lines with and without labels both read."""
-    for number, line in _lines(path, encoding):
-        text = line.strip()
-        if not text:
-            continue
-        while labelled and text.startswith(FASTTEXT_PREFIX):
-            text = text.partition(" ")[2].strip()
-        if not text:
-            yield None, f"{path}:{number}: the text after the label is empty"
-        else:
-            yield TextExample(text), None
-
-
-UNLABELLED_TEXT_FORMATS = ("csv", "tsv", "jsonl", "fasttext", "lines")
-
-
-def read_unlabelled_text(path: str, file_format: str = "auto", text_column: str = "text",
-                         text_pair_column: Optional[str] = None, encoding: str = "utf-8",
-                         tsv_quoting: bool = False) -> Rows:
-    """Rows of TextExamples (label None) from csv | tsv | jsonl | fasttext | lines, or by the
-    extension for auto (.txt and .cor: fasttext, whose label words are optional here).
-
-    A label column may be present or not (it is ignored). Bad rows: a row with another number
-    of columns than the header, a line that is not a JSON object, a record without the text (or
-    pair) key, a text that is not a string, a fastText line with only labels.
-    """
-    _check_file(path)
-    choices = ", ".join(UNLABELLED_TEXT_FORMATS[:-1]) + " or lines"
-    file_format = _format_of(path, file_format, choices)
-    if file_format in ("fasttext", "lines") and text_pair_column:
-        raise DataError(f"{path}: the {file_format} format holds one text per line, but the "
-                        f"task takes pairs ({text_column!r}, {text_pair_column!r}): use csv, "
-                        "tsv or jsonl")
-    if file_format in ("fasttext", "lines"):
-        return _rows(_unlabelled_lines(path, encoding, labelled=file_format == "fasttext"))
-    if file_format in ("csv", "tsv"):
-        delimiter = "\t" if file_format == "tsv" else ","
-        columns = [c for c in (text_column, text_pair_column) if c]
-        records = _unlabelled_table(path, delimiter, tsv_quoting or delimiter != "\t",
-                                    encoding, columns)
-    elif file_format == "jsonl":
-        records = _unlabelled_jsonl(path, encoding)
-    else:
-        raise DataError(f"unknown text file format {file_format!r}: use {choices}")
-    return _rows((None, f"{where}: {record}") if isinstance(record, str) else
-                 _unlabelled_text(where, record, text_column, text_pair_column)
-                 for where, record in records)
-
-
-def read_unlabelled_conll(path: str, encoding: str = "utf-8") -> Rows:
-    """Rows of TaggedSentences with no tags: one token per line (its first column; any other
-    columns, such as tags, are ignored), a blank line between sentences, -DOCSTART- skipped."""
-    _check_file(path)
-    sentences: list[tuple[str, ...]] = []
-    words: list[str] = []
-    for _, line in _lines(path, encoding):
-        columns = line.split()
-        if not columns or columns[0] == "-DOCSTART-":
-            if words:
-                sentences.append(tuple(words))
-            words = []
-            continue
-        words.append(columns[0])
-    if words:
-        sentences.append(tuple(words))
-    return _rows((TaggedSentence(sentence, ()), None) for sentence in sentences)
-
-
-def _load_json(path: str) -> Any:
-    """The JSON document of a file; DataError naming the file when it is not valid JSON."""
-    _check_file(path)
-    try:
-        with open(path, encoding=_decoding("utf-8")) as f:
-            return json.load(f)
-    except json.JSONDecodeError as e:
-        raise DataError(f"{path}: not valid JSON ({e})") from None
-    except UnicodeDecodeError as e:
-        raise DataError(f"{path}: not valid UTF-8 ({e.reason} at byte {e.start})") from None
-
-
-def _unlabelled_questions(path: str, document: Any) -> Iterator[tuple[Any, Optional[str]]]:
-    """(QAExample with no answers, None) or (None, fault) per question of a SQuAD document."""
-    for a, article in enumerate(document["data"]):
-        paragraphs = article.get("paragraphs", []) if isinstance(article, dict) else []
-        for p, paragraph in enumerate(paragraphs):
-            context = paragraph.get("context") if isinstance(paragraph, dict) else None
-            questions = paragraph.get("qas", []) if isinstance(paragraph, dict) else []
-            for q, qa in enumerate(questions):
-                where = f"{path}: data[{a}].paragraphs[{p}].qas[{q}]"
-                if not isinstance(context, str):
-                    yield None, f"{where}: the paragraph has no 'context' string"
-                elif not isinstance(qa, dict) or not isinstance(qa.get("question"), str):
-                    yield None, f"{where}: no 'question' string"
-                else:
-                    qid = str(qa["id"]) if qa.get("id") is not None else None
-                    yield QAExample(qid, qa["question"], context, ()), None
-
-
-def read_unlabelled_squad(path: str) -> Rows:
-    """Rows of QAExamples (no answers; id None where the question has none) from SQuAD-style
-    JSON: data[].paragraphs[].{context, qas[].{id, question}}; answers, if any, are ignored.
-    Bad rows are named by their place in the document (data[a].paragraphs[p].qas[q])."""
-    document = _load_json(path)
-    if not isinstance(document, dict) or not isinstance(document.get("data"), list):
-        raise DataError(f"{path}: expected a SQuAD object with a 'data' list")
-    return _rows(_unlabelled_questions(path, document))
 
 
 # ----- held-out split ------------------------------------------------------------------------

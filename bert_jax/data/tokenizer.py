@@ -5,10 +5,11 @@ optionally lower-case and strip accents), split on whitespace and punctuation, t
 longest-match-first WordPiece with "##" marking a piece that continues a word. Sequences get
 [CLS] A [SEP] (or [CLS] A [SEP] B [SEP]) when special tokens are asked for.
 
-`load_tokenizer` reads a `vocab.txt` (one token per line; the line number is the id) or a
-`tokenizer.json` (Hugging Face format, e.g. the one shipped with MiniLM); `train_wordpiece` learns a
-vocabulary of a given size from texts and saves both files. Every vocabulary must hold the five
-special tokens [PAD] [UNK] [CLS] [SEP] [MASK]; a missing one is an error naming the file.
+`load_tokenizer` reads a `vocab.txt` (one token per line; the line number is the id), a
+`tokenizer.json` (Hugging Face format, e.g. the one shipped with MiniLM) or a folder holding
+either (a folder's vocab.txt with the casing of its tokenizer_config.json); `train_wordpiece`
+learns a vocabulary of a given size from texts and saves both files. Every vocabulary must hold
+the five special tokens [PAD] [UNK] [CLS] [SEP] [MASK]; a missing one is an error naming the file.
 `save_hf` writes a tokenizer in the layout of a Hugging Face model folder (vocab.txt,
 tokenizer.json, tokenizer_config.json, special_tokens_map.json), so that
 `transformers.AutoTokenizer.from_pretrained(folder)` tokenizes as it does.
@@ -127,13 +128,20 @@ def load_tokenizer(path: str, lowercase: bool = True,
     """Loads `vocab.txt`, `tokenizer.json`, or a folder holding either (tokenizer.json preferred).
 
     For vocab.txt, `lowercase`/`strip_accents` configure the normalizer; a tokenizer.json carries
-    its own normalizer and they are ignored.
+    its own normalizer and they are ignored. A folder read through its vocab.txt is a Hugging
+    Face folder: the do_lower_case / strip_accents of its tokenizer_config.json, where it has
+    them, take the place of the arguments, since they describe how that vocabulary was made
+    (`_folder_casing`).
     """
     path = os.path.expanduser(path)
     if os.path.isdir(path):
-        for name in ("tokenizer.json", "vocab.txt"):
-            if os.path.isfile(os.path.join(path, name)):
-                return load_tokenizer(os.path.join(path, name), lowercase, strip_accents)
+        if os.path.isfile(os.path.join(path, "tokenizer.json")):
+            return load_tokenizer(os.path.join(path, "tokenizer.json"))
+        if os.path.isfile(os.path.join(path, "vocab.txt")):
+            casing = _folder_casing(path)
+            return load_tokenizer(os.path.join(path, "vocab.txt"),
+                                  casing.get("do_lower_case", lowercase),
+                                  casing.get("strip_accents", strip_accents))
         raise FileNotFoundError(f"{path} holds neither tokenizer.json nor vocab.txt")
     if not os.path.isfile(path):
         raise FileNotFoundError(f"vocabulary file {path} does not exist")
@@ -152,6 +160,22 @@ def load_tokenizer(path: str, lowercase: bool = True,
         raise ValueError(f"vocabulary {path} lacks the special token(s) {missing}; a BERT "
                          f"vocabulary needs all of {list(SPECIAL_TOKENS)}")
     return WordPieceTokenizer(bert_wordpiece(vocab, lowercase, strip_accents), source=path)
+
+
+def _folder_casing(directory: str) -> dict[str, Any]:
+    """do_lower_case and strip_accents of <directory>/tokenizer_config.json, those it holds
+    ({} without the file); ValueError naming the file when it is not a JSON object."""
+    path = os.path.join(directory, "tokenizer_config.json")
+    if not os.path.isfile(path):
+        return {}
+    try:
+        with open(path, encoding="utf-8") as f:
+            options = json.load(f)
+    except ValueError as e:  # JSONDecodeError, UnicodeDecodeError
+        raise ValueError(f"{path}: not valid JSON ({e})") from None
+    if not isinstance(options, dict):
+        raise ValueError(f"{path}: expected a JSON object, got {type(options).__name__}")
+    return {k: options[k] for k in ("do_lower_case", "strip_accents") if k in options}
 
 
 def _trainer(vocab_size: int, min_frequency: int, special_tokens: Sequence[str]):

@@ -1,5 +1,6 @@
 """What every recipe builds the same way from its config: mesh, model config, initial weights,
-tokenizer, optimizer, loop settings, and a checkpoint's parameters placed on the mesh.
+tokenizer (also a saved run's, `run_tokenizer`), optimizer, loop settings, and a checkpoint's
+parameters placed on the mesh.
 
 The config keys read here mean the same in every recipe (experiments/configs/common.py holds
 their blocks): `recipe`, `model.*` (a BertConfig preset and field overrides), `dtype`, `remat`, `init.*`
@@ -22,6 +23,7 @@ from absl import logging
 from bert_jax import sharding
 from bert_jax.config import BertConfig
 from bert_jax.train import checkpointing, loop, optimizer
+from bert_jax.train import workdir as workdir_lib
 
 Config = ml_collections.ConfigDict
 
@@ -102,12 +104,35 @@ def initial_weights(config: Config) -> tuple[Optional[BertConfig], Optional[dict
 
 
 def load_tokenizer(config: Config):
-    """The WordPiece tokenizer of config.tokenizer.path (default: init.hf_dir's vocabulary)."""
+    """The WordPiece tokenizer of config.tokenizer.path (default: init.hf_dir's vocabulary);
+    tokenizer.lowercase applies to a vocab.txt whose casing nothing else states (a folder's
+    tokenizer_config.json does: `bert_jax.data.tokenizer.load_tokenizer`)."""
     from bert_jax.data import tokenizer
     path = config.tokenizer.path or config.init.hf_dir
     if not path:
         raise ValueError("config.tokenizer.path is empty and there is no config.init.hf_dir to "
                          "take the vocabulary from: name a vocab.txt, tokenizer.json or folder")
+    return tokenizer.load_tokenizer(path, lowercase=config.tokenizer.lowercase)
+
+
+def run_tokenizer(workdir: str, config: Optional[Config] = None):
+    """The WordPiece tokenizer a training run used, built from <workdir>/config.json (or
+    `config`) as the run built it; for what reads a run afterwards (embeddings, export).
+
+    Fine-tuning: `load_tokenizer`. Pre-training: tokenizer.path, else the demo corpus's
+    vocabulary under the run's data dir (`recipes.pretrain.data_config`); None for the
+    synthetic corpus (random token ids, no vocabulary).
+    """
+    # Imported here: pretrain imports this module, and the data pipeline is only needed here.
+    # pylint: disable-next=import-outside-toplevel
+    from bert_jax.data import pretraining, tokenizer
+    from bert_jax.recipes import pretrain  # pylint: disable=import-outside-toplevel
+    config = config if config is not None else workdir_lib.load_config(workdir)
+    if config.get("recipe", "pretrain") != "pretrain":
+        return load_tokenizer(config)
+    if config.data.corpus == pretrain.SYNTHETIC:
+        return None
+    path = pretraining.resolve_vocab_path(pretrain.data_config(config, workdir))
     return tokenizer.load_tokenizer(path, lowercase=config.tokenizer.lowercase)
 
 

@@ -89,7 +89,7 @@ def build_task_data(config, tokenizer, saved_task: Optional[Mapping[str, Any]] =
                          f"for task {saved_task.get('task')!r}: use another --workdir")
     train, evaluation = read_examples(config, kind)
     if saved_task is not None:
-        labels = {k: v for k, v in saved_task.items() if k not in _TASK_FILE_COUNTS + ("task",)}
+        labels = labels_of(saved_task)
     else:
         labels = kind.describe_labels(train, config)
     train_features = (kind.encode(tokenizer, train, config, labels,
@@ -100,6 +100,12 @@ def build_task_data(config, tokenizer, saved_task: Optional[Mapping[str, Any]] =
 
 
 _TASK_FILE_COUNTS = ("num_train_examples", "num_eval_examples")
+
+
+def labels_of(saved_task: Mapping[str, Any]) -> dict:
+    """The labels that a task.json fixes (label_map and what else the kind keeps): all of it
+    but the kind's name and the example counts."""
+    return {k: v for k, v in saved_task.items() if k not in _TASK_FILE_COUNTS + ("task",)}
 
 
 def save_task_file(workdir: str, data: TaskData) -> None:

@@ -19,7 +19,7 @@ A kind says, for one family of tasks, everything that differs between them:
 and, for predictions on new inputs (bert_jax.recipes.finetune.predict):
 
     read_unlabelled(path, config, file_format)
-                                     readers.Rows: the good rows' examples (labels absent or
+                                     unlabelled.Rows: the good rows' examples (labels absent or
                                      ignored) and the bad rows named by file and line
     encode_unlabelled(tokenizer, examples, config, labels, source)
                                      (features, cut): the model inputs [N', L] plus what
@@ -45,7 +45,7 @@ import numpy as np
 import optax
 
 from bert_jax.config import BertConfig
-from bert_jax.data import readers
+from bert_jax.data import unlabelled
 
 Weighted = tuple[jax.Array, jax.Array]
 LossOutput = tuple[dict[str, Weighted], dict[str, Weighted]]
@@ -93,7 +93,7 @@ class TaskKind:
     def head_outputs(self, labels: Mapping[str, Any], seq_len: int) -> int:
         return self.num_outputs(labels)
 
-    def read_unlabelled(self, path: str, config, file_format: str) -> readers.Rows:
+    def read_unlabelled(self, path: str, config, file_format: str) -> unlabelled.Rows:
         raise ValueError(f"task kind {self.name!r} does not read unlabelled input (prediction)")
 
     def encode_unlabelled(self, tokenizer, examples: Sequence[Any], config,

@@ -39,7 +39,7 @@ from absl import logging
 from tqdm import tqdm
 
 from bert_jax import sharding
-from bert_jax.data import batches, readers
+from bert_jax.data import batches, readers, unlabelled
 from bert_jax.recipes import common
 from bert_jax.recipes.finetune import data as data_lib
 from bert_jax.recipes.finetune import kinds, recipe
@@ -104,12 +104,10 @@ def load_run(workdir: str) -> tuple[Any, kinds.TaskKind, dict[str, Any]]:
         raise FileNotFoundError(f"{os.path.join(workdir, data_lib.TASK_FILE)} not found: "
                                 f"is {workdir} the workdir of a finished fine-tuning run?")
     kind = kinds.get(saved_task["task"])
-    labels = {k: v for k, v in saved_task.items()
-              if k not in data_lib._TASK_FILE_COUNTS + ("task",)}
-    return config, kind, labels
+    return config, kind, data_lib.labels_of(saved_task)
 
 
-def read_input(kind: kinds.TaskKind, config, options: PredictOptions) -> readers.Rows:
+def read_input(kind: kinds.TaskKind, config, options: PredictOptions) -> unlabelled.Rows:
     """The input's rows; bad rows stop here (a DataError naming the first) unless skipped."""
     file_format = options.file_format or config.data.format
     rows = kind.read_unlabelled(options.input_path, config, file_format)
@@ -191,7 +189,7 @@ def _counting(predict: Callable, bar, num_rows: int, batch_size: int,
     return call
 
 
-def predict_records(predictor: Predictor, rows: readers.Rows, options: PredictOptions, bar,
+def predict_records(predictor: Predictor, rows: unlabelled.Rows, options: PredictOptions, bar,
                     cut: dict[str, int]) -> Iterator[dict[str, Any]]:
     """One record per good row, in order ({"index": its input position, **the kind's});
     encoded and predicted chunk_rows at a time; adds the kind's cut counts to `cut`."""

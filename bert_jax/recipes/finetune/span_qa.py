@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from bert_jax.data import readers, squad
+from bert_jax.data import readers, squad, unlabelled
 from bert_jax.model import BertForQuestionAnswering
 from bert_jax.recipes.finetune import metrics
 from bert_jax.recipes.finetune.kinds import TaskKind, register
@@ -88,12 +88,12 @@ class SpanQA(TaskKind):
 
     # ----- prediction on unlabelled input ---------------------------------------------------
 
-    def read_unlabelled(self, path: str, config, file_format: str) -> readers.Rows:
+    def read_unlabelled(self, path: str, config, file_format: str) -> unlabelled.Rows:
         """Questions with their contexts from SQuAD-style JSON (answers optional, ignored)."""
         if file_format not in ("auto", "json", "squad"):
             raise readers.DataError(f"{path}: span QA reads SQuAD-style JSON (format auto, "
                                     f"json or squad), not {file_format!r}")
-        return readers.read_unlabelled_squad(path)
+        return unlabelled.read_unlabelled_squad(path)
 
     def encode_unlabelled(self, tokenizer, examples, config, labels, source):
         """Window rows (squad.encode_qa_examples, targets dropped), and how many questions

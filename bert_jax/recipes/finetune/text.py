@@ -8,7 +8,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from bert_jax.config import BertConfig
-from bert_jax.data import encoding, readers
+from bert_jax.data import encoding, readers, unlabelled
 from bert_jax.model import BertForSequenceClassification
 from bert_jax.recipes.finetune.kinds import TaskKind
 
@@ -42,11 +42,11 @@ class TextTask(TaskKind):
 
     # ----- prediction on unlabelled input ---------------------------------------------------
 
-    def read_unlabelled(self, path: str, config, file_format: str) -> readers.Rows:
+    def read_unlabelled(self, path: str, config, file_format: str) -> unlabelled.Rows:
         """Texts (and pairs, when the run had config.data.text_pair_column) of csv | tsv | jsonl
         | fasttext | lines, or auto by extension; a label column may be absent."""
         data = config.data
-        return readers.read_unlabelled_text(
+        return unlabelled.read_unlabelled_text(
             path, file_format, data.text_column, data.text_pair_column or None, data.encoding,
             data.tsv_quoting)
 

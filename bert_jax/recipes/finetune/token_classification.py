@@ -13,7 +13,7 @@ from typing import Any, Mapping, Sequence
 import jax.numpy as jnp
 import numpy as np
 
-from bert_jax.data import encoding, readers
+from bert_jax.data import encoding, readers, unlabelled
 from bert_jax.model import BertForTokenClassification
 from bert_jax.recipes.finetune import metrics
 from bert_jax.recipes.finetune.kinds import TaskKind, register, softmax_cross_entropy
@@ -66,13 +66,13 @@ class TokenClassification(TaskKind):
 
     # ----- prediction on unlabelled input ---------------------------------------------------
 
-    def read_unlabelled(self, path: str, config, file_format: str) -> readers.Rows:
+    def read_unlabelled(self, path: str, config, file_format: str) -> unlabelled.Rows:
         """Sentences of a CoNLL file of tokens (one per line, first column; blank line between
         sentences); tag columns, if any, are ignored."""
         if file_format not in ("auto", "conll"):
             raise readers.DataError(f"{path}: token classification reads CoNLL files (format "
                                     f"auto or conll), not {file_format!r}")
-        return readers.read_unlabelled_conll(path, config.data.encoding)
+        return unlabelled.read_unlabelled_conll(path, config.data.encoding)
 
     def encode_unlabelled(self, tokenizer, examples, config, labels, source):
         """Model inputs and word_index [N, L], and how many sentences lost words to

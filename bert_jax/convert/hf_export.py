@@ -1,0 +1,201 @@
+"""Our parameter trees -> Hugging Face BERT folders: the export side of `bert_jax.convert.hf`.
+
+`save` writes what transformers needs to use the model: config.json and model.safetensors
+(float32; the architecture from the tree's heads, `hf_layout.ARCHITECTURES`); with `tokenizer=`,
+the tokenizer files (`AutoTokenizer.from_pretrained(out)` then tokenizes as ours does); with
+`label_map=` / `problem_type=`, the classifier's id2label / label2id and problem type, which
+transformers' pipelines read. A BertConfig option that the Hugging Face BERT format cannot hold
+is refused (`check_exportable`, against the list of fields HF BERT knows, `HF_BERT_FIELDS`).
+
+`bert_jax.convert.hf` re-exports every public name here: callers use `hf.save`,
+`hf.to_hf_tensors`, `hf.check_exportable`. This module imports nothing from hf (what both sides
+share is in `hf_layout`), so either can be imported first.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence
+
+import numpy as np
+from safetensors.numpy import save_file
+
+from bert_jax.config import BertConfig
+from bert_jax.convert.hf_layout import (CONFIG, SAFETENSORS, CheckpointError, architecture_of,
+                                        encoder_entries, encoder_of, head_entries, heads_of,
+                                        num_classes)
+from bert_jax.pytree import flatten_dict
+
+if TYPE_CHECKING:
+    from bert_jax.data.tokenizer import WordPieceTokenizer
+
+# BertConfig fields that transformers' BertConfig holds under the same name and meaning.
+HF_BERT_FIELDS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                  "intermediate_size", "hidden_act", "hidden_dropout_prob",
+                  "attention_probs_dropout_prob", "max_position_embeddings", "type_vocab_size",
+                  "initializer_range", "layer_norm_eps", "pad_token_id")
+# BertConfig fields that say how we compute, not what: the export is float32 weights whatever
+# they are, and transformers picks its own precision and memory policy.
+RUNTIME_FIELDS = ("dtype", "param_dtype", "remat_policy")
+# config.json "problem_type" values of BertForSequenceClassification.
+PROBLEM_TYPES = ("single_label_classification", "regression", "multi_label_classification")
+
+Params = dict[str, Any]
+
+
+def _plain(params: Mapping[str, Any]) -> Params:
+    """Unboxed numpy float32 arrays (accepts boxed Flax params and sharded jax arrays)."""
+    try:
+        import flax.linen as nn  # pylint: disable=import-outside-toplevel
+        params = nn.meta.unbox(params)
+    except ImportError:  # pragma: no cover - flax is a dependency, kept for numpy-only use
+        pass
+    if set(params) == {"params"}:  # variables as returned by `model.init`
+        params = params["params"]
+    if set(params) == {"bert"}:  # a composite tree without heads is the encoder alone
+        params = params["bert"]
+    return {k: (_plain(v) if isinstance(v, Mapping) else np.asarray(v, dtype=np.float32))
+            for k, v in params.items()}
+
+
+def _get(tree: Mapping[str, Any], path: tuple[str, ...]) -> Any:
+    """The leaf of `tree` at `path` (KeyError when it has none)."""
+    for name in path:
+        tree = tree[name]
+    return tree
+
+
+def to_hf_tensors(cfg: BertConfig, params: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    """Our tree -> Hugging Face tensors (torch layouts, float32), checked against the config
+    (and the config against what the Hugging Face BERT format holds: `check_exportable`)."""
+    check_exportable(cfg)
+    params = _plain(params)
+    heads = heads_of(params)
+    prefix = "bert." if heads else ""
+    entries = [(prefix, ("bert",) if heads else (), e)
+               for e in encoder_entries(cfg, with_pooler="pooler" in encoder_of(params))]
+    for head in heads:
+        num_labels = num_classes(params) if head == "classifier" else 2
+        entries += [("", (), e) for e in head_entries(cfg, head, num_labels)]
+
+    expected = {root + e.path for _, root, e in entries}
+    unknown = sorted(set(flatten_dict(params)) - expected)
+    if unknown:
+        raise CheckpointError(f"params: {'/'.join(unknown[0])} is not a parameter of the BERT model "
+                              f"that the config describes ({len(unknown)} such leaves)")
+    tensors = {}
+    for key_prefix, root, entry in entries:
+        name = "/".join(root + entry.path)
+        try:
+            value = _get(params, root + entry.path)
+        except KeyError:
+            raise CheckpointError(f"params: missing {name}") from None
+        if tuple(value.shape) != entry.ours_shape:
+            raise CheckpointError(f"params: {name} has shape {list(value.shape)}, but the config "
+                                  f"implies {list(entry.ours_shape)}")
+        tensors[key_prefix + entry.hf_key] = np.ascontiguousarray(entry.layout.to_hf(value))
+    return tensors
+
+
+def check_exportable(cfg: BertConfig) -> None:
+    """CheckpointError naming the option when `cfg` computes something that Hugging Face's BERT
+    cannot: a field outside HF_BERT_FIELDS and RUNTIME_FIELDS (a model option added to
+    BertConfig since) that is not at its default."""
+    for field in dataclasses.fields(cfg):
+        if field.name in HF_BERT_FIELDS or field.name in RUNTIME_FIELDS:
+            continue
+        default = (field.default if field.default is not dataclasses.MISSING
+                   else field.default_factory() if field.default_factory is not dataclasses.MISSING
+                   else dataclasses.MISSING)
+        value = getattr(cfg, field.name)
+        if default is dataclasses.MISSING or value != default:
+            raise CheckpointError(
+                f"BertConfig.{field.name}={value!r} cannot be exported: the Hugging Face BERT "
+                f"format has no such option (it holds {', '.join(HF_BERT_FIELDS)}), so "
+                f"transformers would compute another model; only the default "
+                f"{field.name}={default!r} exports")
+
+
+def _hf_config(cfg: BertConfig) -> dict[str, Any]:
+    """config.json keys of `cfg`: the fields HF BERT knows (others are at their defaults)."""
+    ours_only = {f.name for f in dataclasses.fields(cfg)} - set(HF_BERT_FIELDS)
+    return {k: v for k, v in cfg.to_hf_dict().items() if k not in ours_only}
+
+
+def _label_entries(fit_class: str, num_labels: Optional[int], label_map: Optional[Sequence[str]],
+                   problem_type: Optional[str]) -> dict[str, Any]:
+    """id2label / label2id (and problem_type) of a classifier head of `num_labels` outputs
+    (None: no classifier); CheckpointError when the labels do not fit the head."""
+    sequence = fit_class == "BertForSequenceClassification"
+    if num_labels is None:
+        if label_map is not None or problem_type is not None:
+            raise CheckpointError(f"label_map and problem_type need a classifier head; a "
+                                  f"{fit_class} has none")
+        return {}
+    if problem_type is not None and (not sequence or problem_type not in PROBLEM_TYPES):
+        raise CheckpointError(f"problem_type={problem_type!r} does not fit a {fit_class}; "
+                              f"a sequence classifier takes one of {PROBLEM_TYPES}")
+    if problem_type == "regression" and num_labels != 1:
+        raise CheckpointError(f"problem_type='regression' needs 1 output; the head has "
+                              f"{num_labels}")
+    names = ([f"LABEL_{i}" for i in range(num_labels)] if label_map is None
+             else [str(name) for name in label_map])
+    if len(names) != num_labels or len(set(names)) != len(names):
+        raise CheckpointError(f"label_map {list(label_map)} does not name the {num_labels} outputs "
+                              f"of the {fit_class} head once each")
+    entries = {"id2label": {str(i): name for i, name in enumerate(names)},
+               "label2id": {name: i for i, name in enumerate(names)}}
+    if problem_type is not None:
+        entries["problem_type"] = problem_type
+    return entries
+
+
+def save(cfg: BertConfig, params: Mapping[str, Any], directory: str | os.PathLike, *,
+         tokenizer: "Optional[WordPieceTokenizer]" = None,
+         label_map: Optional[Sequence[str]] = None,
+         problem_type: Optional[str] = None) -> None:
+    """Write a folder that transformers loads: `config.json` and `model.safetensors` (float32),
+    plus the tokenizer files when `tokenizer` is given.
+
+    A bare BertModel tree gives a `BertModel` checkpoint; a tree with heads gives the matching
+    architecture (BertForPreTraining, BertForMaskedLM, ...) with the encoder under `bert.`. The
+    MLM decoder weight is not written: transformers ties it to the word embeddings on load.
+
+    tokenizer: a bert_jax.data.tokenizer.WordPieceTokenizer, written as vocab.txt,
+      tokenizer.json, tokenizer_config.json (model_max_length = max_position_embeddings) and
+      special_tokens_map.json (`tokenizer.save_hf`); its vocabulary must fit cfg.vocab_size.
+    label_map: the class names of a classifier head, index = output (id2label / label2id);
+      default LABEL_0 ... LABEL_{C-1}.
+    problem_type: of a sequence classifier: "single_label_classification", "regression" (one
+      output) or "multi_label_classification" (sigmoid per label); None leaves it to
+      transformers (single-label for C > 1 outputs, regression for 1).
+    Every check runs before the first write (CheckpointError, or ValueError for a tokenizer that
+    HF's BertTokenizer cannot express): a refused save leaves nothing behind.
+    """
+    directory = os.fspath(directory)
+    tensors = to_hf_tensors(cfg, params)
+    plain = _plain(params)
+    heads, fit = heads_of(plain), architecture_of(plain)
+    if fit is None:
+        raise CheckpointError(f"no single Hugging Face architecture has the heads {heads}")
+    hf_config = _hf_config(cfg)
+    hf_config["architectures"] = [fit.hf_class]
+    hf_config["tie_word_embeddings"] = True
+    num_labels = tensors["classifier.bias"].shape[0] if "classifier" in heads else None
+    hf_config.update(_label_entries(fit.hf_class, num_labels, label_map, problem_type))
+    if tokenizer is not None:
+        # pylint: disable-next=import-outside-toplevel
+        from bert_jax.data import tokenizer as tokenizer_lib
+        if tokenizer.vocab_size > cfg.vocab_size:
+            raise CheckpointError(f"tokenizer {tokenizer.source} has {tokenizer.vocab_size} tokens "
+                                  f"but the model's vocab_size is {cfg.vocab_size}")
+        # First: it checks everything before its first write, and the weights cannot fail.
+        tokenizer_lib.save_hf(tokenizer, directory, model_max_length=cfg.max_position_embeddings)
+    os.makedirs(directory, exist_ok=True)
+    save_file(tensors, os.path.join(directory, SAFETENSORS), metadata={"format": "pt"})
+    with open(os.path.join(directory, CONFIG), "w", encoding="utf-8") as f:
+        json.dump(hf_config, f, indent=2, sort_keys=True, ensure_ascii=False)
+        f.write("\n")
+
