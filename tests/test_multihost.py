@@ -12,7 +12,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LAUNCHER = os.path.join(ROOT, "launch", "multihost_local.sh")
 
 
-def pretrain_on_two_processes(workdir: str, total_steps: int, logdir: str) -> None:
+def pretrain_on_two_processes(workdir: str, total_steps: int, logdir: str, *extra: str) -> None:
     """The demo corpus (real text; held-out rows dealt round-robin, so the held-out set is the
     same for any process count), a tiny vocabulary and few steps."""
     os.makedirs(logdir, exist_ok=True)
@@ -23,7 +23,7 @@ def pretrain_on_two_processes(workdir: str, total_steps: int, logdir: str) -> No
          f"--config.total_steps={total_steps}",
          "--config.warmup_fraction=0.1", "--config.log_every_steps=1", "--config.eval_every_steps=3",
          "--config.checkpoint_every_steps=3", "--config.batch_size=8", "--config.eval_batches=2",
-         "--config.mesh.fsdp=2", "--config.async_checkpoints=False"],
+         "--config.mesh.fsdp=2", "--config.async_checkpoints=False", *extra],
         cwd=ROOT, capture_output=True, text=True, timeout=600,
         env={**os.environ, "PYTHON": sys.executable, "LOGDIR": logdir})
     logs = "".join(open(os.path.join(logdir, f"process_{i}.log")).read()[-2000:] for i in range(2))
@@ -44,8 +44,10 @@ def test_two_processes_train_checkpoint_resume_and_evaluate_on_one(tmp_path):
     assert [r["step"] for r in first] == [1, 2, 3, 4, 5, 6]  # written once, by process 0
     assert sorted(os.listdir(os.path.join(workdir, "checkpoints"))) == ["3", "6"]
 
-    # The same command with more steps: both processes restore step 6 and go on.
-    pretrain_on_two_processes(workdir, 9, str(tmp_path / "logs2"))
+    # The same command with more steps (a change of the run, so said to be meant): both
+    # processes restore step 6 and go on.
+    pretrain_on_two_processes(workdir, 9, str(tmp_path / "logs2"),
+                              "--config.allow_config_change=true")
     second = read_jsonl(os.path.join(workdir, "metrics.jsonl"))
     assert [r["step"] for r in second] == list(range(1, 10))
     assert second[:6] == first
