@@ -106,8 +106,12 @@ def _read_records(path: str) -> tuple[list[tuple[str, dict]], bool]:
 
 
 def format_log_line(step: int, total: int, metrics: Mapping[str, float]) -> str:
-    """'step 50/100: loss 2.3456, mlm_accuracy 0.1234, lr 0.001, 5000 tokens/s, MFU 1.23%'."""
-    shown = [f"{k} {metrics[k]:.4f}" for k in sorted(metrics) if k not in _RATE_KEYS]
+    """'step 50/100: loss 2.3456, mlm_accuracy 0.1234, lr 0.001, 5000 tokens/s, MFU 1.23%'.
+
+    The non-finite step counters show only once they are not 0 (metrics.jsonl has them always).
+    """
+    shown = [f"{k} {metrics[k]:.4f}" for k in sorted(metrics) if k not in _RATE_KEYS
+             and not (k.startswith("nonfinite_") and metrics[k] == 0)]
     return (f"step {step}/{total}: " + ", ".join(shown)
             + f", lr {metrics.get('learning_rate', 0.0):.3g}"
             + f", {metrics.get('tokens_per_second', 0.0):.0f} tokens/s"

@@ -1,7 +1,6 @@
 """Script faults (issue 11): a torn metrics line that blocks every resume, and experiments/convert.py
 answering a user's mistake with a traceback instead of one line naming the file."""
 
-import importlib.util
 import json
 import logging
 import os
@@ -208,16 +207,13 @@ def test_more_damaged_files_raise_errors_naming_the_file(hf_folder, tmp_path):
 
 
 def test_a_failed_read_back_is_still_a_bug_not_a_user_error(hf_folder, tmp_path, monkeypatch):
-    spec = importlib.util.spec_from_file_location("convert_script",
-                                                  os.path.join(ROOT, "experiments", "convert.py"))
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+    from bert_jax.convert import runs
     real = checkpointing.load_params
 
     def corrupted(*args, **kwargs):
         cfg, params = real(*args, **kwargs)
         return cfg, jax.tree.map(lambda x: np.asarray(x) + 1, params)
 
-    monkeypatch.setattr(script.checkpointing, "load_params", corrupted)
+    monkeypatch.setattr(runs.checkpointing, "load_params", corrupted)
     with pytest.raises(RuntimeError, match="differs after reading back"):
-        script.hf_to_ours(hf_folder, str(tmp_path / "ours"), encoder_only=False)
+        runs.hf_to_ours(hf_folder, str(tmp_path / "ours"), encoder_only=False)

@@ -1,0 +1,134 @@
+"""Our checkpoints <-> Hugging Face BERT folders, for whole runs: what experiments/convert.py does.
+
+    hf_to_ours(hf_dir, checkpoint_dir, encoder_only)   an HF folder -> an ordinary step-0 checkpoint
+                                                      (params and model config, no optimizer state)
+    ours_to_hf(checkpoint_dir, hf_dir, step, encoder_only, workdir=None)
+                                                      a checkpoint -> a folder transformers loads,
+                                                      with the run's tokenizer and labels
+
+Heads travel with the weights (bert/, mlm/, nsp/, classifier/, qa_outputs/); encoder_only keeps
+the encoder alone. Each direction reads its output back and compares it with what was written,
+tensor by tensor: a difference is a bug (RuntimeError), a user's mistake a ValueError naming
+the file.
+"""
+
+from __future__ import annotations
+
+import os
+
+import jax
+import numpy as np
+from absl import logging
+
+from bert_jax.convert import hf
+from bert_jax.recipes import common
+from bert_jax.train import checkpointing
+
+
+# task kind (task.json) -> config.json problem_type of its sequence-classification head
+PROBLEM_TYPES = {"classification": "single_label_classification", "regression": "regression",
+                 "multi_label": "multi_label_classification"}
+
+
+class OutputFolderError(ValueError):
+    """The output folder cannot be written: it already holds checkpoints, or it is a file."""
+
+
+def _count(params) -> int:
+    return sum(int(np.prod(np.shape(leaf))) for leaf in jax.tree.leaves(params))
+
+
+def _encoder(params):
+    return params["bert"] if hf.heads_of(params) else params
+
+
+def _assert_same(written, read_back, where: str) -> None:
+    written_leaves = jax.tree_util.tree_leaves_with_path(written)
+    read_leaves = jax.tree_util.tree_leaves_with_path(read_back)
+    if [p for p, _ in written_leaves] != [p for p, _ in read_leaves]:
+        raise RuntimeError(f"{where}: the tree read back differs from the tree written")
+    for (path, a), (_, b) in zip(written_leaves, read_leaves):
+        if not np.array_equal(np.asarray(a, np.float32), np.asarray(b, np.float32)):
+            raise RuntimeError(f"{where}: {jax.tree_util.keystr(path)} differs after reading back")
+
+
+def hf_to_ours(hf_dir: str, checkpoint_dir: str, encoder_only: bool) -> None:
+    cfg, params = hf.load(hf_dir, with_heads=not encoder_only)
+    if os.path.exists(checkpoint_dir) and not os.path.isdir(checkpoint_dir):
+        raise OutputFolderError(f"--checkpoint_dir={checkpoint_dir} is a file, not a folder; "
+                                "give an empty or new folder")
+    manager = checkpointing.make_manager(checkpoint_dir, keep=1, async_saves=False)
+    try:
+        if manager.latest_step() is not None:
+            raise OutputFolderError(f"--checkpoint_dir={checkpoint_dir} already holds checkpoints; "
+                                "give an empty or new folder")
+        checkpointing.save(manager, 0, {"params": params}, model_config=cfg,
+                           extra_metadata={"converted_from": os.path.abspath(hf_dir),
+                                           "heads": list(hf.heads_of(params))})
+        manager.wait_until_finished()
+    finally:
+        manager.close()
+    cfg_back, params_back = checkpointing.load_params(checkpoint_dir, step=0)
+    if cfg_back != cfg:
+        raise RuntimeError(f"{checkpoint_dir}: the config read back differs: {cfg_back} vs {cfg}")
+    _assert_same(params, params_back, checkpoint_dir)
+    logging.info("wrote %s: %d parameters (%d in the encoder), heads %s, %s",
+                 checkpoint_dir, _count(params), _count(_encoder(params)),
+                 list(hf.heads_of(params)) or "none", cfg)
+
+
+def find_workdir(checkpoint_dir: str) -> str | None:
+    """The run that `checkpoint_dir` (<workdir>/checkpoints, or one step folder in it) belongs
+    to: the folder above it that holds the run's config.json; None if there is none."""
+    path = os.path.abspath(checkpoint_dir)
+    candidates = [os.path.dirname(path)]
+    if os.path.basename(path).isdigit():  # a step folder
+        candidates.append(os.path.dirname(candidates[0]))
+    return next((c for c in candidates if os.path.isfile(os.path.join(c, "config.json"))), None)
+
+
+def run_export_options(workdir: str | None, params) -> dict:
+    """hf.save's tokenizer, label_map and problem_type for a run's params (none without a run)."""
+    if workdir is None:
+        logging.warning("no run's config.json beside the checkpoint: writing no tokenizer and no "
+                        "labels (give --workdir)")
+        return {}
+    from bert_jax.recipes.finetune.data import read_task_file  # pylint: disable=C0415
+    options = {"tokenizer": common.run_tokenizer(workdir)}
+    if options["tokenizer"] is None:
+        logging.warning("%s: the run has no vocabulary (synthetic corpus): writing no tokenizer",
+                        workdir)
+    task = read_task_file(workdir) or {}
+    if "classifier" in hf.heads_of(params):
+        options["label_map"] = task.get("label_map") or None
+        options["problem_type"] = PROBLEM_TYPES.get(task.get("task"))
+    logging.info("run %s (task %s): labels %s, problem_type %s", workdir, task.get("task", "none"),
+                 options.get("label_map"), options.get("problem_type"))
+    return options
+
+
+def ours_to_hf(checkpoint_dir: str, hf_dir: str, step: int | None, encoder_only: bool,
+               workdir: str | None = None) -> None:
+    if workdir is not None and not os.path.isfile(os.path.join(workdir, "config.json")):
+        raise FileNotFoundError(f"--workdir={workdir} holds no config.json: it is not the workdir "
+                                "of a training run")
+    try:
+        cfg, params = checkpointing.load_params(checkpoint_dir, step=step)
+    except ValueError as e:  # some (Orbax's JSON metadata) name no file: say which checkpoint
+        if os.path.normpath(checkpoint_dir) in str(e):
+            raise
+        raise ValueError(f"--checkpoint_dir={checkpoint_dir}: cannot read the checkpoint "
+                         f"({type(e).__name__}: {e})") from e
+    params = jax.tree.map(np.asarray, params)
+    if os.path.exists(hf_dir) and not os.path.isdir(hf_dir):
+        raise OutputFolderError(f"--hf_dir={hf_dir} is a file, not a folder")
+    if encoder_only:
+        params = _encoder(params)
+    options = run_export_options(workdir or find_workdir(checkpoint_dir), params)
+    hf.save(cfg, params, hf_dir, **options)
+    _, params_back = hf.load(hf_dir, with_heads=not encoder_only)
+    if hf.heads_of(params) == ("mlm",) and "pooler" in params.get("bert", {}):
+        params["bert"] = {k: v for k, v in params["bert"].items() if k != "pooler"}
+    _assert_same(params, params_back, hf_dir)
+    logging.info("wrote %s: %d parameters, heads %s", hf_dir, _count(params),
+                 list(hf.heads_of(params)) or "none")
