@@ -36,6 +36,7 @@ import jax.numpy as jnp
 import numpy as np
 from absl import logging
 
+from bert_jax import progress
 from bert_jax.config import BertConfig
 from bert_jax.data import tokenizer as tokenizer_lib
 from bert_jax.data import unlabelled
@@ -233,8 +234,7 @@ def embed(encoder: Encoder, texts: Sequence[str], pooling: str = "mean", normali
 
 
 def _progress_bar(total: int):
-    from tqdm import tqdm  # pylint: disable=import-outside-toplevel
-    return tqdm(total=total, unit="rows", desc="embedding", dynamic_ncols=True)
+    return progress.bar(total=total, desc="embedding", unit="rows")
 
 
 # ----- writing -----------------------------------------------------------------------------------
@@ -246,7 +246,7 @@ def output_paths(prefix: str) -> tuple[str, str]:
 
 def write_outputs(prefix: str, vectors: np.ndarray, rows: Sequence[Row]) -> tuple[str, str]:
     """PREFIX.npy (float32 [N, H]) and PREFIX.index.jsonl (line i: {"index": i, "line": the
-    input line, "text": ...}); both appear together (written aside, then renamed)."""
+    input line, "text": ...}); each is written aside, then renamed (the .npy first)."""
     if len(vectors) != len(rows):
         raise ValueError(f"{len(vectors)} vectors for {len(rows)} rows")
     paths = output_paths(prefix)

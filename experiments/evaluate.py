@@ -36,10 +36,8 @@ def main(argv):
     if jax.process_index() != 0:
         return
     output = FLAGS.output or os.path.join(FLAGS.workdir, "evaluation", f"step_{step}.json")
-    os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
     record = {"workdir": os.path.abspath(FLAGS.workdir), "step": step, "metrics": metrics}
-    with open(output, "w", encoding="utf-8") as f:
-        json.dump(record, f, indent=2)
+    workdir_lib.write_text_atomically(output, json.dumps(record, indent=2))
     logging.info("wrote %s", output)
     print(json.dumps(record))
 

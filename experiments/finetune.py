@@ -9,7 +9,8 @@ Training resumes by itself from --workdir. It writes there: config.json (the res
 task.json (task kind, label map), metrics.jsonl, eval_metrics.jsonl, checkpoints/ and, for the
 final step, predictions/step_<N>/{metrics.json, predictions.*}; evaluation writes
 evaluation/step_<N>/ with the same metrics. Exit status: 0 done, 1 bad input (one line says
-what), 143 after SIGTERM (state saved). The recipe: bert_jax.recipes.finetune.
+what), 143 after SIGTERM and 130 after Ctrl-C (state saved). The recipe:
+bert_jax.recipes.finetune.
 """
 
 import json

@@ -7,7 +7,7 @@
 Input, in the formats of training with the label optional (--format, default: the run's
 config.data.format; auto goes by the extension): csv | tsv | jsonl with the run's text (and pair)
 columns, fasttext (`__label__x` words at the start of a line are optional and dropped), lines
-(every non-blank line one text, verbatim: for plain text that may start with `__label__`),
+(every non-blank line one text, stripped, even one that starts with `__label__`),
 CoNLL tokens (token classification), SQuAD-style JSON (span QA). Output: one JSON line per input
 row, in input order, "index" first (the row's position in the input, from 0):
 classification {"index", "text", ("text_pair"), "label", "probabilities": {label: p}};

@@ -7,7 +7,8 @@ Every key of the config file can be overridden with --config.<key>=<value>. The 
 itself from the newest checkpoint in --workdir (same command after a preemption or a crash).
 Writes into --workdir: config.json (the resolved config, read by evaluate.py), metrics.jsonl,
 eval_metrics.jsonl, tensorboard/, checkpoints/<step>/ and, for the demo, data/ (corpus + vocab).
-Exit status: 0 done, 1 bad input (one line says what), 143 after SIGTERM (state saved).
+Exit status: 0 done, 1 bad input (one line says what), 143 after SIGTERM and 130 after Ctrl-C
+(state saved: the same command continues).
 The recipe: bert_jax.recipes.pretrain.
 """
 

@@ -199,7 +199,7 @@ def test_embeddings_of_a_fine_tuning_workdir(tmp_path):
 def run_script(*flags):
     return subprocess.run([sys.executable, os.path.join(ROOT, "experiments", "embed.py"), *flags],
                           capture_output=True, text=True, timeout=300, cwd=ROOT,
-                          env={**os.environ, "JAX_PLATFORMS": "cpu"})
+                          env={**os.environ, "JAX_PLATFORMS": "cpu", "BERT_JAX_PROGRESS": "1"})
 
 
 def test_script_end_to_end(tmp_path, minilm):

@@ -20,7 +20,7 @@ import jax
 import numpy as np
 from absl import logging
 
-from bert_jax.convert import hf
+from bert_jax.convert import hf, hf_layout
 from bert_jax.recipes import common
 from bert_jax.train import checkpointing
 
@@ -36,10 +36,6 @@ class OutputFolderError(ValueError):
 
 def _count(params) -> int:
     return sum(int(np.prod(np.shape(leaf))) for leaf in jax.tree.leaves(params))
-
-
-def _encoder(params):
-    return params["bert"] if hf.heads_of(params) else params
 
 
 def _assert_same(written, read_back, where: str) -> None:
@@ -73,7 +69,7 @@ def hf_to_ours(hf_dir: str, checkpoint_dir: str, encoder_only: bool) -> None:
         raise RuntimeError(f"{checkpoint_dir}: the config read back differs: {cfg_back} vs {cfg}")
     _assert_same(params, params_back, checkpoint_dir)
     logging.info("wrote %s: %d parameters (%d in the encoder), heads %s, %s",
-                 checkpoint_dir, _count(params), _count(_encoder(params)),
+                 checkpoint_dir, _count(params), _count(hf_layout.encoder_of(params)),
                  list(hf.heads_of(params)) or "none", cfg)
 
 
@@ -123,7 +119,7 @@ def ours_to_hf(checkpoint_dir: str, hf_dir: str, step: int | None, encoder_only:
     if os.path.exists(hf_dir) and not os.path.isdir(hf_dir):
         raise OutputFolderError(f"--hf_dir={hf_dir} is a file, not a folder")
     if encoder_only:
-        params = _encoder(params)
+        params = hf_layout.encoder_of(params)
     options = run_export_options(workdir or find_workdir(checkpoint_dir), params)
     hf.save(cfg, params, hf_dir, **options)
     _, params_back = hf.load(hf_dir, with_heads=not encoder_only)

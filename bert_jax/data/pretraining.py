@@ -238,9 +238,13 @@ class PretrainingIterator:
         if read == 0:
             raise StopIteration
         self._rows_read += read
+        real = len(mine)
         while len(mine) < self._batch_rows:
             mine.append(self._padding_row())
-        return {key: np.stack([row[key] for row in mine]) for key in mine[0]}
+        batch = {key: np.stack([row[key] for row in mine]) for key in mine[0]}
+        if real < self._batch_rows:  # padding rows weigh 0 in every sum (NSP's too)
+            batch["example_weights"] = (np.arange(self._batch_rows) < real).astype(np.float32)
+        return batch
 
     def _mask(self, row: dict[str, np.ndarray], row_number: int) -> dict[str, np.ndarray]:
         rng = np.random.default_rng([self._cfg.seed, _MASK_STREAM, self._stream_id, row_number])

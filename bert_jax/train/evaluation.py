@@ -17,6 +17,7 @@ BERT_JAX_PROGRESS=1), which changes no result.
 
 from __future__ import annotations
 
+import itertools
 from typing import Any, Callable, Iterable, Mapping, Optional
 
 import jax
@@ -47,11 +48,9 @@ class LossEvaluator:
 
     def __call__(self, params) -> dict[str, float]:
         sums = None
-        batches = progress.bar(self.make_iterator(), total=self.max_batches or None,
-                               desc="evaluation", unit="batch")
-        for index, batch in enumerate(batches):
-            if self.max_batches and index >= self.max_batches:
-                break
+        batches = progress.bar(itertools.islice(self.make_iterator(), self.max_batches or None),
+                               total=self.max_batches or None, desc="evaluation", unit="batch")
+        for batch in batches:
             rows = len(next(iter(batch.values())))
             batch = batches_lib.pad_rows(batch, batches_lib.round_up(rows, self.rows_multiple))
             sums = steps.add_sums(sums, self.eval_step(

@@ -2,8 +2,9 @@
 
 `<workdir>/config.json` is the resolved config (file + --config.<key> overrides), written by the
 recipe from process 0 after checking it, and read back by evaluate.py in a new process. A rerun
-on the same workdir continues the same run, so its config must be the same in everything that
-changes what the run computes (`check_same_run`); `allow_config_change` says a change is meant.
+on a workdir that holds a checkpoint continues the same run, so its config must be the same in
+everything that changes what the run computes (`record_config`); `allow_config_change` says a
+change is meant.
 
 `<workdir>/run.lock` is held for the life of a run (`lock`): a second run on the same workdir
 stops at once, naming the process that holds it. A lock left by a process that died is taken
@@ -15,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import socket
 import time
 from typing import Any, Iterator
@@ -23,7 +25,7 @@ import jax
 import ml_collections
 from absl import logging
 
-from bert_jax import pytree
+from bert_jax import multiprocess, pytree
 
 CONFIG_FILE = "config.json"
 LOCK_FILE = "run.lock"
@@ -60,36 +62,52 @@ def config_differences(saved: dict, config: ml_collections.ConfigDict) -> list[s
 
 
 def record_config(config: ml_collections.ConfigDict, workdir: str) -> None:
-    """Check a rerun's config against config.json, then write config.json (process 0).
+    """Check a rerun's config against config.json, then write config.json.
 
-    A difference in a key that changes the run raises ConfigChangedError naming the keys,
-    unless config.allow_config_change; then the previous file is kept as
-    config.previous-<time>.json beside the new one.
+    Once the workdir holds a checkpoint, a difference in a key that changes the run raises
+    ConfigChangedError naming the keys, unless config.allow_config_change; then the previous
+    file is kept as config.previous-<time>.json beside the new one. (Before the first
+    checkpoint nothing has been trained: a corrected rerun simply replaces config.json.)
+    Process 0 reads and writes; every process raises if it failed (bert_jax.multiprocess).
     """
+    multiprocess.agree(lambda: _record(config, workdir) if jax.process_index() == 0 else None,
+                       f"recording the config in {workdir}")
+
+
+def _has_checkpoint(workdir: str) -> bool:
+    directory = os.path.join(workdir, "checkpoints")
+    return os.path.isdir(directory) and any(name.isdigit() for name in os.listdir(directory))
+
+
+def _record(config: ml_collections.ConfigDict, workdir: str) -> None:
     path = os.path.join(workdir, CONFIG_FILE)
-    if os.path.exists(path):
-        saved = _read_json(path)
-        differences = config_differences(saved, config)
+    if os.path.exists(path) and _has_checkpoint(workdir):
+        differences = config_differences(read_json(path), config)
         if differences and not config.get("allow_config_change", False):
             raise ConfigChangedError(
                 f"{workdir} holds a run started with another config ("
                 + "; ".join(differences[:8]) + ("; ..." if len(differences) > 8 else "")
                 + "): use another --workdir, or --config.allow_config_change=true if the "
                 "change is meant")
-        if differences and jax.process_index() == 0:
+        if differences:
             kept = os.path.join(workdir, f"config.previous-{time.strftime('%Y%m%d-%H%M%S')}.json")
-            os.replace(path, kept)
+            shutil.copyfile(path, kept)
             logging.warning("config changed (%s); the previous config is kept as %s",
                             "; ".join(differences), kept)
-    if jax.process_index() == 0:  # written whole, then renamed: other processes read either
-        os.makedirs(workdir, exist_ok=True)
-        temporary = f"{path}.tmp-{os.getpid()}"
-        with open(temporary, "w", encoding="utf-8") as f:
-            json.dump(config.to_dict(), f, indent=2, sort_keys=True)
-        os.replace(temporary, path)
+    write_text_atomically(path, json.dumps(config.to_dict(), indent=2, sort_keys=True))
 
 
-def _read_json(path: str) -> dict:
+def write_text_atomically(path: str, text: str) -> None:
+    """Write a whole file, then rename it into place: a reader (or a crash) never sees a part."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    temporary = f"{path}.tmp-{os.getpid()}"
+    with open(temporary, "w", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(temporary, path)
+
+
+def read_json(path: str) -> dict:
+    """A JSON file's content; ValueError naming the file when it is not valid JSON."""
     try:
         with open(path, encoding="utf-8") as f:
             return json.load(f)
@@ -103,7 +121,7 @@ def load_config(workdir: str) -> ml_collections.ConfigDict:
     if not os.path.exists(path):
         raise FileNotFoundError(f"{path} not found: --workdir must be the workdir of a training "
                                 "run (pretrain.py and finetune.py write config.json there)")
-    return ml_collections.ConfigDict(_read_json(path))
+    return ml_collections.ConfigDict(read_json(path))
 
 
 def _holder_is_gone(holder: dict) -> bool:
@@ -119,39 +137,53 @@ def _holder_is_gone(holder: dict) -> bool:
     return False
 
 
-@contextlib.contextmanager
-def lock(workdir: str) -> Iterator[None]:
-    """Hold <workdir>/run.lock while the body runs (process 0; other processes pass through)."""
-    if jax.process_index() != 0:
-        yield
-        return
+def _acquire(workdir: str) -> dict:
+    """Create <workdir>/run.lock holding this process's record (written whole, then linked into
+    place, so the file never exists half-written), taking over a dead process's lock."""
     os.makedirs(workdir, exist_ok=True)
     path = os.path.join(workdir, LOCK_FILE)
     me = {"pid": os.getpid(), "host": socket.gethostname(),
           "since": time.strftime("%Y-%m-%d %H:%M:%S")}
-    for _ in range(2):
-        try:
-            descriptor = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-        except FileExistsError:
+    temporary = f"{path}.tmp-{os.getpid()}"
+    with open(temporary, "w", encoding="utf-8") as f:
+        json.dump(me, f)
+    try:
+        for _ in range(2):
             try:
-                holder = _read_json(path)
-            except (ValueError, FileNotFoundError):
-                holder = {}
-            if holder and _holder_is_gone(holder):
+                os.link(temporary, path)
+                return me
+            except FileExistsError:
+                try:
+                    holder = read_json(path)
+                except (ValueError, FileNotFoundError):
+                    holder = {}
+                if not (holder and _holder_is_gone(holder)):
+                    raise WorkdirInUseError(
+                        f"{workdir} is in use by process {holder.get('pid', '?')} on host "
+                        f"{holder.get('host', '?')} since {holder.get('since', '?')} ({path}); "
+                        "wait for it to finish, or remove the lock file if that process is "
+                        "gone") from None
                 logging.warning("taking over %s from process %s, which is gone", path,
                                 holder.get("pid"))
-                os.remove(path)
-                continue
-            raise WorkdirInUseError(
-                f"{workdir} is in use by process {holder.get('pid', '?')} on host "
-                f"{holder.get('host', '?')} since {holder.get('since', '?')} ({path}); wait for "
-                "it to finish, or remove the lock file if that process is gone") from None
-        with os.fdopen(descriptor, "w", encoding="utf-8") as f:
-            json.dump(me, f)
-        break
+                with contextlib.suppress(FileNotFoundError):
+                    os.remove(path)
+        raise WorkdirInUseError(f"{workdir}: another run took {path} meanwhile")
+    finally:
+        os.remove(temporary)
+
+
+@contextlib.contextmanager
+def lock(workdir: str) -> Iterator[None]:
+    """Hold <workdir>/run.lock while the body runs. Process 0 takes it; every process stops if
+    it could not (bert_jax.multiprocess)."""
+    holder = multiprocess.agree(
+        lambda: _acquire(workdir) if jax.process_index() == 0 else None,
+        f"taking the lock of {workdir}")
     try:
         yield
     finally:
-        with contextlib.suppress(FileNotFoundError, ValueError):
-            if _read_json(path).get("pid") == me["pid"]:
-                os.remove(path)
+        if holder is not None:
+            path = os.path.join(workdir, LOCK_FILE)
+            with contextlib.suppress(FileNotFoundError, ValueError):
+                if read_json(path).get("pid") == holder["pid"]:
+                    os.remove(path)

@@ -20,6 +20,7 @@ import numpy as np
 
 from bert_jax.data import readers, tfds_tasks
 from bert_jax.recipes.finetune import kinds
+from bert_jax.train import workdir as workdir_lib
 
 TASK_FILE = "task.json"
 
@@ -112,16 +113,13 @@ def save_task_file(workdir: str, data: TaskData) -> None:
     """<workdir>/task.json: the kind, its labels and the example counts (process 0 only)."""
     if jax.process_index() != 0:
         return
-    os.makedirs(workdir, exist_ok=True)
-    with open(os.path.join(workdir, TASK_FILE), "w", encoding="utf-8") as f:
-        json.dump({"task": data.kind.name, **data.labels,
-                   "num_train_examples": len(data.train_examples),
-                   "num_eval_examples": len(data.eval_examples)}, f, indent=2)
+    workdir_lib.write_text_atomically(os.path.join(workdir, TASK_FILE), json.dumps(
+        {"task": data.kind.name, **data.labels, "num_train_examples": len(data.train_examples),
+         "num_eval_examples": len(data.eval_examples)}, indent=2))
 
 
 def read_task_file(workdir: str) -> Optional[dict]:
     path = os.path.join(workdir, TASK_FILE)
     if not os.path.exists(path):
         return None
-    with open(path, encoding="utf-8") as f:
-        return json.load(f)
+    return workdir_lib.read_json(path)

@@ -45,6 +45,7 @@ import numpy as np
 import optax
 
 from bert_jax.config import BertConfig
+from bert_jax.train import workdir as workdir_lib
 from bert_jax.data import unlabelled
 
 Weighted = tuple[jax.Array, jax.Array]
@@ -134,11 +135,9 @@ def softmax_cross_entropy(logits: jax.Array, labels: jax.Array, weights: jax.Arr
 
 
 def write_jsonl(records: Sequence[Mapping[str, Any]], path: str) -> str:
-    """One JSON object per line (UTF-8, non-ASCII kept); returns the path."""
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "w", encoding="utf-8") as f:
-        for record in records:
-            f.write(json.dumps(record, ensure_ascii=False) + "\n")
+    """One JSON object per line (UTF-8, non-ASCII kept), written whole; returns the path."""
+    workdir_lib.write_text_atomically(
+        path, "".join(json.dumps(record, ensure_ascii=False) + "\n" for record in records))
     return path
 
 

@@ -28,7 +28,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import sys
 import tempfile
 import time
 from typing import Any, Callable, Iterable, Iterator, Mapping, Optional
@@ -36,9 +35,8 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Optional
 import jax
 import numpy as np
 from absl import logging
-from tqdm import tqdm
 
-from bert_jax import sharding
+from bert_jax import progress, sharding
 from bert_jax.data import batches, readers, unlabelled
 from bert_jax.recipes import common
 from bert_jax.recipes.finetune import data as data_lib
@@ -245,8 +243,8 @@ def predict_file(workdir: str, options: PredictOptions) -> PredictSummary:
     cut: dict[str, int] = {}
     started = time.perf_counter()
     writer = jax.process_index() == 0
-    with tqdm(total=len(rows.examples), unit="rows", file=sys.stderr,
-              disable=not (options.progress and writer)) as bar:
+    with progress.bar(total=len(rows.examples), desc="predicting", unit="rows",
+                      wanted=options.progress) as bar:
         records = predict_records(predictor, rows, options, bar, cut)
         written = (write_jsonl_atomically(records, options.output_path, len(rows.examples))
                    if writer else sum(1 for _ in records))

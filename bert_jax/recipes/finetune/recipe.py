@@ -91,8 +91,8 @@ def write_results(directory: str, step: int, result: Mapping[str, float], data: 
     if jax.process_index() != 0:
         return
     paths = data.kind.write(records, directory)
-    with open(os.path.join(directory, "metrics.json"), "w", encoding="utf-8") as f:
-        json.dump({"step": step, "metrics": result}, f, indent=2)
+    workdir_lib.write_text_atomically(os.path.join(directory, "metrics.json"),
+                                      json.dumps({"step": step, "metrics": result}, indent=2))
     logging.info("step %d metrics %s; predictions in %s", step, result, paths)
 
 
