@@ -15,6 +15,9 @@ from typing import Any, Mapping
 ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu", "silu", "tanh")
 DTYPES = ("float32", "bfloat16", "float16")
 REMAT_POLICIES = ("none", "full", "dots", "dots_no_batch")
+LAYER_NORM_POSITIONS = ("post", "pre")
+FFN_KINDS = ("dense", "geglu", "swiglu")
+POSITION_EMBEDDING_TYPES = ("absolute", "rotary")
 
 # name: (num_hidden_layers, hidden_size, num_attention_heads, intermediate_size)
 PRESETS: dict[str, tuple[int, int, int, int]] = {
@@ -31,6 +34,21 @@ class ConfigError(ValueError):
     """A BertConfig (or the config.json it came from) is not a valid BERT configuration."""
 
 
+def gated_intermediate_size(hidden_size: int, dense_intermediate_size: int,
+                            multiple_of: int = 1) -> int:
+    """The width of a gated FFN (ffn_kind "geglu"/"swiglu") with the parameters of a dense one.
+
+    A dense FFN holds 2 * hidden * F weights, a gated one 3 * hidden * G (gate, up, down), so
+    G = 2F/3 matches the budget (biases aside), rounded to a multiple of `multiple_of`:
+    gated_intermediate_size(768, 3072) = 2048.
+    """
+    del hidden_size  # the ratio does not depend on it; kept so that call sites read naturally
+    if multiple_of <= 0:
+        raise ConfigError(f"multiple_of={multiple_of} must be positive")
+    width = round(2 * dense_intermediate_size / 3 / multiple_of) * multiple_of
+    return max(width, multiple_of)
+
+
 @dataclasses.dataclass(frozen=True)
 class BertConfig:
     """Hyper-parameters of a BERT encoder.
@@ -39,6 +57,21 @@ class BertConfig:
     matmuls, `param_dtype` the storage dtype of parameters, `remat_policy` what each encoder layer
     keeps for the backward pass ("none": everything, "full": nothing, "dots": matmul outputs,
     "dots_no_batch": matmul outputs without a batch dimension, i.e. the cheapest to keep).
+
+    Encoder options (defaults: BERT as published, which Hugging Face's BertModel computes; any
+    other value is refused by the Hugging Face export):
+    - `layer_norm_position`: "post" (x = LN(x + f(x))) or "pre" (x = x + f(LN(x)), the residual
+      stream never normalised in place, and one more LayerNorm, `final_layer_norm`, after the
+      last layer).
+    - `ffn_kind`: "dense" (act(x W1) W2 with `hidden_act`) or a gated FFN, act(x W_gate) * (x W_up)
+      then W_down, with act = gelu ("geglu") or silu ("swiglu"); `intermediate_size` is then the
+      gated width: `gated_intermediate_size(hidden, F)` (2F/3) keeps the parameters of a dense
+      FFN of width F.
+    - `use_bias`: False drops the bias of every dense layer and LayerNorm (LayerNorm keeps its
+      scale) and the MLM decoder's output bias.
+    - `position_embedding_type`: "absolute" (a learned table of max_position_embeddings rows) or
+      "rotary" (RoPE, base 10000, on queries and keys of each head, at the same position ids;
+      no position table). max_position_embeddings still bounds the sequence length.
     """
 
     vocab_size: int = 30522
@@ -57,6 +90,10 @@ class BertConfig:
     dtype: str = "float32"
     param_dtype: str = "float32"
     remat_policy: str = "none"
+    layer_norm_position: str = "post"
+    ffn_kind: str = "dense"
+    use_bias: bool = True
+    position_embedding_type: str = "absolute"
 
     def __post_init__(self):
         for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
@@ -85,6 +122,18 @@ class BertConfig:
                 f"BertConfig.remat_policy={self.remat_policy!r}; choose one of {REMAT_POLICIES}")
         if not 0 <= self.pad_token_id < self.vocab_size:
             raise ConfigError(f"BertConfig.pad_token_id={self.pad_token_id} is outside the vocabulary")
+        for name, choices in (("layer_norm_position", LAYER_NORM_POSITIONS),
+                              ("ffn_kind", FFN_KINDS),
+                              ("position_embedding_type", POSITION_EMBEDDING_TYPES)):
+            if getattr(self, name) not in choices:
+                raise ConfigError(
+                    f"BertConfig.{name}={getattr(self, name)!r}; choose one of {choices}")
+        if not isinstance(self.use_bias, bool):
+            raise ConfigError(f"BertConfig.use_bias must be a bool, got {self.use_bias!r}")
+        if self.position_embedding_type == "rotary" and self.head_dim % 2:
+            raise ConfigError(
+                f"BertConfig.position_embedding_type='rotary' needs an even head_dim, got "
+                f"hidden_size / num_attention_heads = {self.head_dim}")
 
     @property
     def head_dim(self) -> int:
@@ -103,24 +152,33 @@ class BertConfig:
         return dataclasses.replace(self, **changes)
 
     def num_params(self, with_pooler: bool = True) -> int:
-        """Number of parameters of the encoder (no task heads), from the published formula."""
+        """Number of parameters of the encoder (no task heads): the published formula, with
+        the options' terms (no position table with rotary positions, a third FFN matrix when
+        gated, no biases without use_bias, a final LayerNorm with pre-LN)."""
         d, f = self.hidden_size, self.intermediate_size
-        embeddings = (self.vocab_size + self.max_position_embeddings + self.type_vocab_size) * d
-        embeddings += 2 * d  # LayerNorm
-        attention = 4 * (d * d + d) + 2 * d  # Q, K, V, output projections; LayerNorm
-        feed_forward = (d * f + f) + (f * d + d) + 2 * d  # two dense layers; LayerNorm
-        pooler = d * d + d
-        total = embeddings + self.num_hidden_layers * (attention + feed_forward)
+        b = 1 if self.use_bias else 0
+        layer_norm = (1 + b) * d  # scale (and bias)
+        rotary = self.position_embedding_type == "rotary"
+        positions = 0 if rotary else self.max_position_embeddings  # the learned table's rows
+        embeddings = (self.vocab_size + positions + self.type_vocab_size) * d + layer_norm
+        attention = 4 * (d * d + b * d) + layer_norm  # Q, K, V, output projections; LayerNorm
+        matrices = 2 if self.ffn_kind == "dense" else 3  # (gate,) intermediate, output
+        feed_forward = matrices * d * f + b * ((matrices - 1) * f + d) + layer_norm
+        final = layer_norm if self.layer_norm_position == "pre" else 0
+        pooler = d * d + b * d
+        total = embeddings + self.num_hidden_layers * (attention + feed_forward) + final
         return total + (pooler if with_pooler else 0)
 
     # ----- Hugging Face config.json ------------------------------------------------------------
-    _HF_ONLY_KEYS = ("dtype", "param_dtype", "remat_policy")
+    # Our fields that config.json has no key for (position_embedding_type it has: HF BERT knows
+    # "absolute" and relative kinds, which from_hf_dict refuses; "rotary" never exports).
+    _HF_ONLY_KEYS = ("dtype", "param_dtype", "remat_policy", "layer_norm_position", "ffn_kind",
+                     "use_bias")
 
     def to_hf_dict(self) -> dict[str, Any]:
         """The `config.json` dict of the equivalent `transformers.BertModel`."""
         out = {k: v for k, v in dataclasses.asdict(self).items() if k not in self._HF_ONLY_KEYS}
-        out.update(model_type="bert", architectures=["BertModel"],
-                   position_embedding_type="absolute", torch_dtype="float32")
+        out.update(model_type="bert", architectures=["BertModel"], torch_dtype="float32")
         return out
 
     @classmethod

@@ -29,11 +29,11 @@ import transformers
 from bert_jax import BertConfig, BertForPreTraining, BertForSequenceClassification
 from bert_jax import BertForTokenClassification, BertModel
 from bert_jax.convert import hf
+from bert_jax.convert import runs as convert_runs
 from bert_jax.data import corpora, encoding, readers
 from bert_jax.data import tokenizer as tok
 from bert_jax.recipes.finetune import recipe
 from bert_jax.train import checkpointing
-from experiments import convert as convert_script
 from experiments.configs import common
 
 torch.set_num_threads(2)
@@ -265,17 +265,17 @@ def test_export_options_of_each_task_kind(tmp_path):
         (workdir / "config.json").write_text(json.dumps(config.to_dict()))
         labels = [] if kind == "regression" else ["B-LOC", "O"]
         (workdir / "task.json").write_text(json.dumps({"task": kind, "label_map": labels}))
-        options = convert_script.run_export_options(str(workdir), params)
+        options = convert_runs.run_export_options(str(workdir), params)
         assert options["problem_type"] == problem_type, kind
         assert options["label_map"] == (labels or None), kind
         assert options["tokenizer"].source.endswith("vocab.txt")
         assert tok.hf_bert_settings(options["tokenizer"])["do_lower_case"] is False
-    assert convert_script.find_workdir(str(tmp_path / "classification" / "checkpoints")) == \
+    assert convert_runs.find_workdir(str(tmp_path / "classification" / "checkpoints")) == \
         str(tmp_path / "classification")
-    assert convert_script.find_workdir(str(tmp_path / "classification" / "checkpoints" / "12")) \
+    assert convert_runs.find_workdir(str(tmp_path / "classification" / "checkpoints" / "12")) \
         == str(tmp_path / "classification")
-    assert convert_script.find_workdir(str(tmp_path / "nowhere" / "checkpoints")) is None
-    qa = convert_script.run_export_options(str(tmp_path / "classification"),
+    assert convert_runs.find_workdir(str(tmp_path / "nowhere" / "checkpoints")) is None
+    qa = convert_runs.run_export_options(str(tmp_path / "classification"),
                                            {"bert": {}, "qa_outputs": {}})
     assert "label_map" not in qa and "problem_type" not in qa
 

@@ -105,3 +105,54 @@ def test_lamb_differs_from_adamw(params):
 def test_bad_config_is_named(bad, message):
     with pytest.raises(ValueError, match=message):
         optimizer.OptimizerConfig(**bad)
+
+
+def test_wsd_schedule_warms_up_holds_the_peak_then_decays_over_the_last_fraction():
+    cfg = optimizer.OptimizerConfig(learning_rate=1.0, total_steps=100, warmup_steps=10,
+                                    decay="wsd", decay_fraction=0.2, end_learning_rate_ratio=0.1)
+    schedule = optimizer.learning_rate_schedule(cfg)
+    assert cfg.wsd_decay_start == 80
+    expected = {0: 0.0, 5: 0.5, 10: 1.0, 50: 1.0, 80: 1.0, 90: 0.55, 100: 0.1, 150: 0.1}
+    for step, value in expected.items():
+        np.testing.assert_allclose(float(schedule(step)), value, rtol=1e-6, atol=1e-7)
+
+
+def test_wsd_schedule_without_warmup_and_default_fraction():
+    cfg = optimizer.OptimizerConfig(learning_rate=2.0, total_steps=50, warmup_steps=0, decay="wsd")
+    schedule = optimizer.learning_rate_schedule(cfg)
+    for step, value in {0: 2.0, 39: 2.0, 40: 2.0, 45: 1.0, 50: 0.0}.items():
+        np.testing.assert_allclose(float(schedule(step)), value, rtol=1e-6, atol=1e-7)
+
+
+def test_one_cycle_schedule_rises_to_the_peak_over_the_warmup_then_anneals():
+    cfg = optimizer.OptimizerConfig(learning_rate=1.0, total_steps=100, warmup_steps=10,
+                                    decay="one_cycle", end_learning_rate_ratio=0.01)
+    schedule = optimizer.learning_rate_schedule(cfg)
+    start, end = 1.0 / optimizer.ONE_CYCLE_DIV_FACTOR, 0.01
+    expected = {0: start, 5: start + (1 - start) * 0.5, 10: 1.0,
+                55: end + (1 - end) * 0.5, 100: end}  # cosine halfway up and halfway down
+    for step, value in expected.items():
+        np.testing.assert_allclose(float(schedule(step)), value, rtol=1e-5, atol=1e-7)
+    values = [float(schedule(s)) for s in range(101)]
+    assert max(values) == pytest.approx(1.0) and np.argmax(values) == 10
+
+
+@pytest.mark.parametrize("bad, message", [
+    (dict(decay_fraction=0.0), "decay_fraction=0.0"),
+    (dict(decay_fraction=1.5), "decay_fraction=1.5"),
+    (dict(decay="wsd", total_steps=10, warmup_steps=5, decay_fraction=0.8), "decay='wsd'"),
+    (dict(decay="one_cycle", end_learning_rate_ratio=1.0), "decay='one_cycle'"),
+])
+def test_bad_schedule_options_are_named(bad, message):
+    with pytest.raises(ValueError, match=message):
+        optimizer.OptimizerConfig(**bad)
+
+
+@pytest.mark.parametrize("decay", ["wsd", "one_cycle"])
+def test_new_schedules_build_an_optimizer_from_the_config_blocks(decay):
+    from experiments.configs import common  # pylint: disable=import-outside-toplevel
+    block = common.optimizer_block(decay=decay)
+    assert block.decay_fraction == 0.2
+    cfg = optimizer.OptimizerConfig(learning_rate=1e-3, total_steps=10, warmup_steps=1,
+                                    **block.to_dict())
+    optimizer.make_optimizer(cfg).init({"w": jnp.zeros((2,))})

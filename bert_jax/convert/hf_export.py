@@ -120,7 +120,9 @@ def check_exportable(cfg: BertConfig) -> None:
 
 def _hf_config(cfg: BertConfig) -> dict[str, Any]:
     """config.json keys of `cfg`: the fields HF BERT knows (others are at their defaults)."""
-    ours_only = {f.name for f in dataclasses.fields(cfg)} - set(HF_BERT_FIELDS)
+    # position_embedding_type is a config.json key too; check_exportable lets only "absolute" by.
+    ours_only = ({f.name for f in dataclasses.fields(cfg)} - set(HF_BERT_FIELDS)
+                 - {"position_embedding_type"})
     return {k: v for k, v in cfg.to_hf_dict().items() if k not in ours_only}
 
 

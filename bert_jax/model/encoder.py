@@ -1,5 +1,8 @@
 """The BERT encoder: embeddings, a stack of post-LN Transformer layers, and the pooler.
 
+(Options: pre-LN layers end with a final LayerNorm; rotary positions rotate queries and keys by
+angles computed once here from the position ids. See BertConfig.)
+
 Packed rows: several sequences may share one row, told apart by `segment_ids` (1, 2, ... for the
 sequences, 0 for padding). A token then attends only to tokens of its own segment, and positions
 restart at 0 at the start of every segment, so each packed sequence is computed exactly as if it
@@ -16,7 +19,7 @@ import jax
 import jax.numpy as jnp
 
 from bert_jax.config import BertConfig
-from bert_jax.model.layers import Embeddings, EncoderLayer, dense
+from bert_jax.model.layers import Embeddings, EncoderLayer, dense, layer_norm, rotary_angles
 
 Array = jax.Array
 
@@ -62,18 +65,24 @@ def positions_from_segments(segment_ids: Array) -> Array:
 
 
 class Encoder(nn.Module):
-    """num_hidden_layers EncoderLayers, each optionally rematerialised: [batch, seq, hidden] -> same."""
+    """num_hidden_layers EncoderLayers, each optionally rematerialised: [batch, seq, hidden] -> same.
+
+    Pre-LN (cfg.layer_norm_position="pre"): then `final_layer_norm`. rotary: see SelfAttention.
+    """
 
     cfg: BertConfig
 
     @nn.compact
-    def __call__(self, x: Array, mask: Array, deterministic: bool) -> Array:
+    def __call__(self, x: Array, mask: Array, deterministic: bool,
+                 rotary: Optional[tuple[Array, Array]] = None) -> Array:
         layer_cls = EncoderLayer
         if self.cfg.remat_policy != "none":
             layer_cls = nn.remat(EncoderLayer, policy=REMAT_POLICIES[self.cfg.remat_policy],
                                  static_argnums=(3,))
         for i in range(self.cfg.num_hidden_layers):
-            x = layer_cls(self.cfg, name=f"layer_{i}")(x, mask, deterministic)
+            x = layer_cls(self.cfg, name=f"layer_{i}")(x, mask, deterministic, rotary)
+        if self.cfg.layer_norm_position == "pre":
+            x = layer_norm(self.cfg, "final_layer_norm")(x)
         return x
 
 
@@ -124,8 +133,11 @@ class BertModel(nn.Module):
                             else jnp.broadcast_to(jnp.arange(seq, dtype=jnp.int32), (batch, seq)))
         mask = attention_mask_from(attention_mask, segment_ids, (batch, seq))
 
+        rotary = (rotary_angles(position_ids, self.cfg.head_dim)
+                  if self.cfg.position_embedding_type == "rotary" else None)
+
         x = self.embeddings(input_ids, position_ids, token_type_ids, deterministic)
-        x = self.encoder(x, mask, deterministic)
+        x = self.encoder(x, mask, deterministic, rotary)
         pooled = self.pooler(x) if self.add_pooler else None
         return BertOutput(sequence_output=x, pooled_output=pooled)
 

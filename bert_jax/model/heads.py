@@ -28,7 +28,8 @@ def gather_positions(sequence: Array, positions: Array) -> Array:
 
 
 class MaskedLMHead(nn.Module):
-    """transform (dense, activation, LayerNorm), then the tied decoder (word embeddings^T + bias).
+    """transform (dense, activation, LayerNorm), then the tied decoder (word embeddings^T + bias;
+    no bias when cfg.use_bias is False).
 
     hidden: [batch, num, hidden] -> logits [batch, num, vocab]
     """
@@ -40,8 +41,11 @@ class MaskedLMHead(nn.Module):
         cfg = self.cfg
         h = dense(cfg, cfg.hidden_size, ("embed", None), "transform")(hidden)
         h = layer_norm(cfg, "transform_layer_norm")(ACTIVATION_FNS[cfg.hidden_act](h))
+        logits = bert.attend(h)
+        if not cfg.use_bias:
+            return logits
         bias = self.param("output_bias", zeros_init(("vocab",)), (cfg.vocab_size,), cfg.param_dtype)
-        return bert.attend(h) + jnp.asarray(bias, h.dtype)
+        return logits + jnp.asarray(bias, logits.dtype)
 
 
 class ClassifierHead(nn.Module):

@@ -1,5 +1,8 @@
 """The building blocks of BERT: embeddings, multi-head self-attention, feed-forward, encoder layer.
 
+The options of BertConfig (pre-LN, gated FFN, no biases, rotary positions) are read here; their
+defaults compute BERT as published.
+
 Every parameter carries logical axis names (`vocab`, `embed`, `heads`, `kv`, `mlp`); the rules in
 `bert_jax.sharding` map them onto a device mesh, so the model itself knows nothing of devices.
 """
@@ -30,19 +33,22 @@ def zeros_init(axes: tuple[str | None, ...]):
 
 
 def layer_norm(cfg: BertConfig, name: str) -> nn.LayerNorm:
+    """LayerNorm with a scale and (unless cfg.use_bias is False) a bias, both over `embed`."""
     return nn.LayerNorm(
         epsilon=cfg.layer_norm_eps, dtype=cfg.dtype, param_dtype=cfg.param_dtype, name=name,
+        use_bias=cfg.use_bias,
         scale_init=nn.with_logical_partitioning(nn.initializers.ones_init(), ("embed",)),
         bias_init=zeros_init(("embed",)))
 
 
 def dense(cfg: BertConfig, features: int | tuple[int, ...], axes: tuple[str | None, ...],
           name: str, num_contract: int = 1) -> Dense:
-    """A dense layer whose kernel has logical `axes` (inputs then outputs); bias: the outputs'."""
+    """A dense layer whose kernel has logical `axes` (inputs then outputs); bias: the outputs'
+    (none when cfg.use_bias is False)."""
     features = (features,) if isinstance(features, int) else tuple(features)
     return Dense(features, num_contract, kernel_init=weight_init(cfg, axes),
                  bias_init=zeros_init(axes[num_contract:]), dtype=cfg.dtype,
-                 param_dtype=cfg.param_dtype, name=name)
+                 param_dtype=cfg.param_dtype, use_bias=cfg.use_bias, name=name)
 
 
 def lookup(table: Array, ids: Array, name: str) -> Array:
@@ -60,7 +66,8 @@ def lookup(table: Array, ids: Array, name: str) -> Array:
 
 
 class Embeddings(nn.Module):
-    """Word + position + token-type embeddings, then LayerNorm and dropout.
+    """Word + position + token-type embeddings, then LayerNorm and dropout. With rotary positions
+    (cfg.position_embedding_type="rotary") there is no position table: positions enter in attention.
 
     input_ids, position_ids, token_type_ids: [batch, seq] -> [batch, seq, hidden]
     """
@@ -73,8 +80,9 @@ class Embeddings(nn.Module):
                                   param_dtype=cfg.param_dtype)
         self.word_embeddings = embed(
             cfg.vocab_size, embedding_init=weight_init(cfg, ("vocab", "embed")))
-        self.position_embeddings = embed(
-            cfg.max_position_embeddings, embedding_init=weight_init(cfg, (None, "embed")))
+        if cfg.position_embedding_type == "absolute":
+            self.position_embeddings = embed(
+                cfg.max_position_embeddings, embedding_init=weight_init(cfg, (None, "embed")))
         self.token_type_embeddings = embed(
             cfg.type_vocab_size, embedding_init=weight_init(cfg, (None, "embed")))
         self.layer_norm = layer_norm(cfg, "layer_norm")
@@ -85,9 +93,10 @@ class Embeddings(nn.Module):
         # then rounds to the compute dtype. (nn.Embed would round the whole [vocab, hidden] table
         # to bf16 first, so its gradient would be scatter-added in bf16 into a separate buffer
         # instead of in fp32 straight into the tied decoder's gradient.)
-        x = (lookup(self.word_embeddings.embedding, input_ids, "input_ids")
-             + lookup(self.position_embeddings.embedding, position_ids, "position_ids")
-             + lookup(self.token_type_embeddings.embedding, token_type_ids, "token_type_ids"))
+        x = lookup(self.word_embeddings.embedding, input_ids, "input_ids")
+        if self.cfg.position_embedding_type == "absolute":
+            x = x + lookup(self.position_embeddings.embedding, position_ids, "position_ids")
+        x = x + lookup(self.token_type_embeddings.embedding, token_type_ids, "token_type_ids")
         return self.dropout(self.layer_norm(x), deterministic=deterministic)
 
     def attend(self, hidden: Array) -> Array:
@@ -96,22 +105,53 @@ class Embeddings(nn.Module):
         return matmul_transposed(hidden, table, self.cfg.dtype)
 
 
+ROPE_BASE = 10000.0
+
+
+def rotary_angles(position_ids: Array, head_dim: int, base: float = ROPE_BASE
+                  ) -> tuple[Array, Array]:
+    """cos and sin of the RoPE angles p * base^(-2i/head_dim), i < head_dim/2 (Su et al., 2021).
+
+    position_ids: [batch, seq] int -> (cos, sin), each [batch, seq, 1, head_dim/2] float32
+    (the 1 broadcasts over heads).
+    """
+    inv_freq = base ** (-jnp.arange(0, head_dim, 2, dtype=jnp.float32) / head_dim)
+    angles = position_ids.astype(jnp.float32)[..., None] * inv_freq  # [batch, seq, head_dim/2]
+    return jnp.cos(angles)[:, :, None, :], jnp.sin(angles)[:, :, None, :]
+
+
+def apply_rotary(x: Array, rotary: tuple[Array, Array]) -> Array:
+    """Rotate each pair (x_i, x_{i + head_dim/2}) of every head by its angle, in fp32.
+
+    x: [batch, seq, heads, head_dim]; rotary: rotary_angles(...) -> [batch, seq, heads, head_dim].
+    Then q_m . k_n depends on the positions only through m - n.
+    """
+    cos, sin = rotary
+    x1, x2 = jnp.split(x.astype(jnp.float32), 2, axis=-1)
+    rotated = jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
+    return rotated.astype(x.dtype)
+
+
 class SelfAttention(nn.Module):
     """Multi-head self-attention: softmax(Q K^T / sqrt(head_dim)) V per head, then an output projection.
 
     x: [batch, seq, hidden]; mask: boolean, broadcastable to [batch, heads, seq, seq], True = may attend.
+    rotary: None, or rotary_angles(position_ids) to rotate queries and keys (RoPE).
     """
 
     cfg: BertConfig
 
     @nn.compact
-    def __call__(self, x: Array, mask: Array, deterministic: bool) -> Array:
+    def __call__(self, x: Array, mask: Array, deterministic: bool,
+                 rotary: tuple[Array, Array] | None = None) -> Array:
         cfg = self.cfg
         heads, head_dim = cfg.num_attention_heads, cfg.head_dim
         projection = functools.partial(dense, cfg, (heads, head_dim), ("embed", "heads", "kv"))
         query = projection("query")(x)  # [batch, seq, heads, head_dim]
         key = projection("key")(x)
         value = projection("value")(x)
+        if rotary is not None:
+            query, key = apply_rotary(query, rotary), apply_rotary(key, rotary)
 
         dropout_rate = cfg.attention_probs_dropout_prob
         with_dropout = not deterministic and dropout_rate > 0.0
@@ -138,10 +178,15 @@ class SelfAttention(nn.Module):
             context)  # [batch, seq, hidden]
 
 
-class FeedForward(nn.Module):
-    """Position-wise FFN: dense(hidden -> intermediate), activation, dense(intermediate -> hidden).
+# The activation of each gated FFN kind: act(x W_gate) * (x W_up).
+GATE_ACTIVATIONS = {"geglu": "gelu", "swiglu": "silu"}
 
-    x: [batch, seq, hidden] -> [batch, seq, hidden]
+
+class FeedForward(nn.Module):
+    """Position-wise FFN. cfg.ffn_kind "dense": act(x W_intermediate) W_output, act = hidden_act.
+    "geglu" / "swiglu": (gelu / silu(x W_gate) * x W_intermediate) W_output (Shazeer, 2020).
+
+    x: [batch, seq, hidden] -> [batch, seq, hidden]; the inner width is intermediate_size.
     """
 
     cfg: BertConfig
@@ -149,24 +194,37 @@ class FeedForward(nn.Module):
     @nn.compact
     def __call__(self, x: Array) -> Array:
         cfg = self.cfg
-        h = dense(cfg, cfg.intermediate_size, ("embed", "mlp"), "intermediate")(x)
-        h = ACTIVATION_FNS[cfg.hidden_act](h)
+        up = dense(cfg, cfg.intermediate_size, ("embed", "mlp"), "intermediate")(x)
+        if cfg.ffn_kind == "dense":
+            h = ACTIVATION_FNS[cfg.hidden_act](up)
+        else:
+            gate = dense(cfg, cfg.intermediate_size, ("embed", "mlp"), "gate")(x)
+            h = ACTIVATION_FNS[GATE_ACTIVATIONS[cfg.ffn_kind]](gate) * up
         return dense(cfg, cfg.hidden_size, ("mlp", "embed"), "output")(h)
 
 
 class EncoderLayer(nn.Module):
-    """One post-LN Transformer block: x = LN(x + Attn(x)); x = LN(x + FFN(x)), dropout before each add.
+    """One Transformer block, dropout on each sub-layer's output before the residual add.
 
-    x: [batch, seq, hidden] -> [batch, seq, hidden]
+    post-LN (BERT): x = LN(x + Attn(x)); x = LN(x + FFN(x)).
+    pre-LN: x = x + Attn(LN(x)); x = x + FFN(LN(x)) (the Encoder adds a final LayerNorm).
+    x: [batch, seq, hidden] -> [batch, seq, hidden]; rotary: see SelfAttention.
     """
 
     cfg: BertConfig
 
     @nn.compact
-    def __call__(self, x: Array, mask: Array, deterministic: bool) -> Array:
+    def __call__(self, x: Array, mask: Array, deterministic: bool,
+                 rotary: tuple[Array, Array] | None = None) -> Array:
         cfg = self.cfg
-        dropout = nn.Dropout(cfg.hidden_dropout_prob)
-        attended = SelfAttention(cfg, name="attention")(x, mask, deterministic)
-        x = layer_norm(cfg, "attention_layer_norm")(x + dropout(attended, deterministic=deterministic))
-        transformed = FeedForward(cfg, name="feed_forward")(x)
-        return layer_norm(cfg, "output_layer_norm")(x + dropout(transformed, deterministic=deterministic))
+        dropout = functools.partial(nn.Dropout(cfg.hidden_dropout_prob),
+                                    deterministic=deterministic)
+        attention = SelfAttention(cfg, name="attention")
+        attention_norm = layer_norm(cfg, "attention_layer_norm")
+        feed_forward = FeedForward(cfg, name="feed_forward")
+        output_norm = layer_norm(cfg, "output_layer_norm")
+        if cfg.layer_norm_position == "pre":
+            x = x + dropout(attention(attention_norm(x), mask, deterministic, rotary))
+            return x + dropout(feed_forward(output_norm(x)))
+        x = attention_norm(x + dropout(attention(x, mask, deterministic, rotary)))
+        return output_norm(x + dropout(feed_forward(x)))

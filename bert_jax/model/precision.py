@@ -136,7 +136,7 @@ def matmul_transposed(x: Array, weight: Array, dtype: jnp.dtype) -> Array:
 
 
 class Dense(nn.Module):
-    """y = x . kernel + bias over the trailing `num_contract` dims of x.
+    """y = x . kernel + bias over the trailing `num_contract` dims of x (no bias: use_bias=False).
 
     x: [..., in...] -> [..., features...]; kernel: [in..., features...]; bias: [features...].
     The parameter names (`kernel`, `bias`) and shapes are those of flax's Dense/DenseGeneral.
@@ -148,12 +148,15 @@ class Dense(nn.Module):
     bias_init: Callable
     dtype: str = "float32"
     param_dtype: str = "float32"
+    use_bias: bool = True
 
     @nn.compact
     def __call__(self, x: Array) -> Array:
         features = tuple(self.features)
         kernel_shape = tuple(x.shape[x.ndim - self.num_contract:]) + features
         kernel = self.param("kernel", self.kernel_init, kernel_shape, self.param_dtype)
-        bias = self.param("bias", self.bias_init, features, self.param_dtype)
         y = matmul(x, kernel, self.num_contract, self.dtype)
+        if not self.use_bias:
+            return y
+        bias = self.param("bias", self.bias_init, features, self.param_dtype)
         return y + bias.astype(y.dtype)

@@ -29,7 +29,8 @@ Config = ml_collections.ConfigDict
 
 # BertConfig fields that fix parameter shapes: with init weights they come from the weights.
 SHAPE_FIELDS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
-                "intermediate_size", "max_position_embeddings", "type_vocab_size")
+                "intermediate_size", "max_position_embeddings", "type_vocab_size",
+                "layer_norm_position", "ffn_kind", "use_bias", "position_embedding_type")
 
 
 def make_mesh(config: Config):

@@ -21,7 +21,11 @@ MODEL_FIELDS = {"vocab_size": int, "hidden_size": int, "num_hidden_layers": int,
                 "num_attention_heads": int, "intermediate_size": int,
                 "max_position_embeddings": int, "type_vocab_size": int,
                 "hidden_dropout_prob": float, "attention_probs_dropout_prob": float,
-                "hidden_act": str, "initializer_range": float, "layer_norm_eps": float}
+                "hidden_act": str, "initializer_range": float, "layer_norm_eps": float,
+                # encoder options (BertConfig docstring): post | pre; dense | geglu | swiglu;
+                # biases or none; absolute | rotary
+                "layer_norm_position": str, "ffn_kind": str, "use_bias": bool,
+                "position_embedding_type": str}
 
 
 def model_block(preset: str = "tiny", **overrides) -> ml_collections.ConfigDict:
@@ -35,9 +39,12 @@ def model_block(preset: str = "tiny", **overrides) -> ml_collections.ConfigDict:
 
 
 def optimizer_block(**overrides) -> ml_collections.ConfigDict:
-    """AdamW with BERT's settings (clip 1.0, weight decay 0.01, linear decay to 0)."""
-    block = dict(name="adamw", decay="linear", end_learning_rate_ratio=0.0, b1=0.9, b2=0.999,
-                 eps=1e-6, weight_decay=0.01, clip_norm=1.0)
+    """AdamW with BERT's settings (clip 1.0, weight decay 0.01, linear decay to 0).
+
+    decay: linear | cosine | constant | wsd (stable at the peak, then linear decay over the last
+    decay_fraction of the steps) | one_cycle (cosine up over the warm-up, cosine down)."""
+    block = dict(name="adamw", decay="linear", end_learning_rate_ratio=0.0, decay_fraction=0.2,
+                 b1=0.9, b2=0.999, eps=1e-6, weight_decay=0.01, clip_norm=1.0)
     block.update(overrides)
     return ml_collections.ConfigDict(block)
 
