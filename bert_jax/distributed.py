@@ -1,12 +1,21 @@
 """Joining a multi-process JAX job: the flags the experiment scripts share, and their effect.
 
 --distributed=none       one process (the default).
---distributed=auto       jax.distributed.initialize() with no arguments: on Cloud TPU VMs (and
-                         SLURM / Open MPI clusters) JAX finds the coordinator by itself.
+--distributed=auto       jax.distributed.initialize() with no arguments: on Cloud TPU VMs, SLURM
+                         and Open MPI clusters JAX finds the coordinator by itself. Under SLURM
+                         (launch/slurm.sbatch) it needs SLURM_JOB_ID, SLURM_STEP_NODELIST,
+                         SLURM_NTASKS, SLURM_PROCID and SLURM_LOCALID, all set by srun: the
+                         coordinator is the first host of the node list at port 61440 +
+                         SLURM_JOB_ID % 4096 (JAX_COORDINATOR_PORT overrides), and a process
+                         drives only GPU SLURM_LOCALID unless JAX_LOCAL_DEVICE_IDS says otherwise.
 --coordinator_address=host:port --num_processes=N --process_id=i
                          explicit: what launch/multihost_local.sh passes to each local process.
 
 The flags exist once a script calls `define_flags()` (library imports define none).
+
+jax.distributed.initialize also starts JAX's preemption sync manager, which catches SIGTERM for
+the whole process: bert_jax.train.loop (_StopSignals) relies on it to stop all processes at one
+step when any of them is told to stop.
 """
 
 from __future__ import annotations

@@ -23,13 +23,13 @@ host-local numpy batches (this process's rows) and, to resume exactly, has get_s
 
 What the loop does, in order: builds the TrainState sharded on `mesh`, or restores the newest
 checkpoint in `<workdir>/checkpoints` onto this mesh with the data iterator's state
-(`bert_jax.train.state`); jits the train step with
-in/out shardings and the state donated, the batch passed as an argument; then per step: next
-batch -> global arrays -> step. Every `log_every_steps` it records step, loss, the task's metrics, learning_rate,
-grad_norm, tokens_per_second, mfu and seconds_per_step (`bert_jax.train.metrics_writer`:
-metrics.jsonl, TensorBoard) and logs a line; eval results go to eval_metrics.jsonl.
-Checkpoints every `checkpoint_every_steps`, at the end, and on SIGTERM (save, then return with
-`preempted=True`). A restart with the same arguments continues the same run: same batches, same
+(`bert_jax.train.state`); jits the train step with in/out shardings and the state donated,
+the batch passed as an argument; then per step: next batch -> global arrays -> step. Every
+`log_every_steps` it records step, loss, the task's metrics, learning_rate, grad_norm,
+tokens_per_second, mfu and seconds_per_step (`bert_jax.train.metrics_writer`: metrics.jsonl,
+TensorBoard) and logs a line; eval results go to eval_metrics.jsonl. Checkpoints every
+`checkpoint_every_steps`, at the end, and on SIGTERM or Ctrl-C (save, then return with
+`preempted=True` and the signal). A restart with the same arguments continues the same run: same batches, same
 dropout, same losses; log lines past the restored step are dropped so the files read as one run.
 """
 
@@ -72,7 +72,7 @@ class LoopConfig:
     peak_flops_per_device: float = 0.0  # 0: look it up by device kind (bert_jax.train.flops)
     # A step with non-finite gradients changes nothing (bert_jax.train.optimizer); then "stop":
     # the run stops with NonFiniteError at the next log step or save; "skip": it goes on, and
-    # stops once max_nonfinite_in_a_row such steps came one after another.
+    # stops when, at a log step or save, the last max_nonfinite_in_a_row steps were all such.
     nonfinite: str = "stop"
     max_nonfinite_in_a_row: int = 10
 
@@ -156,15 +156,34 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 class _StopSignals:
     """SIGTERM and SIGINT (Ctrl-C) ask the run to save and stop; a second SIGINT aborts at once.
 
-    All processes agree on the decision (any process signalled = all stop).
+    All processes agree on the step (any process signalled = all save that step and stop).
+
+    One process: Python handlers for both signals set a flag, read after every step.
+
+    Several processes: jax.distributed.initialize starts JAX's preemption sync manager, whose
+    notifier catches SIGTERM itself (a C handler, installed at initialize and left in place).
+    Once any process gets SIGTERM, the coordination service tells every process in the
+    background and they settle on one step (the largest step any of them reached, plus one);
+    `multihost_utils.reached_preemption_sync_point(step)` turns True at that step on all of
+    them. Checking it is a local read (well under a microsecond): no collective per step.
+    SIGINT gets a Python handler that records it and sends this process SIGTERM, so that the
+    same protocol carries it; a process stops with the signal it got itself (Ctrl-C: 130) and
+    one that only learned of another's signal stops as after SIGTERM (143). SIGTERM before the
+    loop starts is held by the notifier and stops the run at its first steps; SIGTERM after
+    the loop (the final evaluation) is not acted on. Without the preemption service
+    (jax_enable_preemption_service=False) the processes all-gather the flags after every step.
     """
 
     def __init__(self):
         self.received: Optional[int] = None
         self._previous: dict[int, Any] = {}
+        self._sync_point = False  # several processes, through JAX's preemption sync manager
 
     def __enter__(self):
-        for signum in STOP_SIGNALS:
+        self._sync_point = jax.process_count() > 1 and _preemption_sync_manager() is not None
+        # With the sync manager, SIGTERM stays with JAX's notifier (see the class docstring).
+        signals = (signal.SIGINT,) if self._sync_point else STOP_SIGNALS
+        for signum in signals:
             try:
                 self._previous[signum] = signal.signal(signum, self._handle)
             except ValueError:  # not the main thread: no handler, the run is not preemptible
@@ -176,19 +195,39 @@ class _StopSignals:
         self.received = self.received or signum
         if signum == signal.SIGINT:  # the next Ctrl-C raises KeyboardInterrupt right away
             signal.signal(signal.SIGINT, signal.default_int_handler)
+            if self._sync_point:  # tell the others through JAX's SIGTERM notifier
+                os.kill(os.getpid(), signal.SIGTERM)
 
     def __exit__(self, *exc):
         for signum, previous in self._previous.items():
             signal.signal(signum, previous)
 
-    def should_stop(self) -> bool:
+    def should_stop(self, step: Optional[int] = None) -> bool:
+        """Whether to save this step and stop; with several processes, call it after every
+        step with the step reached (the same on all processes)."""
         if jax.process_count() == 1:
             return self.received is not None
         from jax.experimental import multihost_utils
+        if self._sync_point:
+            if step is None:
+                raise ValueError("should_stop needs the step with several processes")
+            if not multihost_utils.reached_preemption_sync_point(step):
+                return False
+            self.received = self.received or signal.SIGTERM
+            return True
         received = np.int32(self.received or 0)
         signals = multihost_utils.process_allgather(received)
         self.received = self.received or (int(np.max(signals)) or None)
         return self.received is not None
+
+
+def _preemption_sync_manager() -> Any:
+    """JAX's preemption sync manager, made by jax.distributed.initialize (None: not there)."""
+    try:
+        from jax._src import distributed as jax_distributed
+    except ImportError:  # pragma: no cover - a JAX without it: all-gather instead
+        return None
+    return getattr(jax_distributed.global_state, "preemption_sync_manager", None)
 
 
 # ----- the loop --------------------------------------------------------------------------------
@@ -315,18 +354,37 @@ class _Run:
 
     def final_eval(self) -> None:
         """Evaluate the last step, unless this invocation trained nothing (a rerun of a finished
-        run): then its record is read back, so eval_metrics.jsonl keeps one line per step."""
-        if self.step > self.start_step:
-            self.run_eval()
-        elif self.writer.enabled and os.path.exists(self.writer.eval_path):
+        run) and the step's record exists: then it is read back, so eval_metrics.jsonl keeps
+        one line per step. Process 0 decides for all (the others may not see the file)."""
+        record = None
+        if self.step == self.start_step and self.writer.enabled and os.path.exists(
+                self.writer.eval_path):
             records = [r for r in read_metrics(self.writer.eval_path) if r["step"] == self.step]
-            if records:
-                self.last_eval = {k: v for k, v in records[-1].items() if k != "step"}
+            record = records[-1] if records else None
+        if jax.process_count() > 1:
+            from jax.experimental import multihost_utils
+            found = multihost_utils.broadcast_one_to_all(np.int32(record is not None))
+            if not int(found):
+                record = None
+            elif record is None:  # another process has it: this one keeps no copy
+                return
+        if record is None:
+            self.run_eval()
+        else:
+            self.last_eval = {k: v for k, v in record.items() if k != "step"}
 
-    def close(self) -> None:
-        self.manager.wait_until_finished()
-        self.manager.close()
-        self.writer.close()
+    def close(self, quietly: bool = False) -> None:
+        """Wait for the saves and release everything; quietly: an error is already on its way,
+        so a failed background save is logged rather than raised over it."""
+        try:
+            self.manager.wait_until_finished()
+        except checkpointing.CheckpointWriteError as e:
+            if not quietly:
+                raise
+            logging.error("%s", e)
+        finally:
+            self.manager.close()
+            self.writer.close()
 
 
 def train(task: Task, optimizer: optax.GradientTransformation, train_iterator: Iterator,
@@ -347,7 +405,7 @@ def train(task: Task, optimizer: optax.GradientTransformation, train_iterator: I
                 if (evaluate is not None and config.eval_every_steps and run.step
                         % config.eval_every_steps == 0 and run.step != config.total_steps):
                     run.run_eval()
-                if stop.should_stop():
+                if stop.should_stop(run.step):
                     signal_number = stop.received
                     logging.warning("%s received: saving step %d and stopping",
                                     signal.Signals(signal_number).name, run.step)
@@ -360,8 +418,10 @@ def train(task: Task, optimizer: optax.GradientTransformation, train_iterator: I
                 run.save(force=True)
             if evaluate is not None:
                 run.final_eval()
-    finally:
-        run.close()
+    except BaseException:
+        run.close(quietly=True)
+        raise
+    run.close()
     return TrainResult(state=run.state, step=run.step, preempted=signal_number is not None,
                        last_train_metrics=run.last_train, last_eval_metrics=run.last_eval,
                        signal_number=signal_number)
