@@ -20,6 +20,7 @@ from bert_jax.recipes import common as recipe_common
 from bert_jax.recipes.finetune import kinds, recipe
 from bert_jax.recipes.finetune.data import build_task_data
 from experiments.configs import common
+from finetune_runs import tiny_finetune_config
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -117,24 +118,7 @@ def write_squad(path, rng, count, prefix) -> str:
 
 
 def tiny_config(vocab_path, task="classification", **changes):
-    config = common.finetune_config(task)
-    config.tokenizer.path = vocab_path
-    config.model = common.model_block("tiny", hidden_size=64, num_hidden_layers=2,
-                                      num_attention_heads=2, intermediate_size=128,
-                                      max_position_embeddings=64, hidden_dropout_prob=0.0,
-                                      attention_probs_dropout_prob=0.0)
-    config.batch_size = 16
-    config.eval_batch_size = 32
-    config.warmup_fraction = 0.1
-    config.log_every_steps = 50
-    config.async_checkpoints = False
-    for key, value in changes.items():
-        target = config
-        *parents, leaf = key.split(".")
-        for parent in parents:
-            target = target[parent]
-        target[leaf] = value
-    return config
+    return tiny_finetune_config(task, vocab_path, **changes)
 
 
 def test_ner_learns_entities_and_evaluation_in_new_process_is_exact(tmp_path):
@@ -249,6 +233,7 @@ def test_init_from_a_pretraining_checkpoint_keeps_only_the_head_fresh(tmp_path):
     import jax.numpy as jnp
 
     from bert_jax import BertConfig, sharding
+    from bert_jax.data.synthetic import RandomTokenBatches
     from bert_jax.model import BertForPreTraining
     from bert_jax.recipes import pretrain
     from bert_jax.train import checkpointing, loop, optimizer, state
@@ -258,23 +243,12 @@ def test_init_from_a_pretraining_checkpoint_keeps_only_the_head_fresh(tmp_path):
     pretraining = BertForPreTraining(cfg, with_nsp=False)
     ids = jnp.zeros((1, 16), jnp.int32)
     positions = jnp.zeros((1, 2), jnp.int32)
-    rng = np.random.default_rng(0)
-
-    def batches():
-        while True:
-            yield {"input_ids": rng.integers(5, 100, (4, 16), dtype=np.int32),
-                   "token_type_ids": np.zeros((4, 16), np.int32),
-                   "segment_ids": np.ones((4, 16), np.int32),
-                   "position_ids": np.tile(np.arange(16, dtype=np.int32), (4, 1)),
-                   "masked_positions": np.tile(np.asarray([1, 2], np.int32), (4, 1)),
-                   "masked_ids": rng.integers(5, 100, (4, 2), dtype=np.int32),
-                   "masked_weights": np.ones((4, 2), np.float32)}
-
     task = loop.Task(cfg, lambda r: pretraining.init(r, ids, positions)["params"],
                      pretrain.make_loss(pretraining))
     opt = optimizer.OptimizerConfig(learning_rate=1e-3, total_steps=1, warmup_steps=0)
     pre_dir = str(tmp_path / "pretrain")
-    loop.train(task, optimizer.make_optimizer(opt), batches(), pre_dir,
+    loop.train(task, optimizer.make_optimizer(opt), RandomTokenBatches(4, 16, 2, 100, seed=0),
+               pre_dir,
                loop.LoopConfig(total_steps=1, global_batch_size=4, async_checkpoints=False),
                sharding.make_mesh())
 

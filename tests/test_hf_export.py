@@ -35,6 +35,7 @@ from bert_jax.data import tokenizer as tok
 from bert_jax.recipes.finetune import recipe
 from bert_jax.train import checkpointing
 from experiments.configs import common
+from finetune_runs import tiny_finetune_config
 
 torch.set_num_threads(2)
 transformers.logging.set_verbosity_error()
@@ -76,25 +77,8 @@ def export_run(workdir, out, checkpoint_dir=None, *flags):
 
 def tiny_config(task, **changes):
     """A 2-layer, 64-wide BERT over the MiniLM vocabulary (tokenizer.json, uncased)."""
-    config = common.finetune_config(task)
-    config.tokenizer.path = MINILM
-    config.model = common.model_block("tiny", hidden_size=64, num_hidden_layers=2,
-                                      num_attention_heads=2, intermediate_size=128,
-                                      max_position_embeddings=128, hidden_dropout_prob=0.0,
-                                      attention_probs_dropout_prob=0.0)
-    config.max_seq_len = 128
-    config.batch_size = 16
-    config.eval_batch_size = 32
-    config.learning_rate = 2e-3
-    config.log_every_steps = 50
-    config.async_checkpoints = False
-    for key, value in changes.items():
-        target = config
-        *parents, leaf = key.split(".")
-        for parent in parents:
-            target = target[parent]
-        target[leaf] = value
-    return config
+    return tiny_finetune_config(task, MINILM, max_position_embeddings=128,
+                                **{"max_seq_len": 128, "learning_rate": 2e-3, **changes})
 
 
 def load_run_params(workdir):

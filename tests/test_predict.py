@@ -18,7 +18,7 @@ import pytest
 
 from bert_jax.data import readers, unlabelled
 from bert_jax.recipes.finetune import recipe
-from experiments.configs import common
+from finetune_runs import tiny_finetune_config
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -37,20 +37,8 @@ def write_vocab(path) -> str:
 
 
 def tiny_config(vocab, task, **changes):
-    config = common.finetune_config(task)
-    config.tokenizer.path = vocab
-    config.model = common.model_block("tiny", hidden_size=32, num_hidden_layers=1,
-                                      num_attention_heads=2, intermediate_size=64,
-                                      max_position_embeddings=64)
-    config.batch_size, config.eval_batch_size, config.total_steps = 16, 16, 30
-    config.learning_rate, config.log_every_steps, config.async_checkpoints = 2e-3, 50, False
-    for key, value in changes.items():
-        *parents, leaf = key.split(".")
-        target = config
-        for parent in parents:
-            target = target[parent]
-        target[leaf] = value
-    return config
+    return tiny_finetune_config(task, vocab, hidden_size=32, num_hidden_layers=1, **{
+        "eval_batch_size": 16, "total_steps": 30, "learning_rate": 2e-3, **changes})
 
 
 def run_predict(workdir, input_path, output_path, *flags):

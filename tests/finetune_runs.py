@@ -1,0 +1,32 @@
+"""Tiny fine-tuning configs shared by the fine-tuning, prediction and export tests."""
+
+from experiments.configs import common
+
+
+def set_keys(config, changes):
+    """config with each dotted key of `changes` ("data.train_path") set; returns config."""
+    for key, value in changes.items():
+        *parents, leaf = key.split(".")
+        target = config
+        for parent in parents:
+            target = target[parent]
+        target[leaf] = value
+    return config
+
+
+def tiny_finetune_config(task, tokenizer_path, hidden_size=64, num_hidden_layers=2,
+                         max_position_embeddings=64, **changes):
+    """A BERT of `hidden_size` and `num_hidden_layers`, no dropout, batch 16, eval batch 32,
+    synchronous checkpoints; `changes` are dotted config keys."""
+    config = common.finetune_config(task)
+    config.tokenizer.path = tokenizer_path
+    config.model = common.model_block(
+        "tiny", hidden_size=hidden_size, num_hidden_layers=num_hidden_layers,
+        num_attention_heads=2, intermediate_size=2 * hidden_size,
+        max_position_embeddings=max_position_embeddings, hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0)
+    config.batch_size = 16
+    config.eval_batch_size = 32
+    config.log_every_steps = 50
+    config.async_checkpoints = False
+    return set_keys(config, changes)
