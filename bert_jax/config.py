@@ -14,6 +14,11 @@ from typing import Any, Mapping
 
 ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu", "silu", "tanh")
 DTYPES = ("float32", "bfloat16", "float16")
+# The fields that fix the parameter tree (its paths and shapes): a checkpoint fits a model only if
+# these agree; the others (dropout, dtypes, remat, initialisation) may change between runs.
+SHAPE_FIELDS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                "intermediate_size", "max_position_embeddings", "type_vocab_size",
+                "layer_norm_position", "ffn_kind", "use_bias", "position_embedding_type")
 REMAT_POLICIES = ("none", "full", "dots", "dots_no_batch")
 LAYER_NORM_POSITIONS = ("post", "pre")
 FFN_KINDS = ("dense", "geglu", "swiglu")

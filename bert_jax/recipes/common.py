@@ -21,16 +21,11 @@ import ml_collections
 from absl import logging
 
 from bert_jax import sharding
-from bert_jax.config import BertConfig
+from bert_jax.config import SHAPE_FIELDS, BertConfig
 from bert_jax.train import checkpointing, loop, optimizer
 from bert_jax.train import workdir as workdir_lib
 
 Config = ml_collections.ConfigDict
-
-# BertConfig fields that fix parameter shapes: with init weights they come from the weights.
-SHAPE_FIELDS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
-                "intermediate_size", "max_position_embeddings", "type_vocab_size",
-                "layer_norm_position", "ffn_kind", "use_bias", "position_embedding_type")
 
 
 def make_mesh(config: Config):

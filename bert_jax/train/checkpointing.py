@@ -39,7 +39,7 @@ from etils import epath
 from grain import checkpoint as grain_checkpoint
 
 from bert_jax import pytree
-from bert_jax.config import BertConfig
+from bert_jax.config import SHAPE_FIELDS, BertConfig
 from bert_jax.train.checkpoint_errors import (CheckpointMismatchError,  # noqa: F401 (public)
                                               CheckpointUnreadableError, CheckpointWriteError,
                                               Reading, describe, unreadable)
@@ -243,14 +243,11 @@ def check_compatible(manager: ocp.CheckpointManager, step: int, abstract_state: 
     where = _where(manager, step)
     saved_config = read_metadata(manager, step).get("model_config", {})
     ours = dataclasses.asdict(model_config)
-    shape_fields = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
-                    "intermediate_size", "max_position_embeddings", "type_vocab_size",
-                    "layer_norm_position", "ffn_kind", "use_bias", "position_embedding_type")
     # A checkpoint written before a model option existed holds the option's default.
     defaults = {f.name: f.default for f in dataclasses.fields(BertConfig)}
-    saved_config = {name: saved_config.get(name, defaults[name]) for name in shape_fields}
+    saved_config = {name: saved_config.get(name, defaults[name]) for name in SHAPE_FIELDS}
     differing = [f"{name}: checkpoint {saved_config[name]!r} vs config {ours[name]!r}"
-                 for name in shape_fields if saved_config[name] != ours[name]]
+                 for name in SHAPE_FIELDS if saved_config[name] != ours[name]]
     if differing:
         raise CheckpointMismatchError(
             f"the checkpoint {where} holds a model of another shape ("
