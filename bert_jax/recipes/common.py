@@ -74,16 +74,26 @@ def model_config(config: Config, vocab_size: int, base: Optional[BertConfig] = N
     return base.replace(**{k: v for k, v in overrides.items() if k not in SHAPE_FIELDS})
 
 
-def initial_weights(config: Config) -> tuple[Optional[BertConfig], Optional[dict]]:
+def initial_weights(config: Config, workdir: Optional[str] = None
+                    ) -> tuple[Optional[BertConfig], Optional[dict]]:
     """(BertConfig, params) of config.init, or (None, None) to start from random weights.
 
     init.hf_dir: a Hugging Face BERT folder; init.checkpoint: our checkpoints folder (or one
     step of it). The tree is {"bert": encoder, head: ...}; the heads are kept only with
     init.with_heads (where their paths and shapes fit the new model they are laid over).
+    A run that resumes from `workdir` needs no initial weights: then (the BertConfig of its own
+    newest checkpoint, None), without reading the weights (their shape is the run's).
     """
     init = config.init
     if init.hf_dir and init.checkpoint:
         raise ValueError("set config.init.hf_dir or config.init.checkpoint, not both")
+    if (init.hf_dir or init.checkpoint) and workdir is not None:
+        try:
+            cfg = checkpointing.load_model_config(checkpointing.checkpoint_dir(workdir))
+            logging.info("resuming %s: the initial weights are not read again", workdir)
+            return cfg, None
+        except (FileNotFoundError, checkpointing.CheckpointUnreadableError):
+            pass  # no checkpoint (a new run), or an unreadable newest one: read the weights
     if init.hf_dir:
         from bert_jax.convert import hf
         cfg, params = hf.load(init.hf_dir, with_heads=bool(init.with_heads))

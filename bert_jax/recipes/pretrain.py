@@ -157,7 +157,7 @@ def train_and_evaluate(config: common.Config, workdir: str) -> loop.TrainResult:
     """Check the config, then (holding the workdir) prepare data, build the task and train,
     resuming from workdir. Errors name the fault."""
     mesh = common.make_mesh(config)
-    init_cfg, initial_params = common.initial_weights(config)
+    init_cfg, initial_params = common.initial_weights(config, workdir)
     common.check_run(config, mesh, config.total_steps,
                      common.model_config(config, config.tokenizer.vocab_size, init_cfg))
     with workdir_lib.lock(workdir):

@@ -106,7 +106,7 @@ def train_and_evaluate(config, workdir: str) -> loop.TrainResult:
     """Fine-tune as config says (resuming from workdir), then evaluate the final step."""
     mesh = common.make_mesh(config)
     tokenizer = common.load_tokenizer(config)
-    init_cfg, initial_params = common.initial_weights(config)
+    init_cfg, initial_params = common.initial_weights(config, workdir)
     cfg = common.model_config(config, tokenizer.vocab_size, init_cfg)
     common.check_lengths(config, cfg)
     data = build_task_data(config, tokenizer, saved_task=read_task_file(workdir))
