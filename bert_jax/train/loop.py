@@ -29,8 +29,9 @@ the batch passed as an argument; then per step: next batch -> global arrays -> s
 tokens_per_second, mfu and seconds_per_step (`bert_jax.train.metrics_writer`: metrics.jsonl,
 TensorBoard) and logs a line; eval results go to eval_metrics.jsonl. Checkpoints every
 `checkpoint_every_steps`, at the end, and on SIGTERM or Ctrl-C (save, then return with
-`preempted=True` and the signal). A restart with the same arguments continues the same run: same batches, same
-dropout, same losses; log lines past the restored step are dropped so the files read as one run.
+`preempted=True` and the signal). A restart with the same arguments continues the same run:
+same batches, same dropout, same losses; log lines past the restored step are dropped so the
+files read as one run.
 """
 
 from __future__ import annotations
