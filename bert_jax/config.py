@@ -16,6 +16,8 @@ ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu", "silu", "tanh")
 DTYPES = ("float32", "bfloat16", "float16")
 # The fields that fix the parameter tree (its paths and shapes): a checkpoint fits a model only if
 # these agree; the others (dropout, dtypes, remat, initialisation) may change between runs.
+# scan_layers changes the paths, not the parameters: weights loaded into another run are
+# converted to its layout (bert_jax.model.scan); a resumed run keeps its own.
 SHAPE_FIELDS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
                 "intermediate_size", "max_position_embeddings", "type_vocab_size",
                 "layer_norm_position", "ffn_kind", "use_bias", "position_embedding_type")
@@ -77,6 +79,12 @@ class BertConfig:
     - `position_embedding_type`: "absolute" (a learned table of max_position_embeddings rows) or
       "rotary" (RoPE, base 10000, on queries and keys of each head, at the same position ids;
       no position table). max_position_embeddings still bounds the sequence length.
+
+    `scan_layers` says how the encoder runs, not what it computes: True runs the layers as one
+    `nn.scan` (one compiled layer, parameters stacked on a leading `layers` axis under
+    `encoder/layers`), False unrolls them (`encoder/layer_0`, ...). Not a shape field: a
+    checkpoint of either layout loads into the other (bert_jax.model.scan converts), and the
+    Hugging Face export is the same.
     """
 
     vocab_size: int = 30522
@@ -99,6 +107,7 @@ class BertConfig:
     ffn_kind: str = "dense"
     use_bias: bool = True
     position_embedding_type: str = "absolute"
+    scan_layers: bool = False
 
     def __post_init__(self):
         for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
@@ -133,8 +142,9 @@ class BertConfig:
             if getattr(self, name) not in choices:
                 raise ConfigError(
                     f"BertConfig.{name}={getattr(self, name)!r}; choose one of {choices}")
-        if not isinstance(self.use_bias, bool):
-            raise ConfigError(f"BertConfig.use_bias must be a bool, got {self.use_bias!r}")
+        for name in ("use_bias", "scan_layers"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(f"BertConfig.{name} must be a bool, got {getattr(self, name)!r}")
         if self.position_embedding_type == "rotary" and self.head_dim % 2:
             raise ConfigError(
                 f"BertConfig.position_embedding_type='rotary' needs an even head_dim, got "
@@ -178,7 +188,7 @@ class BertConfig:
     # Our fields that config.json has no key for (position_embedding_type it has: HF BERT knows
     # "absolute" and relative kinds, which from_hf_dict refuses; "rotary" never exports).
     _HF_ONLY_KEYS = ("dtype", "param_dtype", "remat_policy", "layer_norm_position", "ffn_kind",
-                     "use_bias")
+                     "use_bias", "scan_layers")
 
     def to_hf_dict(self) -> dict[str, Any]:
         """The `config.json` dict of the equivalent `transformers.BertModel`."""

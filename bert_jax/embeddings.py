@@ -27,6 +27,7 @@ DataError naming the file and line, before anything is embedded.
 from __future__ import annotations
 
 import dataclasses
+import io
 import json
 import os
 from typing import Any, Optional, Sequence
@@ -35,12 +36,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from absl import logging
+from etils import epath
 
 from bert_jax import progress
 from bert_jax.config import BertConfig
 from bert_jax.data import tokenizer as tokenizer_lib
 from bert_jax.data import unlabelled
 from bert_jax.data.textfiles import DataError
+from bert_jax.train import workdir as workdir_lib
 
 POOLINGS = ("mean", "cls")
 FORMATS = ("auto", "text", "jsonl", "csv", "tsv")
@@ -250,14 +253,20 @@ def write_outputs(prefix: str, vectors: np.ndarray, rows: Sequence[Row]) -> tupl
     if len(vectors) != len(rows):
         raise ValueError(f"{len(vectors)} vectors for {len(rows)} rows")
     paths = output_paths(prefix)
+    array = io.BytesIO()
+    np.save(array, np.asarray(vectors, np.float32))
+    contents = [array.getvalue(), "".join(
+        json.dumps({"index": index, "line": row.line, "text": row.text}, ensure_ascii=False)
+        + "\n" for index, row in enumerate(rows)).encode("utf-8")]
+    if workdir_lib.is_remote(prefix):  # gs://: one object write each, whole or not at all
+        for path, content in zip(paths, contents):
+            epath.Path(path).write_bytes(content)
+        return paths
     os.makedirs(os.path.dirname(os.path.abspath(prefix)), exist_ok=True)
     temporary = [f"{path}.{os.getpid()}.tmp" for path in paths]
-    with open(temporary[0], "wb") as f:
-        np.save(f, np.asarray(vectors, np.float32))
-    with open(temporary[1], "w", encoding="utf-8") as f:
-        for index, row in enumerate(rows):
-            f.write(json.dumps({"index": index, "line": row.line, "text": row.text},
-                               ensure_ascii=False) + "\n")
+    for path, content in zip(temporary, contents):
+        with open(path, "wb") as f:
+            f.write(content)
     for source, target in zip(temporary, paths):
         os.replace(source, target)
     return paths

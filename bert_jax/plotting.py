@@ -30,6 +30,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from bert_jax.train import metrics_writer
+from bert_jax.train import workdir as workdir_lib
 
 X_AXES = ("step", "seconds")
 DEFAULT_METRICS = ("loss", "mlm_accuracy")
@@ -54,16 +55,17 @@ class Run:
 def load_run(workdir: str, name: Optional[str] = None) -> Run:
     """The records of `workdir`; name defaults to its basename. FileNotFoundError if the folder
     does not exist, ValueError if it holds no record in either metrics file."""
-    if not os.path.isdir(workdir):
+    folder = workdir_lib.path(workdir)  # a local folder or gs://
+    if not folder.is_dir():
         raise FileNotFoundError(f"workdir {workdir!r} does not exist")
     records = []
     for file_name in (metrics_writer.TRAIN_FILE, metrics_writer.EVAL_FILE):
-        path = os.path.join(workdir, file_name)
-        records.append(metrics_writer.read_metrics(path) if os.path.exists(path) else [])
+        path = folder / file_name
+        records.append(metrics_writer.read_metrics(os.fspath(path)) if path.exists() else [])
     if not records[0] and not records[1]:
         raise ValueError(f"workdir {workdir!r} holds no metrics ({metrics_writer.TRAIN_FILE} and "
                          f"{metrics_writer.EVAL_FILE} are missing or empty)")
-    name = name or os.path.basename(os.path.normpath(os.path.abspath(workdir)))
+    name = name or folder.name
     return Run(name=name, workdir=workdir, train=records[0], held_out=records[1])
 
 
@@ -181,9 +183,10 @@ def plot_runs(runs: Sequence[Run], output: str, metrics: Optional[Sequence[str]]
             legend.setdefault(label, handle)
     figure.legend(list(legend.values()), list(legend), loc="outside upper center",
                   ncols=min(len(legend), 4), fontsize="small")
-    folder = os.path.dirname(os.path.abspath(output))
-    os.makedirs(folder, exist_ok=True)
-    figure.savefig(output, format="png", dpi=100)
+    target = workdir_lib.path(output)  # a local file or gs://
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with target.open("wb") as f:
+        figure.savefig(f, format="png", dpi=100)
     return chosen
 
 
@@ -192,5 +195,5 @@ def plot_workdirs(workdirs: Sequence[str], output: str,
     """load_runs + plot_runs; returns {"output", "runs", "metrics", "x"} for the script to print."""
     runs = load_runs(workdirs)
     drawn = plot_runs(runs, output, metrics, x)
-    return {"output": os.path.abspath(output), "runs": [run.name for run in runs],
+    return {"output": os.fspath(workdir_lib.path(output)), "runs": [run.name for run in runs],
             "metrics": drawn, "x": x}

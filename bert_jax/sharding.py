@@ -1,15 +1,21 @@
 """Device mesh and the one table that maps logical axis names onto it.
 
-Parameters carry logical names (`vocab`, `embed`, `heads`, `kv`, `mlp`), batches (`batch`,
-`length`). LOGICAL_AXIS_RULES maps them onto the mesh axes `data`, `fsdp`, `tensor`; a dimension
-that a mesh axis does not divide is replicated instead of failing. A one-device mesh is the same
-code path as a pod.
+Parameters carry logical names (`vocab`, `embed`, `heads`, `kv`, `mlp`, `layers` for a scanned
+stack), batches and activations (`batch`, `length`, and the parameters' names). LOGICAL_AXIS_RULES
+maps them onto the mesh axes `data`, `fsdp`, `tensor`; a dimension that a mesh axis does not
+divide is replicated instead of failing. A one-device mesh is the same code path as a pod.
+
+Activations are pinned where their layout matters (`constrain`, called by the model) only while
+a step is traced under `activation_sharding(mesh)` (`with_activation_sharding` wraps a step
+function so): elsewhere, e.g. a plain `model.apply`, the constraints are no-ops.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import gc
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import flax.linen as nn
 import jax
@@ -145,3 +151,36 @@ def device_put_batch(host_batch: Mapping[str, np.ndarray], mesh: Mesh) -> dict[s
     sharding = batch_sharding(mesh)
     return {k: jax.make_array_from_process_local_data(sharding, np.asarray(v))
             for k, v in host_batch.items()}
+
+
+# ----- activations -------------------------------------------------------------------------------
+
+def constrain(x: jax.Array, logical_axes: Sequence[str | None]) -> jax.Array:
+    """x pinned to the layout its logical axes name, under the rules and mesh in context.
+
+    A no-op unless both are in context (`activation_sharding`). Names map as the parameters' do
+    (`mesh_axes_for`): a dimension that its mesh axes do not divide stays whole, so an activation
+    and the weight it meets agree (flax's nn.with_logical_constraint would shard it unevenly).
+    """
+    rules = nn.get_logical_axis_rules()
+    mesh = jax.sharding.get_abstract_mesh()
+    if not rules or mesh.empty:
+        return x
+    return jax.lax.with_sharding_constraint(x, mesh_axes_for(logical_axes, x.shape, mesh, rules))
+
+
+@contextlib.contextmanager
+def activation_sharding(mesh: Mesh, rules: Sequence[tuple[str, Any]] = LOGICAL_AXIS_RULES
+                        ) -> Iterator[None]:
+    """While open (also inside jit), `constrain` pins activations to `mesh` by `rules`."""
+    with jax.sharding.use_abstract_mesh(mesh.abstract_mesh), nn.logical_axis_rules(rules):
+        yield
+
+
+def with_activation_sharding(fn: Callable[..., Any], mesh: Mesh) -> Callable[..., Any]:
+    """fn, which when traced (by jax.jit) runs under activation_sharding(mesh)."""
+    @functools.wraps(fn)
+    def constrained(*args, **kwargs):
+        with activation_sharding(mesh):
+            return fn(*args, **kwargs)
+    return constrained

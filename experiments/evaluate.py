@@ -35,8 +35,10 @@ def main(argv):
     step, metrics = cli.run_or_exit("evaluate.py", lambda: evaluate_run(FLAGS.workdir, FLAGS.step))
     if jax.process_index() != 0:
         return
-    output = FLAGS.output or os.path.join(FLAGS.workdir, "evaluation", f"step_{step}.json")
-    record = {"workdir": os.path.abspath(FLAGS.workdir), "step": step, "metrics": metrics}
+    output = FLAGS.output or os.fspath(
+        workdir_lib.path(FLAGS.workdir) / "evaluation" / f"step_{step}.json")
+    record = {"workdir": os.fspath(workdir_lib.path(FLAGS.workdir)), "step": step,
+              "metrics": metrics}
     workdir_lib.write_text_atomically(output, json.dumps(record, indent=2))
     logging.info("wrote %s", output)
     print(json.dumps(record))

@@ -4,3 +4,8 @@ XLA_FLAGS=--xla_force_host_platform_device_count=8 (the flag must be set before 
 import os
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "slow: an end-to-end run of minutes (deselect with -m 'not slow')")

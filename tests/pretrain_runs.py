@@ -16,6 +16,9 @@ EVALUATE = os.path.join(ROOT, "experiments", "evaluate.py")
 TINY_RUN = [
     "--config=" + os.path.join(ROOT, "experiments", "configs", "demo.py"),
     "--config.data.corpus=synthetic", "--config.tokenizer.vocab_size=97",
+    # BERT as published (the demo config uses the efficient recipe): exportable to HF
+    "--config.model.layer_norm_position=post", "--config.model.position_embedding_type=absolute",
+    "--config.data.mask_rate=0.15",
     "--config.model.hidden_size=32", "--config.model.num_attention_heads=2",
     "--config.model.intermediate_size=64", "--config.model.max_position_embeddings=16",
     "--config.model.hidden_dropout_prob=0.1", "--config.model.attention_probs_dropout_prob=0.1",

@@ -28,7 +28,9 @@ def test_train_step_against_both_peers_prints_results_and_ratios():
         assert r["tokens_per_second"] > 0 and r["peak_rss_mb"] > 0 and 0 < r["mfu"] < 1
         assert (r["batch_size"], r["seq_len"], r["max_predictions"]) == (2, 32, 5)
         # tokens/s is derived from the measured median step time, not from anything else
-        assert r["tokens_per_second"] == pytest.approx(2 * 32 / r["median_step_s"], rel=1e-3)
+        # (rounded to 0.1 in the report)
+        assert r["tokens_per_second"] == pytest.approx(2 * 32 / r["median_step_s"], rel=1e-3,
+                                                       abs=0.05)
     ratios = {r["ratio"]: r for r in records if "ratio" in r}
     assert set(ratios) == {"ours/hf_flax", "ours/hf_torch"}
     for peer in ("hf_flax", "hf_torch"):
@@ -65,3 +67,64 @@ def test_bad_peer_flags_are_usage_errors(flags, named):
     proc = subprocess.run([sys.executable, SCRIPT, *TINY, *flags],
                           capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert proc.returncode != 0 and named in proc.stderr
+
+
+# ----- --mode=finetune -------------------------------------------------------------------------
+
+FINETUNE = ["--mode=finetune", "--preset=tiny", "--batch_size=4", "--max_seq_len=32", "--steps=3",
+            "--warmup_steps=1", "--json"]
+
+
+def run_finetune(*flags: str) -> list[dict]:
+    proc = subprocess.run([sys.executable, SCRIPT, *FINETUNE, *flags], capture_output=True,
+                          text=True, timeout=900, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+
+
+def test_finetune_ours_and_torch_train_on_the_same_tokens_of_the_polarity_texts():
+    records = run_finetune("--peer=hf_torch", "--bucket_lengths=16,32")
+    results = {r["impl"]: r for r in records if "impl" in r}
+    assert set(results) == {"ours", "hf_torch"}
+    for r in results.values():
+        assert (r["task"], r["batch_size"], r["max_seq_len"], r["steps"]) == (
+            "classification", 4, 32, 3)
+        # the figures come from the measured seconds and the tokens of the timed batches
+        assert r["examples_per_second"] == pytest.approx(4 * 3 / r["seconds"], rel=1e-3,
+                                                         abs=0.005)  # rounded to 0.01
+        assert r["tokens_per_second"] == pytest.approx(r["real_tokens"] / r["seconds"],
+                                                       rel=1e-3, abs=0.05)  # rounded to 0.1
+        assert 0 <= r["padding_fraction"] < 1 and r["peak_rss_mb"] > 0
+    ours, torch = results["ours"], results["hf_torch"]
+    assert ours["real_tokens"] == torch["real_tokens"] > 0  # the same batches on both sides
+    # torch pads each batch to its longest row; ours to that row's bucket (16 or 32): never less
+    assert torch["computed_positions"] <= ours["computed_positions"] <= 3 * 4 * 32
+    assert ours["bucket_lengths"] == "16,32" and ours["programs"] == 2  # compiled before timing
+    assert ours["compile_seconds"] > 0 and torch["compile_seconds"] is None
+    (ratio,) = [r for r in records if "ratio" in r]
+    assert ratio["ratio"] == "ours/hf_torch" and ratio["examples_per_second"] == pytest.approx(
+        ours["examples_per_second"] / torch["examples_per_second"], rel=1e-2)
+
+
+def test_finetune_span_qa_on_a_file_of_texts_without_buckets(tmp_path):
+    texts = tmp_path / "texts.txt"  # .txt: one text per line (fastText labels optional)
+    texts.write_text("".join(f"Paris is where the {'old ' * (i % 9)}book lies today .\n"
+                             for i in range(12)), encoding="utf-8")
+    (result,) = run_finetune("--task=span_qa", f"--texts={texts}", "--bucket_lengths=none")
+    assert result["impl"] == "ours" and result["task"] == "span_qa"
+    assert result["programs"] == 1  # every batch at max_seq_len
+    assert result["computed_positions"] == 3 * 4 * 32
+    assert result["padding_fraction"] == pytest.approx(
+        1 - result["real_tokens"] / (3 * 4 * 32), abs=1e-4)
+
+
+@pytest.mark.parametrize("flags,named", [
+    (["--texts=/no/such/texts.txt"], "/no/such/texts.txt"),
+    (["--hf_dir=/no/such/folder"], "config.json"),
+    (["--all", "--peer=hf_torch"], "--all"),
+])
+def test_finetune_user_mistakes_are_usage_errors(flags, named):
+    proc = subprocess.run([sys.executable, SCRIPT, *FINETUNE, *flags],
+                          capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert proc.returncode != 0 and named in proc.stderr
+    assert "Traceback" not in proc.stderr

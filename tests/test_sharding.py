@@ -8,13 +8,13 @@ one device, equal to what was saved.
 
 import json
 import os
-import subprocess
 import sys
 
 import numpy as np
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+import eight_devices
+
 MESHES = {"one_device": None, "8x1x1": (8, 1, 1), "2x4x1": (2, 4, 1), "2x2x2": (2, 2, 2)}
 STEPS = 10
 
@@ -100,20 +100,12 @@ def _worker(out_dir: str) -> None:
         "load_params_equal": all(np.array_equal(a, b) for a, b in zip(
             jax.tree.leaves(jax.device_get(loaded)), jax.tree.leaves(saved_params))),
     }
-    with open(os.path.join(out_dir, "results.json"), "w") as f:
-        json.dump(results, f)
+    eight_devices.write(out_dir, results)
 
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
-    out_dir = str(tmp_path_factory.mktemp("sharding"))
-    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=ROOT,
-               XLA_FLAGS="--xla_force_host_platform_device_count=8")
-    done = subprocess.run([sys.executable, os.path.abspath(__file__), out_dir], env=env,
-                          capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-4000:]
-    with open(os.path.join(out_dir, "results.json")) as f:
-        return json.load(f)
+    return eight_devices.run(__file__, str(tmp_path_factory.mktemp("sharding")), timeout=600)
 
 
 @pytest.mark.parametrize("mesh", ["8x1x1", "2x4x1", "2x2x2"])

@@ -38,6 +38,8 @@ import os
 from typing import Any, Iterable, Mapping
 
 import numpy as np
+from etils import epath
+from safetensors import numpy as safetensors_numpy
 from safetensors import safe_open
 
 from bert_jax.config import BertConfig, ConfigError
@@ -71,21 +73,20 @@ class _TensorFiles:
         self._file_of: dict[str, str] = {}
         self._eager: dict[str, np.ndarray] = {}
         self._handles: dict[str, Any] = {}
-        single, index, binary = (os.path.join(directory, name)
+        single, index, binary = (os.path.join(directory, name)  # local, or gs:// (epath)
                                  for name in (SAFETENSORS, SAFETENSORS_INDEX, PYTORCH_BIN))
-        if os.path.isfile(single):
+        if epath.Path(single).is_file():
             self._open_safetensors([single])
-        elif os.path.isfile(index):
+        elif epath.Path(index).is_file():
             try:
-                with open(index, encoding="utf-8") as f:
-                    index_json = json.load(f)
+                index_json = json.loads(epath.Path(index).read_bytes().decode("utf-8"))
             except (OSError, ValueError) as e:  # ValueError: JSONDecodeError, UnicodeDecodeError
                 raise CheckpointError(f"{index}: cannot read as JSON ({e})") from None
             weight_map = index_json.get("weight_map") if isinstance(index_json, dict) else None
             if not isinstance(weight_map, dict):
                 raise CheckpointError(f"{index}: no 'weight_map' dict")
             self._open_safetensors(sorted({os.path.join(directory, v) for v in weight_map.values()}))
-        elif os.path.isfile(binary):
+        elif epath.Path(binary).is_file():
             self._read_pytorch_bin(binary)
         else:
             raise FileNotFoundError(
@@ -94,8 +95,11 @@ class _TensorFiles:
 
     def _open_safetensors(self, paths: Iterable[str]) -> None:
         for path in paths:
-            if not os.path.isfile(path):
+            if not epath.Path(path).is_file():
                 raise FileNotFoundError(f"{path}: listed in {SAFETENSORS_INDEX} but missing")
+            if "://" in path:  # safe_open maps a local file: an object is read whole instead
+                self._read_safetensors_object(path)
+                continue
             try:
                 handle = safe_open(path, framework="np")
             except Exception as e:  # safetensors raises its own error types for corrupt headers
@@ -103,6 +107,15 @@ class _TensorFiles:
             self._handles[path] = handle
             for key in handle.keys():
                 self._file_of[key] = path
+
+    def _read_safetensors_object(self, path: str) -> None:
+        try:
+            tensors = safetensors_numpy.load(epath.Path(path).read_bytes())
+        except Exception as e:  # safetensors raises its own error types for corrupt headers
+            raise CheckpointError(f"{path}: cannot read as safetensors ({e})") from None
+        for key, tensor in tensors.items():
+            self._eager[key] = tensor
+            self._file_of[key] = path
 
     def _read_pytorch_bin(self, path: str) -> None:
         try:
@@ -112,7 +125,8 @@ class _TensorFiles:
                 f"{path}: reading pytorch_model.bin needs torch, which is not installed; install "
                 "torch, or convert the checkpoint to model.safetensors") from None
         try:
-            state = torch.load(path, map_location="cpu", weights_only=True)
+            with epath.Path(path).open("rb") as f:  # a local file or gs://
+                state = torch.load(f, map_location="cpu", weights_only=True)
         except Exception as e:  # torch raises pickle, zip and its own errors for a damaged file
             # weights_only errors bury the cause after this marker, under advice that does not fit
             lines = str(e).split("WeightsUnpickler error:")[-1].strip().splitlines()
@@ -206,15 +220,14 @@ def load(directory: str | os.PathLike, *, with_heads: bool = True,
     `config_overrides` replace config fields (e.g. dtype="bfloat16"); the params are cast to
     the resulting `param_dtype`.
     """
-    directory = os.fspath(directory)
-    if not os.path.isdir(directory):
+    directory = os.fspath(directory)  # a local folder or gs:// (etils.epath)
+    if not epath.Path(directory).is_dir():
         raise FileNotFoundError(f"{directory}: no such checkpoint folder")
     config_path = os.path.join(directory, CONFIG)
-    if not os.path.isfile(config_path):
+    if not epath.Path(config_path).is_file():
         raise FileNotFoundError(f"{directory}: no {CONFIG} in the checkpoint folder")
     try:
-        with open(config_path, encoding="utf-8") as f:
-            hf_config = json.load(f)
+        hf_config = json.loads(epath.Path(config_path).read_bytes().decode("utf-8"))
     except ValueError as e:  # JSONDecodeError, UnicodeDecodeError
         raise ConfigError(f"{config_path}: not valid JSON ({e})") from None
     except OSError as e:

@@ -20,7 +20,8 @@ import os
 from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence
 
 import numpy as np
-from safetensors.numpy import save_file
+from etils import epath
+from safetensors import numpy as safetensors_numpy
 
 from bert_jax.config import BertConfig
 from bert_jax.convert.hf_layout import (CONFIG, SAFETENSORS, CheckpointError, architecture_of,
@@ -38,7 +39,7 @@ HF_BERT_FIELDS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attenti
                   "initializer_range", "layer_norm_eps", "pad_token_id")
 # BertConfig fields that say how we compute, not what: the export is float32 weights whatever
 # they are, and transformers picks its own precision and memory policy.
-RUNTIME_FIELDS = ("dtype", "param_dtype", "remat_policy")
+RUNTIME_FIELDS = ("dtype", "param_dtype", "remat_policy", "scan_layers")
 # config.json "problem_type" values of BertForSequenceClassification.
 PROBLEM_TYPES = ("single_label_classification", "regression", "multi_label_classification")
 
@@ -71,7 +72,8 @@ def to_hf_tensors(cfg: BertConfig, params: Mapping[str, Any]) -> dict[str, np.nd
     """Our tree -> Hugging Face tensors (torch layouts, float32), checked against the config
     (and the config against what the Hugging Face BERT format holds: `check_exportable`)."""
     check_exportable(cfg)
-    params = _plain(params)
+    from bert_jax.model import scan  # pylint: disable=import-outside-toplevel
+    params = scan.unstack_layers(_plain(params), cfg.num_hidden_layers)  # HF's layout: unrolled
     heads = heads_of(params)
     prefix = "bert." if heads else ""
     entries = [(prefix, ("bert",) if heads else (), e)
@@ -195,9 +197,9 @@ def save(cfg: BertConfig, params: Mapping[str, Any], directory: str | os.PathLik
                                   f"but the model's vocab_size is {cfg.vocab_size}")
         # First: it checks everything before its first write, and the weights cannot fail.
         tokenizer_lib.save_hf(tokenizer, directory, model_max_length=cfg.max_position_embeddings)
-    os.makedirs(directory, exist_ok=True)
-    save_file(tensors, os.path.join(directory, SAFETENSORS), metadata={"format": "pt"})
-    with open(os.path.join(directory, CONFIG), "w", encoding="utf-8") as f:
-        json.dump(hf_config, f, indent=2, sort_keys=True, ensure_ascii=False)
-        f.write("\n")
+    folder = epath.Path(directory)  # a local folder or gs://: safetensors' bytes, written whole
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / SAFETENSORS).write_bytes(safetensors_numpy.save(tensors, metadata={"format": "pt"}))
+    (folder / CONFIG).write_bytes(
+        (json.dumps(hf_config, indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode())
 

@@ -19,10 +19,12 @@ import os
 import jax
 import numpy as np
 from absl import logging
+from etils import epath
 
 from bert_jax.convert import hf, hf_layout
 from bert_jax.recipes import common
 from bert_jax.train import checkpointing
+from bert_jax.train import workdir as workdir_lib
 
 
 # task kind (task.json) -> config.json problem_type of its sequence-classification head
@@ -50,7 +52,7 @@ def _assert_same(written, read_back, where: str) -> None:
 
 def hf_to_ours(hf_dir: str, checkpoint_dir: str, encoder_only: bool) -> None:
     cfg, params = hf.load(hf_dir, with_heads=not encoder_only)
-    if os.path.exists(checkpoint_dir) and not os.path.isdir(checkpoint_dir):
+    if _is_file(checkpoint_dir):
         raise OutputFolderError(f"--checkpoint_dir={checkpoint_dir} is a file, not a folder; "
                                 "give an empty or new folder")
     manager = checkpointing.make_manager(checkpoint_dir, keep=1, async_saves=False)
@@ -59,7 +61,7 @@ def hf_to_ours(hf_dir: str, checkpoint_dir: str, encoder_only: bool) -> None:
             raise OutputFolderError(f"--checkpoint_dir={checkpoint_dir} already holds checkpoints; "
                                 "give an empty or new folder")
         checkpointing.save(manager, 0, {"params": params}, model_config=cfg,
-                           extra_metadata={"converted_from": os.path.abspath(hf_dir),
+                           extra_metadata={"converted_from": os.fspath(workdir_lib.path(hf_dir)),
                                            "heads": list(hf.heads_of(params))})
         manager.wait_until_finished()
     finally:
@@ -73,14 +75,20 @@ def hf_to_ours(hf_dir: str, checkpoint_dir: str, encoder_only: bool) -> None:
                  list(hf.heads_of(params)) or "none", cfg)
 
 
+def _is_file(location: str) -> bool:
+    """True if `location` (a local path or gs://) is a file rather than a folder or nothing."""
+    path = epath.Path(location)
+    return path.exists() and not path.is_dir()
+
+
 def find_workdir(checkpoint_dir: str) -> str | None:
     """The run that `checkpoint_dir` (<workdir>/checkpoints, or one step folder in it) belongs
     to: the folder above it that holds the run's config.json; None if there is none."""
-    path = os.path.abspath(checkpoint_dir)
-    candidates = [os.path.dirname(path)]
-    if os.path.basename(path).isdigit():  # a step folder
-        candidates.append(os.path.dirname(candidates[0]))
-    return next((c for c in candidates if os.path.isfile(os.path.join(c, "config.json"))), None)
+    path = workdir_lib.path(checkpoint_dir)  # a local folder or gs://
+    candidates = [path.parent]
+    if path.name.isdigit():  # a step folder
+        candidates.append(path.parent.parent)
+    return next((os.fspath(c) for c in candidates if (c / "config.json").is_file()), None)
 
 
 def run_export_options(workdir: str | None, params) -> dict:
@@ -105,18 +113,19 @@ def run_export_options(workdir: str | None, params) -> dict:
 
 def ours_to_hf(checkpoint_dir: str, hf_dir: str, step: int | None, encoder_only: bool,
                workdir: str | None = None) -> None:
-    if workdir is not None and not os.path.isfile(os.path.join(workdir, "config.json")):
+    if workdir is not None and not (epath.Path(workdir) / "config.json").is_file():
         raise FileNotFoundError(f"--workdir={workdir} holds no config.json: it is not the workdir "
                                 "of a training run")
     try:
         cfg, params = checkpointing.load_params(checkpoint_dir, step=step)
     except ValueError as e:  # some (Orbax's JSON metadata) name no file: say which checkpoint
-        if os.path.normpath(checkpoint_dir) in str(e):
+        if os.path.normpath(checkpoint_dir) in str(e) or os.fspath(
+                workdir_lib.path(checkpoint_dir)) in str(e):
             raise
         raise ValueError(f"--checkpoint_dir={checkpoint_dir}: cannot read the checkpoint "
                          f"({type(e).__name__}: {e})") from e
     params = jax.tree.map(np.asarray, params)
-    if os.path.exists(hf_dir) and not os.path.isdir(hf_dir):
+    if _is_file(hf_dir):
         raise OutputFolderError(f"--hf_dir={hf_dir} is a file, not a folder")
     if encoder_only:
         params = hf_layout.encoder_of(params)

@@ -1,16 +1,24 @@
-"""Batches of fixed-shape rows (dicts of [N, ...] numpy arrays) for training and evaluation.
+"""Batches of rows (dicts of [N, ...] numpy arrays) for training and evaluation.
 
-    train_batches   endless, reshuffled every epoch, resumable (a grain iterator)
+    train_batches   endless, reshuffled every epoch, resumable (a grain iterator); optionally
+                    grouped by length
     eval_batches    one in-order pass; the last batch padded by `pad_rows`
     pad_rows        a partial batch -> a full one: zero rows with example_weights 0
+    Buckets         the lengths a batch's token arrays may be cut to
 
-Every batch of a pass has the same shape (one compilation); padding rows carry
-example_weights 0 (and all-zero masks and weights), so they count in no sum.
+Without buckets every batch of a pass has the rows' full length L: one shape, one compilation.
+With buckets, each batch is cut to the smallest bucket that holds its longest row, so a set of
+short texts is not computed at L, and XLA compiles one program per bucket, not one per batch.
+Bucketing never cuts a token of a row nor drops a row: it only removes padding columns.
+Padding rows carry example_weights 0 (and all-zero masks and weights), so they count in no sum.
+
+Rows are left-aligned: a row's length is one past its last attention_mask 1 (`row_lengths`).
 """
 
 from __future__ import annotations
 
-from typing import Iterator, Mapping
+import dataclasses
+from typing import Iterator, Mapping, Optional
 
 import grain
 import numpy as np
@@ -18,6 +26,7 @@ import numpy as np
 from bert_jax.data.readers import DataError
 
 EXAMPLE_WEIGHTS = "example_weights"
+MASK_KEY = "attention_mask"
 
 
 def round_up(n: int, multiple: int) -> int:
@@ -42,12 +51,99 @@ def pad_rows(batch: Mapping[str, np.ndarray], num_rows: int) -> dict[str, np.nda
     return out
 
 
+# ----- length buckets --------------------------------------------------------------------------
+
+def row_lengths(attention_mask: np.ndarray) -> np.ndarray:
+    """[N] int: one past the last position whose mask is non-zero (0 for an empty row)."""
+    mask = np.asarray(attention_mask) != 0
+    last = mask.shape[1] - np.argmax(mask[:, ::-1], axis=1)
+    return np.where(mask.any(axis=1), last, 0)
+
+
+def power_of_two_lengths(max_len: int, smallest: int = 16) -> tuple[int, ...]:
+    """(smallest, 2 * smallest, ... below max_len, max_len): e.g. 128 -> (16, 32, 64, 128)."""
+    lengths, length = [], smallest
+    while length < max_len:
+        lengths.append(length)
+        length *= 2
+    return tuple(lengths) + (max_len,)
+
+
+@dataclasses.dataclass(frozen=True)
+class Buckets:
+    """The lengths that the token arrays of a batch are cut to.
+
+    lengths: ascending bucket lengths. A batch goes to the smallest one that holds its longest
+      row; one whose longest row fits none keeps its full length (no row is ever cut).
+    token_keys: the arrays with a token axis, [N, L, ...], cut along axis 1 (the model inputs,
+      and targets per token); the others ([N], [N, C]) are left as they are.
+    """
+
+    lengths: tuple[int, ...]
+    token_keys: tuple[str, ...]
+
+    def __post_init__(self):
+        if not self.lengths or any(not isinstance(n, (int, np.integer)) or n < 1
+                                   for n in self.lengths):
+            raise ValueError(f"bucket lengths {self.lengths!r} must be positive integers")
+        if list(self.lengths) != sorted(set(self.lengths)):
+            raise ValueError(f"bucket lengths {self.lengths!r} must be strictly ascending")
+        if MASK_KEY not in self.token_keys:
+            raise ValueError(f"bucket token_keys {self.token_keys!r} must include {MASK_KEY!r}")
+
+    def length_for(self, longest: int, full: int) -> int:
+        """The length a batch of rows of `full` columns whose longest row is `longest` gets."""
+        fitting = [n for n in self.lengths if n >= longest]
+        return min(fitting[0], full) if fitting else full
+
+    def cut(self, batch: Mapping[str, np.ndarray], longest: Optional[int] = None
+            ) -> dict[str, np.ndarray]:
+        """`batch` with its token arrays cut to the bucket of `longest` (default: the longest
+        row of this batch; pass the global batch's when this is one process's share)."""
+        full = batch[MASK_KEY].shape[1]
+        if longest is None:
+            longest = int(row_lengths(batch[MASK_KEY]).max(initial=0))
+        length = self.length_for(longest, full)
+        out = dict(batch)
+        for key in self.token_keys:
+            if batch[key].ndim < 2 or batch[key].shape[1] != full:
+                raise ValueError(f"bucketing: {key!r} has shape {batch[key].shape}, not "
+                                 f"[rows, {full}, ...] like {MASK_KEY!r}")
+            out[key] = batch[key][:, :length]
+        return out
+
+
+# ----- training --------------------------------------------------------------------------------
+
+def _grouped(rows: grain.MapDataset, lengths: np.ndarray, batch_size: int, group: int,
+             seed: int) -> grain.MapDataset:
+    """Global batches of `rows` grouped by length: each window of `group` consecutive batches
+    of the stream is sorted by row length, cut into batches, and those are put in a seeded
+    random order. The same rows as ungrouped batches, only redistributed inside a window."""
+    windows = rows.batch(group * batch_size, drop_remainder=True)
+
+    def batch(number: int) -> np.ndarray:
+        window, part = divmod(number, group)
+        indices = windows[window]
+        by_length = indices[np.argsort(-lengths[indices], kind="stable")]
+        order = np.random.default_rng([seed, window]).permutation(group)
+        return by_length[order[part] * batch_size:(order[part] + 1) * batch_size]
+
+    return grain.MapDataset.range(len(windows) * group).map(batch)
+
+
 def train_batches(features: Mapping[str, np.ndarray], global_batch_size: int, seed: int,
-                  process_index: int = 0, process_count: int = 1) -> grain.DatasetIterator:
+                  process_index: int = 0, process_count: int = 1,
+                  buckets: Optional[Buckets] = None, group_by_length: int = 0
+                  ) -> grain.DatasetIterator:
     """Endless host-local batches of rows, reshuffled every epoch; get_state/set_state resume.
 
-    Each process takes every process_count-th row of the shuffled stream, so the processes'
-    batches together form one global batch of distinct rows.
+    Global batch k holds rows k * B .. (k + 1) * B - 1 of the shuffled stream (B the global batch
+    size); each process takes every process_count-th of them, so the processes' batches together
+    form one global batch of distinct rows. buckets: token arrays cut to the bucket of the global
+    batch's longest row (all processes agree). group_by_length > 1: batches of rows of similar
+    length, grouped over windows of that many batches (`_grouped`; changes which rows go
+    together, so it is off by default); needs features[attention_mask].
     """
     num_rows = len(next(iter(features.values())))
     if num_rows == 0:
@@ -55,20 +151,32 @@ def train_batches(features: Mapping[str, np.ndarray], global_batch_size: int, se
     if global_batch_size % process_count:
         raise DataError(f"batch_size={global_batch_size} is not divisible by the "
                         f"{process_count} processes")
-    rows = (grain.MapDataset.range(num_rows).shuffle(seed=seed).repeat(None)
-            [process_index::process_count])
-    batches = rows.batch(global_batch_size // process_count, drop_remainder=True)
-    batches = batches.map(lambda indices: {k: v[indices] for k, v in features.items()})
-    return iter(batches)
+    lengths = (row_lengths(features[MASK_KEY])
+               if buckets is not None or group_by_length > 1 else None)
+    rows = grain.MapDataset.range(num_rows).shuffle(seed=seed).repeat(None)
+    if group_by_length > 1:
+        global_batches = _grouped(rows, lengths, global_batch_size, group_by_length, seed)
+    else:
+        global_batches = rows.batch(global_batch_size, drop_remainder=True)
 
+    def host_batch(indices: np.ndarray) -> dict[str, np.ndarray]:
+        mine = indices[process_index::process_count]
+        batch = {k: v[mine] for k, v in features.items()}
+        return batch if buckets is None else buckets.cut(batch, int(lengths[indices].max()))
+
+    return iter(global_batches.map(host_batch))
+
+
+# ----- evaluation ------------------------------------------------------------------------------
 
 def eval_batches(features: Mapping[str, np.ndarray], global_batch_size: int,
-                 process_index: int = 0, process_count: int = 1
-                 ) -> Iterator[dict[str, np.ndarray]]:
+                 process_index: int = 0, process_count: int = 1,
+                 buckets: Optional[Buckets] = None) -> Iterator[dict[str, np.ndarray]]:
     """In-order host-local batches; the last is padded to the full size with example_weights 0.
 
-    Every batch has the same shape (one compilation); row r of global batch b is example
-    b * global_batch_size + r, this process holding a contiguous block of rows.
+    Row r of global batch b is example b * global_batch_size + r, this process holding a
+    contiguous block of rows. Every batch has global_batch_size rows; without buckets also the
+    full length (one compilation), with buckets the bucket of the global batch's longest row.
     """
     num_rows = len(next(iter(features.values())))
     per_process = global_batch_size // process_count
@@ -76,5 +184,8 @@ def eval_batches(features: Mapping[str, np.ndarray], global_batch_size: int,
         block = {name: values[start:start + global_batch_size]
                  for name, values in features.items()}
         batch = pad_rows(block, global_batch_size)
+        if buckets is not None:
+            batch = buckets.cut(batch)
         lo = process_index * per_process
         yield {name: values[lo:lo + per_process] for name, values in batch.items()}
+

@@ -39,17 +39,23 @@ import fcntl
 import glob as globlib
 import hashlib
 import importlib.util
+import json
 import logging
 import os
+import socket
+import time
 import xml.etree.ElementTree as ElementTree
 from typing import Any, Iterator, Protocol, Sequence
 
 import tensorflow_datasets as tfds
+from etils import epath
 
 from bert_jax import progress
+from bert_jax.train import workdir as workdir_lib
 
 DEMO = "demo"
 TEXT_PREFIX = "text:"
+LOCK_FILE = ".bert_jax.lock"  # in data_dir, held while a corpus or vocabulary is prepared
 DOCUMENT_DELIMITERS = ("blank_line", "file", "line")
 
 
@@ -344,14 +350,38 @@ def builder_for(corpus: str, data_dir: str, **text_options) -> tfds.core.Dataset
 @contextlib.contextmanager
 def exclusive(data_dir: str):
     """Holds an advisory lock on data_dir, so that processes of one job (e.g. several local
-    hosts) prepare a corpus or vocabulary once instead of racing on the same files."""
+    hosts) prepare a corpus or vocabulary once instead of racing on the same files. On object
+    storage (gs://), which has no advisory locks: `_object_lock`."""
+    if workdir_lib.is_remote(data_dir):
+        with _object_lock(epath.Path(data_dir) / LOCK_FILE):
+            yield
+        return
     os.makedirs(data_dir, exist_ok=True)
-    with open(os.path.join(data_dir, ".bert_jax.lock"), "a") as lock:
+    with open(os.path.join(data_dir, LOCK_FILE), "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
             yield
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+@contextlib.contextmanager
+def _object_lock(lock: epath.Path, poll_seconds: float = 2.0):
+    """Hold `lock`, an object created only if absent (workdir.create_exclusively), waiting while
+    another process holds it. A process killed while holding it leaves it behind: the wait says
+    so once, naming the object to remove."""
+    holder = json.dumps({"pid": os.getpid(), "host": socket.gethostname()})
+    waited = False
+    while not workdir_lib.create_exclusively(lock, holder):
+        if not waited:
+            logging.warning("waiting for %s (another process prepares this data); remove it if "
+                            "no process does", lock)
+            waited = True
+        time.sleep(poll_seconds)
+    try:
+        yield
+    finally:
+        lock.unlink(missing_ok=True)
 
 
 def prepare(corpus: str, data_dir: str, **text_options) -> tfds.core.DatasetBuilder:

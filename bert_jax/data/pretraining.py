@@ -1,7 +1,8 @@
 """The pre-training input pipeline: documents -> WordPiece ids -> packed rows -> masked batches.
 
     source (TFDS array_record, random access)
-      -> this host's documents: source[process_index::process_count]
+      -> this host's documents: a contiguous range of the split, disjoint from the other hosts'
+         (`bert_jax.data.host_shards.shard_range`: a host opens about 1/N of the files)
       -> shuffled by seed (a new order each epoch), repeated num_epochs times (None: forever)
       -> tokenized (no special tokens)
       -> rows of exactly seq_len tokens:
@@ -18,7 +19,10 @@
          so that all hosts make the same number of batches).
 
 State: `PretrainingIterator.get_state()` is a JSON-serialisable dict; `set_state` on a fresh
-iterator made with the same config, split, batch size and process layout resumes exactly.
+iterator made with the same config, split, batch size and process layout resumes exactly. A state
+saved by another number of processes cannot say where each new host is in its new range:
+`set_state_of_other_layout` (given the state of the old process 0) starts a new pass over the data
+in a new order instead, and says so in one warning (bert_jax.data.host_shards).
 
 Worker processes: grain reads its absl flags when it starts them, so `make_iterator` with
 num_workers > 0 needs parsed absl flags, as in a script run by `absl.app.run` (experiments/*.py);
@@ -33,19 +37,21 @@ import json
 import logging
 import math
 import os
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import grain
 import numpy as np
+from etils import epath
 
-from bert_jax.data import corpora
+from bert_jax.data import corpora, host_shards
 from bert_jax.data import tokenizer as tok
 from bert_jax.data.masking import MaskingSpec, mask_row
 from bert_jax.data.packing import PackedRowsIterDataset, PackingSpec, empty_row
 from bert_jax.data.sentence_pairs import FlattenedIterDataset, PairRows, PairSpec
 
 _MASK_STREAM = 0x6D61736B  # "mask": separates the masking generator from other uses of the seed
-STATE_VERSION = 1
+STATE_VERSION = 2
+_READABLE_VERSIONS = (1, 2)  # a version-1 state is one of a run that never changed its layout
 # Documents are read and tokenized ahead by a few threads.
 _READ_OPTIONS = grain.ReadOptions(num_threads=4, prefetch_buffer_size=32)
 
@@ -128,9 +134,9 @@ def prepare_demo(data_dir: str, vocab_size: int = 8192, lowercase: bool = True) 
     name = f"demo_vocab_{vocab_size}_{'uncased' if lowercase else 'cased'}"
     vocab_path = os.path.join(data_dir, name, "vocab.txt")
     source = corpora.load_source(corpora.DEMO, "train", data_dir)
-    if not os.path.isfile(vocab_path):
+    if not epath.Path(vocab_path).is_file():  # data_dir: a local folder or gs://
         with corpora.exclusive(data_dir):
-            if not os.path.isfile(vocab_path):  # another process may have trained it meanwhile
+            if not epath.Path(vocab_path).is_file():  # another process may have trained it
                 tok.train_wordpiece(corpora.SourceTexts(source), vocab_size,
                                     os.path.dirname(vocab_path), lowercase)
     return vocab_path
@@ -172,14 +178,20 @@ class _TokenizeLines(_Tokenize):
 
 def build_rows(cfg: PretrainingDataConfig, source: corpora.TextSource,
                vocab: tok.WordPieceTokenizer, process_index: int, process_count: int,
-               num_epochs: Optional[int]) -> grain.IterDataset:
-    """The grain dataset of this host's unmasked rows (dicts of [seq_len] int32 arrays)."""
-    documents = grain.MapDataset.source(source)[process_index::process_count]
+               num_epochs: Optional[int], layout_changes: int = 0) -> grain.IterDataset:
+    """The grain dataset of this host's unmasked rows (dicts of [seq_len] int32 arrays).
+
+    This host reads only its range of the documents (`host_shards.shard_range`); its order, and
+    the random Bs of sentence pairs, come from `host_shards.pass_seed(cfg.seed, layout_changes)`.
+    """
+    shard = host_shards.shard_range(len(source), process_index, process_count)
+    documents = grain.MapDataset.source(source)[shard.start:shard.stop]
     if len(documents) == 0:
         raise ValueError(f"corpus {cfg.corpus!r} has {len(source)} documents: none for process "
                          f"{process_index} of {process_count}")
+    seed = host_shards.pass_seed(cfg.seed, layout_changes)
     if not cfg.sentence_pairs:
-        tokens = documents.shuffle(seed=cfg.seed).repeat(num_epochs).map(
+        tokens = documents.shuffle(seed=seed).repeat(num_epochs).map(
             _Tokenize(vocab, cfg.text_key))
         spec = PackingSpec(cfg.seq_len, vocab.cls_id, vocab.sep_id, vocab.pad_id,
                            cfg.min_segment_tokens, vocab.is_continuation, len(documents))
@@ -188,9 +200,20 @@ def build_rows(cfg: PretrainingDataConfig, source: corpora.TextSource,
     spec = PairSpec(cfg.seq_len, vocab.cls_id, vocab.sep_id, vocab.pad_id, ends,
                     cfg.short_seq_prob, vocab.is_continuation)
     lines = documents.map(_TokenizeLines(vocab, cfg.text_key))
-    order = grain.MapDataset.range(len(documents)).shuffle(seed=cfg.seed).repeat(num_epochs)
-    row_lists = order.map_with_index(PairRows(lines, spec, cfg.seed, process_index))
+    order = grain.MapDataset.range(len(documents)).shuffle(seed=seed).repeat(num_epochs)
+    row_lists = order.map_with_index(PairRows(lines, spec, seed, process_index))
     return FlattenedIterDataset(row_lists.to_iter_dataset(_READ_OPTIONS), len(documents))
+
+
+@dataclasses.dataclass(frozen=True)
+class StreamIdentity:
+    """What a saved state must match. `fingerprint`: the config, split, batch rows, process layout
+    and worker count (an exact resume); `data`: the config and split alone (a new pass on another
+    layout); `process_count`: the layout's number of processes."""
+
+    fingerprint: str
+    data: str
+    process_count: int
 
 
 class PretrainingIterator:
@@ -206,15 +229,20 @@ class PretrainingIterator:
     finite pass the last batch is filled with all-padding rows (segment_ids 0, masked_weights 0),
     so every batch has the same shape, no row is dropped, and all hosts make the same number of
     batches.
+
+    rows_for(layout_changes) -> the row stream of the pass after that many changes of the process
+    layout (0: the run's first layout; `set_state_of_other_layout`).
     """
 
-    def __init__(self, rows: grain.IterDataset, cfg: PretrainingDataConfig, masking: MaskingSpec,
-                 batch_rows: int, stream_id: int, pad_id: int, fingerprint: str,
-                 stride: int = 1, offset: int = 0):
-        self._rows = iter(rows)
+    def __init__(self, rows_for: Callable[[int], grain.IterDataset], cfg: PretrainingDataConfig,
+                 masking: MaskingSpec, batch_rows: int, stream_id: int, pad_id: int,
+                 identity: StreamIdentity, stride: int = 1, offset: int = 0):
+        self._rows_for = rows_for
         self._cfg, self._masking, self._batch_rows = cfg, masking, batch_rows
-        self._stream_id, self._pad_id, self._fingerprint = stream_id, pad_id, fingerprint
+        self._stream_id, self._pad_id, self._identity = stream_id, pad_id, identity
         self._stride, self._offset = stride, offset
+        self._rows = iter(rows_for(0))
+        self._layout_changes, self._seed = 0, cfg.seed
         self._rows_read = 0
         self._finished = False
 
@@ -247,7 +275,7 @@ class PretrainingIterator:
         return batch
 
     def _mask(self, row: dict[str, np.ndarray], row_number: int) -> dict[str, np.ndarray]:
-        rng = np.random.default_rng([self._cfg.seed, _MASK_STREAM, self._stream_id, row_number])
+        rng = np.random.default_rng([self._seed, _MASK_STREAM, self._stream_id, row_number])
         input_ids, positions, ids, weights = mask_row(row["input_ids"], self._masking, rng)
         return {**row, "input_ids": input_ids, "masked_positions": positions, "masked_ids": ids,
                 "masked_weights": weights}
@@ -261,31 +289,72 @@ class PretrainingIterator:
             row["nsp_labels"] = np.int32(0)
         return row
 
+    def _start_pass(self, layout_changes: int) -> None:
+        """A fresh row stream (at its start) of the pass after `layout_changes` layout changes."""
+        self.close()
+        self._rows = iter(self._rows_for(layout_changes))
+        self._layout_changes = layout_changes
+        self._seed = host_shards.pass_seed(self._cfg.seed, layout_changes)
+        self._rows_read, self._finished = 0, False
+
     def get_state(self) -> dict[str, Any]:
-        """JSON-serialisable: {"version", "fingerprint", "rows_read", "finished", "grain"}."""
-        return {"version": STATE_VERSION, "fingerprint": self._fingerprint,
-                "rows_read": self._rows_read, "finished": self._finished,
-                "grain": _jsonable(self._rows.get_state())}
+        """JSON-serialisable: {"version", "fingerprint", "data_fingerprint", "process_count",
+        "layout_changes", "rows_read", "finished", "grain"}."""
+        return {"version": STATE_VERSION, "fingerprint": self._identity.fingerprint,
+                "data_fingerprint": self._identity.data,
+                "process_count": self._identity.process_count,
+                "layout_changes": self._layout_changes, "rows_read": self._rows_read,
+                "finished": self._finished, "grain": _jsonable(self._rows.get_state())}
 
     def set_state(self, state: dict[str, Any] | str | bytes) -> None:
         """Resumes from `get_state()` of an iterator made with the same config and layout."""
-        if isinstance(state, (str, bytes)):
-            state = json.loads(state)
-        if state.get("version") != STATE_VERSION:
-            raise ValueError(f"pipeline state version {state.get('version')!r}, expected "
-                             f"{STATE_VERSION}")
-        if state["fingerprint"] != self._fingerprint:
+        state = _checked_version(state)
+        if state["fingerprint"] != self._identity.fingerprint:
             raise ValueError("pipeline state was saved by a pipeline with another corpus, seed, "
                              "sequence length, mode, batch size, process layout or worker count; "
                              "it cannot resume this one")
+        layout_changes = int(state.get("layout_changes", 0))
+        if layout_changes != self._layout_changes:
+            self._start_pass(layout_changes)
         self._rows.set_state(state["grain"])
         self._rows_read = int(state["rows_read"])
         self._finished = bool(state["finished"])
+
+    def set_state_of_other_layout(self, state: dict[str, Any] | str | bytes) -> None:
+        """Continues a run saved by another number of processes, given `get_state()` of its
+        process 0: a new pass over the data in a new order (bert_jax.data.host_shards), since a
+        position in the old hosts' document ranges is none in the new ones. Says so in one warning.
+        ValueError if the state is of another corpus, split or config."""
+        state = _checked_version(state)
+        if state.get("data_fingerprint") != self._identity.data:
+            saved_by = state.get("process_count")
+            raise ValueError(
+                "pipeline state was saved by a pipeline with another corpus, split, seed, sequence "
+                "length or mode (or by a version that does not record them); it cannot start a "
+                "new pass of this one: resume with "
+                + (f"{saved_by} processes" if saved_by else "as many processes as saved it"))
+        self._start_pass(int(state.get("layout_changes", 0)) + 1)
+        logging.warning(
+            "data iterator: the checkpoint's data position was saved by %s process(es) and this "
+            "run has %d, so the model state resumes exactly and the data starts a new pass over "
+            "the corpus in a new order (pass %d); to continue the old pass exactly, resume with "
+            "%s processes", state.get("process_count"), self._identity.process_count,
+            self._layout_changes, state.get("process_count"))
 
     def close(self) -> None:
         close = getattr(self._rows, "close", None)
         if close is not None:
             close()
+
+
+def _checked_version(state: dict[str, Any] | str | bytes) -> dict[str, Any]:
+    """The state as a dict, if its version is one this module reads."""
+    if isinstance(state, (str, bytes)):
+        state = json.loads(state)
+    if state.get("version") not in _READABLE_VERSIONS:
+        raise ValueError(f"pipeline state version {state.get('version')!r}, expected one of "
+                         f"{_READABLE_VERSIONS}")
+    return state
 
 
 def _jsonable(value):
@@ -316,8 +385,8 @@ def make_iterator(cfg: PretrainingDataConfig, split: str = "train", global_batch
                   num_epochs: Optional[int] = None) -> PretrainingIterator:
     """This host's batches of global_batch_size // process_count rows of `split`.
 
-    num_epochs=None (training): an endless stream of this host's documents
-      (source[process_index::process_count]), in a new order each epoch.
+    num_epochs=None (training): an endless stream of this host's documents (its contiguous
+      range, `host_shards.shard_range`: no host reads the others'), in a new order each epoch.
     num_epochs=k (evaluation): k passes over the whole split, then StopIteration. Every host reads
       all documents and keeps every process_count-th row, so all hosts make the same number of
       batches (no host waits alone in a collective); the last batch is padded with zero-weight
@@ -336,18 +405,34 @@ def make_iterator(cfg: PretrainingDataConfig, split: str = "train", global_batch
         cfg.text_options() if cfg.corpus.startswith(corpora.TEXT_PREFIX) else {}))
     endless = num_epochs is None
     shard = (process_index, process_count) if endless else (0, 1)
-    rows = build_rows(cfg, source, vocab, *shard, num_epochs)
-    if cfg.num_workers > 0:
-        rows = rows.mp_prefetch(grain.MultiprocessingOptions(num_workers=cfg.num_workers))
+
+    def rows_for(layout_changes: int) -> grain.IterDataset:
+        rows = build_rows(cfg, source, vocab, *shard, num_epochs, layout_changes)
+        if cfg.num_workers > 0:
+            rows = rows.mp_prefetch(grain.MultiprocessingOptions(num_workers=cfg.num_workers))
+        return rows
+
     masking = MaskingSpec.from_tokenizer(vocab, cfg.mask_rate, cfg.max_predictions,
                                          cfg.whole_word_masking)
     batch_rows = global_batch_size // process_count
-    identity = [cfg.corpus, split, cfg.seq_len, cfg.seed, cfg.sentence_pairs,
-                cfg.min_segment_tokens, process_index, process_count, batch_rows, cfg.num_workers,
-                num_epochs]
-    fingerprint = hashlib.sha1(json.dumps(identity).encode()).hexdigest()[:16]
+    identity = _identity(cfg, split, process_index, process_count, batch_rows, num_epochs)
     if endless:
-        return PretrainingIterator(rows, cfg, masking, batch_rows, stream_id=process_index,
-                                   pad_id=vocab.pad_id, fingerprint=fingerprint)
-    return PretrainingIterator(rows, cfg, masking, batch_rows, stream_id=0, pad_id=vocab.pad_id,
-                               fingerprint=fingerprint, stride=process_count, offset=process_index)
+        return PretrainingIterator(rows_for, cfg, masking, batch_rows, stream_id=process_index,
+                                   pad_id=vocab.pad_id, identity=identity)
+    return PretrainingIterator(rows_for, cfg, masking, batch_rows, stream_id=0,
+                               pad_id=vocab.pad_id, identity=identity, stride=process_count,
+                               offset=process_index)
+
+
+def _identity(cfg: PretrainingDataConfig, split: str, process_index: int, process_count: int,
+              batch_rows: int, num_epochs: Optional[int]) -> StreamIdentity:
+    """The fingerprint hashes the values, in the order, that version-1 states hashed: they still
+    resume."""
+    data = [cfg.corpus, split, cfg.seq_len, cfg.seed, cfg.sentence_pairs, cfg.min_segment_tokens]
+    layout = [process_index, process_count, batch_rows, cfg.num_workers, num_epochs]
+    return StreamIdentity(fingerprint=_digest(data + layout), data=_digest(data + [num_epochs]),
+                          process_count=process_count)
+
+
+def _digest(values: list[Any]) -> str:
+    return hashlib.sha1(json.dumps(values).encode()).hexdigest()[:16]

@@ -12,7 +12,8 @@ learns a vocabulary of a given size from texts and saves both files. Every vocab
 the five special tokens [PAD] [UNK] [CLS] [SEP] [MASK]; a missing one is an error naming the file.
 `save_hf` writes a tokenizer in the layout of a Hugging Face model folder (vocab.txt,
 tokenizer.json, tokenizer_config.json, special_tokens_map.json), so that
-`transformers.AutoTokenizer.from_pretrained(folder)` tokenizes as it does.
+`transformers.AutoTokenizer.from_pretrained(folder)` tokenizes as it does. Every path may be local
+or on object storage (`gs://bucket/vocab.txt`): files are read and written through etils.epath.
 """
 
 from __future__ import annotations
@@ -23,9 +24,11 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 import tokenizers
+from etils import epath
 from tokenizers import decoders, models, normalizers, pre_tokenizers, processors, trainers
 
 from bert_jax import progress
+from bert_jax.train import workdir as workdir_lib
 
 PAD, UNK, CLS, SEP, MASK = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
 SPECIAL_TOKENS = (PAD, UNK, CLS, SEP, MASK)
@@ -111,7 +114,7 @@ def bert_post_processor(vocab: dict[str, int]) -> processors.TemplateProcessing:
 def read_vocab_txt(path: str) -> dict[str, int]:
     """token -> id from a BERT vocab.txt (id = line number)."""
     vocab: dict[str, int] = {}
-    with open(path, encoding="utf-8") as f:
+    with epath.Path(path).open("r") as f:  # a local file or gs://
         for index, line in enumerate(f):
             token = line.rstrip("\n").rstrip("\r")
             if token in vocab:
@@ -133,21 +136,21 @@ def load_tokenizer(path: str, lowercase: bool = True,
     them, take the place of the arguments, since they describe how that vocabulary was made
     (`_folder_casing`).
     """
-    path = os.path.expanduser(path)
-    if os.path.isdir(path):
-        if os.path.isfile(os.path.join(path, "tokenizer.json")):
+    path = os.path.expanduser(os.fspath(path))  # a local path or gs:// (etils.epath)
+    if epath.Path(path).is_dir():
+        if (epath.Path(path) / "tokenizer.json").is_file():
             return load_tokenizer(os.path.join(path, "tokenizer.json"))
-        if os.path.isfile(os.path.join(path, "vocab.txt")):
+        if (epath.Path(path) / "vocab.txt").is_file():
             casing = _folder_casing(path)
             return load_tokenizer(os.path.join(path, "vocab.txt"),
                                   casing.get("do_lower_case", lowercase),
                                   casing.get("strip_accents", strip_accents))
         raise FileNotFoundError(f"{path} holds neither tokenizer.json nor vocab.txt")
-    if not os.path.isfile(path):
+    if not epath.Path(path).is_file():
         raise FileNotFoundError(f"vocabulary file {path} does not exist")
     if path.endswith(".json"):
         try:
-            tokenizer = tokenizers.Tokenizer.from_file(path)
+            tokenizer = tokenizers.Tokenizer.from_str(epath.Path(path).read_text())
         except Exception as e:
             raise ValueError(f"{path} is not a readable tokenizers JSON file: {e}") from e
         if not isinstance(tokenizer.model, models.WordPiece):
@@ -165,12 +168,11 @@ def load_tokenizer(path: str, lowercase: bool = True,
 def _folder_casing(directory: str) -> dict[str, Any]:
     """do_lower_case and strip_accents of <directory>/tokenizer_config.json, those it holds
     ({} without the file); ValueError naming the file when it is not a JSON object."""
-    path = os.path.join(directory, "tokenizer_config.json")
-    if not os.path.isfile(path):
+    path = epath.Path(directory) / "tokenizer_config.json"
+    if not path.is_file():
         return {}
     try:
-        with open(path, encoding="utf-8") as f:
-            options = json.load(f)
+        options = json.loads(path.read_bytes().decode("utf-8"))
     except ValueError as e:  # JSONDecodeError, UnicodeDecodeError
         raise ValueError(f"{path}: not valid JSON ({e})") from None
     if not isinstance(options, dict):
@@ -224,14 +226,12 @@ def train_wordpiece(texts: Iterable[str], vocab_size: int, out_dir: str, lowerca
     vocab = trained.get_vocab()
     tokenizer = bert_wordpiece(vocab, lowercase, strip_accents)  # the pieces are plain tokens
     tokenizer.add_special_tokens(list(SPECIAL_TOKENS))
-    os.makedirs(out_dir, exist_ok=True)
+    epath.Path(out_dir).mkdir(parents=True, exist_ok=True)  # a local folder or gs://
     vocab_path = os.path.join(out_dir, "vocab.txt")
-    tmp_path = f"{vocab_path}.{os.getpid()}.tmp"
-    with open(tmp_path, "w", encoding="utf-8") as f:
-        for token, _ in sorted(vocab.items(), key=lambda item: item[1]):
-            f.write(token + "\n")
-    tokenizer.save(os.path.join(out_dir, "tokenizer.json"))
-    os.replace(tmp_path, vocab_path)  # vocab.txt last: its presence means the folder is complete
+    (epath.Path(out_dir) / "tokenizer.json").write_text(tokenizer.to_str(pretty=True))
+    # vocab.txt last, written whole: its presence means the folder is complete.
+    workdir_lib.write_text_atomically(vocab_path, "".join(
+        token + "\n" for token, _ in sorted(vocab.items(), key=lambda item: item[1])))
     return vocab_path
 
 
@@ -319,13 +319,11 @@ def save_hf(tokenizer: WordPieceTokenizer, directory: str, model_max_length: int
     config = {"tokenizer_class": "BertTokenizer", **settings, "do_basic_tokenize": True,
               "never_split": None, "model_max_length": int(model_max_length),
               "clean_up_tokenization_spaces": True, **SPECIAL_TOKENS_MAP}
-    os.makedirs(directory, exist_ok=True)
+    epath.Path(directory).mkdir(parents=True, exist_ok=True)  # a local folder or gs://
     paths = [os.path.join(directory, name) for name in HF_TOKENIZER_FILES]
-    with open(paths[0], "w", encoding="utf-8", newline="\n") as f:
-        f.writelines(token + "\n" for token in tokens)
-    backend.save(paths[1])
-    for path, content in zip(paths[2:], (config, SPECIAL_TOKENS_MAP)):
-        with open(path, "w", encoding="utf-8") as f:
-            json.dump(content, f, indent=2, ensure_ascii=False)
-            f.write("\n")
+    texts = ["".join(token + "\n" for token in tokens), backend.to_str(pretty=True),
+             *(json.dumps(content, indent=2, ensure_ascii=False) + "\n"
+               for content in (config, SPECIAL_TOKENS_MAP))]
+    for path, text in zip(paths, texts):
+        epath.Path(path).write_bytes(text.encode("utf-8"))  # "\n" line ends on any system
     return paths

@@ -1,7 +1,8 @@
 """The BERT encoder: embeddings, a stack of post-LN Transformer layers, and the pooler.
 
 (Options: pre-LN layers end with a final LayerNorm; rotary positions rotate queries and keys by
-angles computed once here from the position ids. See BertConfig.)
+angles computed once here from the position ids; scan_layers runs the layers as one nn.scan. See
+BertConfig.)
 
 Packed rows: several sequences may share one row, told apart by `segment_ids` (1, 2, ... for the
 sequences, 0 for padding). A token then attends only to tokens of its own segment, and positions
@@ -20,6 +21,7 @@ import jax.numpy as jnp
 
 from bert_jax.config import BertConfig
 from bert_jax.model.layers import Embeddings, EncoderLayer, dense, layer_norm, rotary_angles
+from bert_jax.model.scan import LAYERS, layer_name
 
 Array = jax.Array
 
@@ -64,10 +66,48 @@ def positions_from_segments(segment_ids: Array) -> Array:
     return index - segment_start
 
 
+class ScanStep(EncoderLayer):
+    """EncoderLayer in the signature nn.scan wants: (carry, *broadcast) -> (carry, no output)."""
+
+    @nn.compact
+    def __call__(self, x: Array, mask: Array, deterministic: bool,
+                 rotary: Optional[tuple[Array, Array]] = None) -> tuple[Array, None]:
+        return super().__call__(x, mask, deterministic, rotary), None
+
+
+def rematerialised(layer_cls: type[nn.Module], cfg: BertConfig,
+                   prevent_cse: bool = True) -> type[nn.Module]:
+    """layer_cls under nn.remat with cfg.remat_policy (as it is with "none").
+
+    prevent_cse=False is safe (and cheaper) inside a scan, whose loop already keeps XLA from
+    merging the recomputation with the forward pass.
+    """
+    if cfg.remat_policy == "none":
+        return layer_cls
+    # static_argnums count the module as 0: (x, mask, deterministic) are 1, 2, 3.
+    return nn.remat(layer_cls, policy=REMAT_POLICIES[cfg.remat_policy], static_argnums=(3,),
+                    prevent_cse=prevent_cse)
+
+
+def scanned_layers(cfg: BertConfig) -> type[nn.Module]:
+    """The num_hidden_layers layers as one nn.scan of a (rematerialised) layer.
+
+    Parameters are stacked on a leading axis, the logical axis `layers` (replicated by the rules
+    in bert_jax.sharding); each layer draws its own init and dropout keys. The mask, the
+    deterministic flag and the rotary angles are the same for every layer (broadcast).
+    """
+    return nn.scan(rematerialised(ScanStep, cfg, prevent_cse=False), variable_axes={"params": 0},
+                   split_rngs={"params": True, "dropout": True},
+                   in_axes=(nn.broadcast, nn.broadcast, nn.broadcast),
+                   length=cfg.num_hidden_layers, metadata_params={nn.PARTITION_NAME: LAYERS})
+
+
 class Encoder(nn.Module):
     """num_hidden_layers EncoderLayers, each optionally rematerialised: [batch, seq, hidden] -> same.
 
-    Pre-LN (cfg.layer_norm_position="pre"): then `final_layer_norm`. rotary: see SelfAttention.
+    Unrolled (`layer_0`, ...) or, with cfg.scan_layers, one scanned stack (`layers`; see
+    bert_jax.model.scan). Pre-LN (cfg.layer_norm_position="pre"): then `final_layer_norm`.
+    rotary: see SelfAttention.
     """
 
     cfg: BertConfig
@@ -75,12 +115,12 @@ class Encoder(nn.Module):
     @nn.compact
     def __call__(self, x: Array, mask: Array, deterministic: bool,
                  rotary: Optional[tuple[Array, Array]] = None) -> Array:
-        layer_cls = EncoderLayer
-        if self.cfg.remat_policy != "none":
-            layer_cls = nn.remat(EncoderLayer, policy=REMAT_POLICIES[self.cfg.remat_policy],
-                                 static_argnums=(3,))
-        for i in range(self.cfg.num_hidden_layers):
-            x = layer_cls(self.cfg, name=f"layer_{i}")(x, mask, deterministic, rotary)
+        if self.cfg.scan_layers:
+            x, _ = scanned_layers(self.cfg)(self.cfg, name=LAYERS)(x, mask, deterministic, rotary)
+        else:
+            layer_cls = rematerialised(EncoderLayer, self.cfg)
+            for i in range(self.cfg.num_hidden_layers):
+                x = layer_cls(self.cfg, name=layer_name(i))(x, mask, deterministic, rotary)
         if self.cfg.layer_norm_position == "pre":
             x = layer_norm(self.cfg, "final_layer_norm")(x)
         return x

@@ -18,6 +18,7 @@ from bert_jax.config import BertConfig
 from bert_jax.model.encoder import BertModel
 from bert_jax.model.activations import ACTIVATION_FNS
 from bert_jax.model.layers import dense, layer_norm, zeros_init
+from bert_jax.sharding import constrain
 
 Array = jax.Array
 
@@ -41,7 +42,7 @@ class MaskedLMHead(nn.Module):
         cfg = self.cfg
         h = dense(cfg, cfg.hidden_size, ("embed", None), "transform")(hidden)
         h = layer_norm(cfg, "transform_layer_norm")(ACTIVATION_FNS[cfg.hidden_act](h))
-        logits = bert.attend(h)
+        logits = constrain(bert.attend(h), ("batch", None, "vocab"))  # split like the table
         if not cfg.use_bias:
             return logits
         bias = self.param("output_bias", zeros_init(("vocab",)), (cfg.vocab_size,), cfg.param_dtype)

@@ -5,6 +5,9 @@ defaults compute BERT as published.
 
 Every parameter carries logical axis names (`vocab`, `embed`, `heads`, `kv`, `mlp`); the rules in
 `bert_jax.sharding` map them onto a device mesh, so the model itself knows nothing of devices.
+The activations whose layout matters are named too (`constrain`: the residual stream, queries,
+keys, values and context per head, the FFN's inner activation, and the word-embedding table where
+rows are looked up); outside a sharded step (a plain `model.apply`) that is a no-op.
 """
 
 from __future__ import annotations
@@ -18,8 +21,14 @@ import jax.numpy as jnp
 from bert_jax.config import BertConfig
 from bert_jax.model.activations import ACTIVATION_FNS
 from bert_jax.model.precision import Dense, matmul_transposed
+from bert_jax.sharding import constrain
 
 Array = jax.Array
+
+# Logical axes of the activations (bert_jax.sharding.constrain).
+HIDDEN_AXES = ("batch", "length", "embed")  # [batch, seq, hidden]: the residual stream
+HEAD_AXES = ("batch", "length", "heads", "kv")  # [batch, seq, heads, head_dim]
+MLP_AXES = ("batch", "length", "mlp")  # [batch, seq, intermediate]
 
 
 def weight_init(cfg: BertConfig, axes: tuple[str | None, ...]):
@@ -92,12 +101,15 @@ class Embeddings(nn.Module):
         # Rows are gathered from the tables in their own dtype (fp32) and summed there; LayerNorm
         # then rounds to the compute dtype. (nn.Embed would round the whole [vocab, hidden] table
         # to bf16 first, so its gradient would be scatter-added in bf16 into a separate buffer
-        # instead of in fp32 straight into the tied decoder's gradient.)
-        x = lookup(self.word_embeddings.embedding, input_ids, "input_ids")
+        # instead of in fp32 straight into the tied decoder's gradient.) The table is gathered
+        # whole along `embed` (FSDP) but stays split along `vocab`: each device looks up its own
+        # rows, where XLA would otherwise gather the whole vocabulary on every device.
+        table = constrain(self.word_embeddings.embedding, ("vocab", None))
+        x = lookup(table, input_ids, "input_ids")
         if self.cfg.position_embedding_type == "absolute":
             x = x + lookup(self.position_embeddings.embedding, position_ids, "position_ids")
         x = x + lookup(self.token_type_embeddings.embedding, token_type_ids, "token_type_ids")
-        return self.dropout(self.layer_norm(x), deterministic=deterministic)
+        return constrain(self.dropout(self.layer_norm(x), deterministic=deterministic), HIDDEN_AXES)
 
     def attend(self, hidden: Array) -> Array:
         """Scores against every word embedding (the tied MLM decoder): [..., hidden] -> [..., vocab]."""
@@ -152,6 +164,7 @@ class SelfAttention(nn.Module):
         value = projection("value")(x)
         if rotary is not None:
             query, key = apply_rotary(query, rotary), apply_rotary(key, rotary)
+        query, key, value = (constrain(t, HEAD_AXES) for t in (query, key, value))
 
         dropout_rate = cfg.attention_probs_dropout_prob
         with_dropout = not deterministic and dropout_rate > 0.0
@@ -175,7 +188,7 @@ class SelfAttention(nn.Module):
                                  preferred_element_type=jnp.float32).astype(query.dtype)
 
         return dense(cfg, cfg.hidden_size, ("heads", "kv", "embed"), "output", num_contract=2)(
-            context)  # [batch, seq, hidden]
+            constrain(context, HEAD_AXES))  # [batch, seq, hidden]
 
 
 # The activation of each gated FFN kind: act(x W_gate) * (x W_up).
@@ -200,7 +213,7 @@ class FeedForward(nn.Module):
         else:
             gate = dense(cfg, cfg.intermediate_size, ("embed", "mlp"), "gate")(x)
             h = ACTIVATION_FNS[GATE_ACTIVATIONS[cfg.ffn_kind]](gate) * up
-        return dense(cfg, cfg.hidden_size, ("mlp", "embed"), "output")(h)
+        return dense(cfg, cfg.hidden_size, ("mlp", "embed"), "output")(constrain(h, MLP_AXES))
 
 
 class EncoderLayer(nn.Module):
@@ -225,6 +238,6 @@ class EncoderLayer(nn.Module):
         output_norm = layer_norm(cfg, "output_layer_norm")
         if cfg.layer_norm_position == "pre":
             x = x + dropout(attention(attention_norm(x), mask, deterministic, rotary))
-            return x + dropout(feed_forward(output_norm(x)))
+            return constrain(x + dropout(feed_forward(output_norm(x))), HIDDEN_AXES)
         x = attention_norm(x + dropout(attention(x, mask, deterministic, rotary)))
-        return output_norm(x + dropout(feed_forward(x)))
+        return constrain(output_norm(x + dropout(feed_forward(x))), HIDDEN_AXES)

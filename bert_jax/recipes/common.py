@@ -22,6 +22,7 @@ from absl import logging
 
 from bert_jax import sharding
 from bert_jax.config import SHAPE_FIELDS, BertConfig
+from bert_jax.model import scan
 from bert_jax.train import checkpointing, loop, optimizer
 from bert_jax.train import workdir as workdir_lib
 
@@ -80,7 +81,8 @@ def initial_weights(config: Config, workdir: Optional[str] = None
 
     init.hf_dir: a Hugging Face BERT folder; init.checkpoint: our checkpoints folder (or one
     step of it). The tree is {"bert": encoder, head: ...}; the heads are kept only with
-    init.with_heads (where their paths and shapes fit the new model they are laid over).
+    init.with_heads (where their paths and shapes fit the new model they are laid over). The
+    encoder layers come in the layout of config.model.scan_layers (None: the weights' own).
     A run that resumes from `workdir` needs no initial weights: then (the BertConfig of its own
     newest checkpoint, None), without reading the weights (their shape is the run's).
     """
@@ -105,6 +107,9 @@ def initial_weights(config: Config, workdir: Optional[str] = None
     params = params if "bert" in params else {"bert": params}
     if not init.with_heads:
         params = {"bert": params["bert"]}
+    if config.model.get("scan_layers") is not None:  # the run's layer layout, whatever the weights'
+        cfg = cfg.replace(scan_layers=config.model.scan_layers)
+        params = scan.to_layout(params, cfg)
     logging.info("initial weights from %s: %s", init.hf_dir or init.checkpoint, cfg)
     return cfg, params
 
@@ -178,6 +183,10 @@ def check_run(config: Config, mesh, total_steps: int, cfg: BertConfig) -> None:
     optimizer_config(config, total_steps)
     loop_config(config, total_steps)
     check_lengths(config, cfg)
+    if config.optimizer.name == "lamb" and cfg.scan_layers:
+        raise ValueError("optimizer.name=lamb with model.scan_layers=True: LAMB's trust ratio is "
+                         "taken per parameter array, and scanned layers stack every layer into "
+                         "one array; train LAMB with scan_layers=False")
 
 
 def train(config: Config, workdir: str, task: loop.Task, train_iterator, mesh,

@@ -8,7 +8,9 @@
 
 Config keys beyond the shared ones (bert_jax.recipes.common): `data.corpus` ("demo",
 "text:GLOB", a TFDS name, or "synthetic": random tokens, no files), `data.data_dir` (default
-<workdir>/data), `data.max_predictions`, `data.mask_rate`, `data.whole_word_masking`,
+<workdir>/data), `data.max_predictions`, `data.mask_rate`, `data.eval_mask_rate` (the held-out rows' rate,
+default 0.15 whatever the training rate, so runs that train at other rates stay comparable),
+`data.whole_word_masking`,
 `data.sentence_pairs` (NSP pairs and the NSP head, as in the paper), `data.num_workers`,
 `tokenizer.vocab_size` (of the vocabulary trained for the demo when tokenizer.path is empty),
 `total_steps`, `eval_batches` (0: the whole held-out split).
@@ -16,17 +18,21 @@ Config keys beyond the shared ones (bert_jax.recipes.common): `data.corpus` ("de
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from typing import Any, Callable, Iterator
 
 import jax
 import jax.numpy as jnp
 import optax
+from etils import epath
 
 from bert_jax.config import BertConfig
 from bert_jax.model import BertForPreTraining
 from bert_jax.recipes import common
-from bert_jax.train import evaluation, flops, loop, steps
+from bert_jax.train import checkpointing, evaluation, flops, loop, steps
+from bert_jax.train import optimizer as optimizer_lib
+from bert_jax.train import state as state_lib
 from bert_jax.train import workdir as workdir_lib
 
 SYNTHETIC = "synthetic"
@@ -76,8 +82,9 @@ def make_loss(model: BertForPreTraining) -> steps.LossFn:
 def data_config(config: common.Config, workdir: str):
     """The PretrainingDataConfig of a run (bert_jax.data.pretraining)."""
     from bert_jax.data import pretraining
+    data_dir = config.data.data_dir or os.fspath(epath.Path(workdir) / "data")  # local or gs://
     return pretraining.PretrainingDataConfig(
-        corpus=config.data.corpus, data_dir=config.data.data_dir or os.path.join(workdir, "data"),
+        corpus=config.data.corpus, data_dir=data_dir,
         vocab_path=config.tokenizer.path, lowercase=config.tokenizer.lowercase,
         demo_vocab_size=config.tokenizer.vocab_size, seq_len=config.max_seq_len,
         max_predictions=config.data.max_predictions, mask_rate=config.data.mask_rate,
@@ -114,8 +121,9 @@ def make_data(config: common.Config, workdir: str, vocab_size: int
     train = pretraining.make_iterator(data, split="train", global_batch_size=config.batch_size,
                                       process_index=process_index, process_count=process_count,
                                       num_epochs=None)
+    eval_data = dataclasses.replace(data, mask_rate=config.data.get("eval_mask_rate", 0.15))
     return train, lambda: pretraining.make_iterator(
-        data, split="validation", global_batch_size=config.eval_batch_size,
+        eval_data, split="validation", global_batch_size=config.eval_batch_size,
         process_index=process_index, process_count=process_count, num_epochs=1)
 
 
@@ -149,6 +157,54 @@ def make_task(config: common.Config, cfg: BertConfig, initial_params: Any = None
             cfg, config.batch_size, config.max_seq_len, config.data.max_predictions, with_nsp),
         tokens_per_step=config.batch_size * config.max_seq_len,
         checkpoint_metadata={"recipe": "pretrain", "with_nsp": with_nsp})
+
+
+# ----- the pieces, for callers that drive the steps themselves ----------------------------------
+
+@dataclasses.dataclass
+class Pieces:
+    """What train_and_evaluate hands loop.train, for a caller that runs the steps itself
+    (experiments/compare_pretraining.py races them against other implementations)."""
+
+    task: loop.Task
+    optimizer: optax.GradientTransformation
+    learning_rate_fn: optax.Schedule
+    loop_config: loop.LoopConfig
+    train_iterator: Iterator
+    make_eval_iterator: Callable[[], Iterator]
+    mesh: Any
+
+    def start(self, workdir: str) -> tuple[steps.TrainState, steps.TrainStep]:
+        """(TrainState, jitted train step) as loop.train builds them: fresh and sharded, or the
+        newest checkpoint under <workdir>/checkpoints; the step donates the state."""
+        manager = checkpointing.make_manager(checkpointing.checkpoint_dir(workdir), keep=1,
+                                             async_saves=False)
+        try:
+            state, _, shardings = state_lib.create_or_restore(
+                self.task.init_fn, self.task.initial_params, self.optimizer, self.mesh,
+                self.loop_config.seed, manager, self.task.model_config, self.train_iterator)
+        finally:
+            manager.close()
+        train_step = loop._compile_train_step(  # pylint: disable=protected-access
+            self.task, self.optimizer, self.loop_config, self.mesh, shardings,
+            self.learning_rate_fn)
+        return state, train_step
+
+
+def pieces(config: common.Config, workdir: str) -> Pieces:
+    """The pieces of a run, checked and assembled as train_and_evaluate assembles them, without
+    taking the workdir's lock, recording the config or training."""
+    mesh = common.make_mesh(config)
+    init_cfg, initial_params = common.initial_weights(config)
+    vocab_size = vocab_size_of(config, workdir)
+    cfg = common.model_config(config, vocab_size, init_cfg)
+    common.check_run(config, mesh, config.total_steps, cfg)
+    train_iterator, make_eval_iterator = make_data(config, workdir, vocab_size)
+    opt_config = common.optimizer_config(config, config.total_steps)
+    return Pieces(make_task(config, cfg, initial_params), optimizer_lib.make_optimizer(opt_config),
+                  optimizer_lib.learning_rate_schedule(opt_config),
+                  common.loop_config(config, config.total_steps), train_iterator,
+                  make_eval_iterator, mesh)
 
 
 # ----- entry points ----------------------------------------------------------------------------

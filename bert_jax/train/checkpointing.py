@@ -10,6 +10,8 @@ One checkpoint step (a folder `<directory>/<step>/`) holds three items:
 Saves are asynchronous (training continues while the arrays are written) and only the newest
 `keep` steps stay on disk. Restoring takes the target shardings of the *current* mesh, so a
 checkpoint written on (2, 2, 2) devices restores onto one device, or any other mesh.
+The directory is a local folder or an object-storage URI (`gs://bucket/run/checkpoints`, see
+`workdir.path`): tensorstore writes the arrays, etils.epath every other file.
 
 Public API: `load_params(checkpoint_dir, step=None, shardings=None) -> (BertConfig, params)`
 reads the parameters of the newest (or a named) step, for fine-tuning or evaluation, straight onto
@@ -40,6 +42,8 @@ from grain import checkpoint as grain_checkpoint
 
 from bert_jax import pytree
 from bert_jax.config import SHAPE_FIELDS, BertConfig
+from bert_jax.model import scan
+from bert_jax.train import workdir as workdir_lib
 from bert_jax.train.checkpoint_errors import (CheckpointMismatchError,  # noqa: F401 (public)
                                               CheckpointUnreadableError, CheckpointWriteError,
                                               Reading, describe, unreadable)
@@ -56,7 +60,7 @@ def checkpoint_dir(workdir: str | os.PathLike) -> str:
 
 def unreadable_dir(directory: str | os.PathLike) -> epath.Path:
     """Where set_aside moves unreadable steps: `<workdir>/checkpoints_unreadable`."""
-    directory = epath.Path(os.path.abspath(os.fspath(directory)))
+    directory = workdir_lib.path(directory)
     return directory.parent / (directory.name + UNREADABLE_SUFFIX)
 
 
@@ -84,7 +88,7 @@ def make_manager(directory: str | os.PathLike, keep: int = 3,
     """A CheckpointManager over `directory` that keeps the newest `keep` steps."""
     options = ocp.CheckpointManagerOptions(
         max_to_keep=keep, create=True, enable_async_checkpointing=async_saves)
-    return _Manager(os.path.abspath(os.fspath(directory)), options=options,
+    return _Manager(workdir_lib.path(directory), options=options,
                     item_handlers=_item_handlers(ocp.StandardCheckpointHandler()))
 
 
@@ -185,9 +189,11 @@ def _state_metadata(manager: ocp.CheckpointManager, step: int) -> Any:
 
 def _data_iterator_file(manager: ocp.CheckpointManager, step: int) -> Optional[epath.Path]:
     """This process's iterator-state file of `step`, or None if the step was saved without one.
+    For a step saved by one other number of processes: process 0's file of that layout (see
+    `_other_layout_state`).
 
     Raises CheckpointUnreadableError if the step was saved with one that is gone, and
-    CheckpointMismatchError if it was saved by another number of processes.
+    CheckpointMismatchError if it was saved by several other numbers of processes.
     """
     where = _where(manager, step)
     folder = manager.directory / str(step) / DATA
@@ -203,12 +209,31 @@ def _data_iterator_file(manager: ocp.CheckpointManager, step: int) -> Optional[e
         counts = sorted({p.name.rsplit("-of-", 1)[-1][:-len(".json")] for p in folder.iterdir()
                          if p.name.startswith("process_") and "-of-" in p.name
                          and p.name.endswith(".json")})
-        if counts and str(count) not in counts:
+        if len(counts) > 1 and str(count) not in counts:
             raise CheckpointMismatchError(
                 f"checkpoint {where} holds the data-iterator state of {' or '.join(counts)} "
                 f"process(es), and this run has {count}: resume with as many processes")
-        raise unreadable(where, f"{DATA} is missing this process's state (no file {path})")
+        if counts and str(count) not in counts:
+            path = folder / f"process_0-of-{counts[0]}.json"
+        if not path.exists():
+            raise unreadable(where, f"{DATA} is missing this process's state (no file {path})")
     return path
+
+
+def _other_layout_state(data_iterator: Any, path: epath.Path, where: str) -> Optional[Any]:
+    """None if `path` is this process's own state file. Otherwise (a step saved by another number
+    of processes) the state in it, which only an iterator with `set_state_of_other_layout` can
+    start from (bert_jax.data.pretraining: a new pass over the data); any other iterator is a
+    CheckpointMismatchError."""
+    saved_count = int(path.name.rsplit("-of-", 1)[-1][:-len(".json")])
+    if saved_count == jax.process_count():
+        return None
+    if not hasattr(data_iterator, "set_state_of_other_layout"):
+        raise CheckpointMismatchError(
+            f"checkpoint {where} holds the data-iterator state of {saved_count} process(es), and "
+            f"this run has {jax.process_count()}: resume with as many processes")
+    with Reading(where, DATA):
+        return json.loads(path.read_text())
 
 
 def check_readable(manager: ocp.CheckpointManager, step: int, *,
@@ -243,6 +268,7 @@ def check_compatible(manager: ocp.CheckpointManager, step: int, abstract_state: 
     where = _where(manager, step)
     saved_config = read_metadata(manager, step).get("model_config", {})
     ours = dataclasses.asdict(model_config)
+    _check_same_layout(where, saved_config.get("scan_layers", False), model_config.scan_layers)
     # A checkpoint written before a model option existed holds the option's default.
     defaults = {f.name: f.default for f in dataclasses.fields(BertConfig)}
     saved_config = {name: saved_config.get(name, defaults[name]) for name in SHAPE_FIELDS}
@@ -268,6 +294,15 @@ def check_compatible(manager: ocp.CheckpointManager, step: int, abstract_state: 
             + "; ".join(problems) + "). Different model head or optimizer?")
 
 
+def _check_same_layout(where: str, saved: bool, ours: bool) -> None:
+    """A run resumes in the layer layout it was trained in: its optimizer state is laid out so."""
+    if saved != ours:
+        raise CheckpointMismatchError(
+            f"the checkpoint {where} was trained with model.scan_layers={saved}, and this config "
+            f"has {ours}: resume it with scan_layers={saved}, or start a new run from its weights "
+            "(config.init.checkpoint), which converts them to either layout.")
+
+
 def restore(manager: ocp.CheckpointManager, step: int, abstract_state: Any, *,
             model_config: BertConfig, data_iterator: Any = None) -> Any:
     """The TrainState at `step`, placed with the shardings of `abstract_state` (any mesh).
@@ -287,14 +322,17 @@ def restore(manager: ocp.CheckpointManager, step: int, abstract_state: Any, *,
     step_dir = manager.directory / str(step)
     check_readable(manager, step, data_iterator=data_iterator is not None)
     check_compatible(manager, step, abstract_state, model_config)
-    receiver = _IteratorStateReceiver()
+    receiver, other_layout = _IteratorStateReceiver(), None
     if data_iterator is not None:
-        if _data_iterator_file(manager, step) is None:
+        path = _data_iterator_file(manager, step)
+        if path is None:
             raise CheckpointMismatchError(
                 f"checkpoint {where} has no data-iterator state to resume from")
-        with Reading(where, DATA):
-            grain_checkpoint.CheckpointHandler().restore(
-                step_dir / DATA, args=grain_checkpoint.CheckpointRestore(receiver))
+        other_layout = _other_layout_state(data_iterator, path, where)
+        if other_layout is None:
+            with Reading(where, DATA):
+                grain_checkpoint.CheckpointHandler().restore(
+                    step_dir / DATA, args=grain_checkpoint.CheckpointRestore(receiver))
     handler = ocp.StandardCheckpointHandler()
     try:
         with Reading(where, STATE):
@@ -302,7 +340,9 @@ def restore(manager: ocp.CheckpointManager, step: int, abstract_state: Any, *,
                                     args=ocp.args.StandardRestore(abstract_state))
     finally:
         handler.close()
-    if data_iterator is not None:
+    if other_layout is not None:
+        data_iterator.set_state_of_other_layout(other_layout)
+    elif data_iterator is not None:
         data_iterator.set_state(receiver.state)
     return state
 
@@ -311,7 +351,7 @@ def set_aside(directory: str | os.PathLike, step: int) -> epath.Path:
     """Move the step folder `<directory>/<step>` to `<directory>_unreadable/<step>` (with a
     suffix `.1`, `.2`, ... if that exists) and return where it went. Nothing is deleted; call it
     from one process only, and `manager.reload()` afterwards."""
-    source = epath.Path(os.path.abspath(os.fspath(directory))) / str(step)
+    source = workdir_lib.path(directory) / str(step)
     aside = unreadable_dir(directory)
     aside.mkdir(parents=True, exist_ok=True)
     target, n = aside / str(step), 0
@@ -325,7 +365,7 @@ def set_aside(directory: str | os.PathLike, step: int) -> epath.Path:
 # ----- parameters only (the public API) --------------------------------------------------------
 
 def _resolve_step_dir(checkpoint_dir: str | os.PathLike, step: Optional[int]) -> tuple[epath.Path, int]:
-    root = epath.Path(os.path.abspath(os.fspath(checkpoint_dir)))
+    root = workdir_lib.path(checkpoint_dir)
     if not root.exists():
         raise FileNotFoundError(f"no checkpoint directory at {root}")
     steps = sorted(int(p.name) for p in root.iterdir() if p.name.isdigit() and p.is_dir())
@@ -378,7 +418,8 @@ def load_model_config(checkpoint_dir: str | os.PathLike, step: Optional[int] = N
 
 
 def load_params(checkpoint_dir: str | os.PathLike, step: Optional[int] = None,
-                shardings: Any = None) -> tuple[BertConfig, Any]:
+                shardings: Any = None, scan_layers: Optional[bool] = None
+                ) -> tuple[BertConfig, Any]:
     """(BertConfig, params) of the newest (or the given) step in `checkpoint_dir`.
 
     checkpoint_dir: `<workdir>/checkpoints` (or one step folder in it), written on any mesh.
@@ -387,6 +428,9 @@ def load_params(checkpoint_dir: str | os.PathLike, step: Optional[int] = None,
     run's model on its mesh), in which case each leaf is read straight into its shards.
     A step that cannot be read is a CheckpointUnreadableError naming it (no fallback: the caller
     asked for this step, or for the newest).
+    scan_layers: the layout of the encoder layers returned (BertConfig.scan_layers, which the
+    returned config then holds): None keeps the checkpoint's, or takes that of a tree of
+    `shardings`; the other layout is converted (bert_jax.model.scan).
     """
     root, step = _resolve_step_dir(checkpoint_dir, step)
     manager = _read_only_manager(root)
@@ -397,15 +441,22 @@ def load_params(checkpoint_dir: str | os.PathLike, step: Optional[int] = None,
         if "params" not in saved:
             raise ValueError(f"{root}/{step}/{STATE} holds no params")
         saved_params = dict(saved["params"])
+        layers, saved_scanned = model_config.num_hidden_layers, bool(scan.is_scanned(saved_params))
+        scan_layers = scan.wanted_layout(scan_layers, shardings, saved_scanned)
         target = jax.tree.map(
             lambda m, s: jax.ShapeDtypeStruct(tuple(m.shape), np.dtype(m.dtype), sharding=s),
-            saved_params, _sharding_tree(shardings, saved_params, where))
+            saved_params, _sharding_tree(scan.shardings_in_layout(shardings, saved_scanned, layers),
+                                         saved_params, where))
         with Reading(where, STATE):
             restored = manager.restore(step, args=ocp.args.Composite(**{
                 STATE: ocp.args.PyTreeRestore(
                     item={"params": target}, restore_args=ocp.checkpoint_utils
                     .construct_restore_args({"params": target}), partial_restore=True)}))
-        return model_config, restored[STATE]["params"]
+        params = restored[STATE]["params"]
+        if scan_layers != saved_scanned:
+            params = scan.relayout(params, scan_layers, layers)
+            params = jax.device_put(params, _sharding_tree(shardings, params, where))
+        return model_config.replace(scan_layers=scan_layers), params
     finally:
         manager.close()
 

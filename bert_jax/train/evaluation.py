@@ -10,9 +10,9 @@ Both are `evaluate(params) -> dict[str, float]`, what `loop.train(evaluate=...)`
 `eval_every_steps` and at the end, and what a recipe's `evaluate(config, workdir)` calls on a
 restored checkpoint, so a run's logged figures and a later re-evaluation come from the same code.
 A last, partial batch is padded with zero rows weighted 0 (`bert_jax.data.batches.pad_rows`):
-every batch has one shape (one compilation) and padding counts in no sum. Each pass shows a
-progress bar of its batches (`bert_jax.progress`: process 0, on a terminal or with
-BERT_JAX_PROGRESS=1), which changes no result.
+every batch has one shape (one compilation; with length buckets, one per bucket) and padding
+counts in no sum. Each pass shows a progress bar of its batches (`bert_jax.progress`: process
+0, on a terminal or with BERT_JAX_PROGRESS=1), which changes no result.
 """
 
 from __future__ import annotations
@@ -62,18 +62,20 @@ class LossEvaluator:
 
 def predict_rows(predict_fn: Callable[[Any, Mapping[str, jax.Array]], Mapping[str, jax.Array]],
                  params, features: Mapping[str, np.ndarray], global_batch_size: int,
-                 mesh: Mesh) -> Outputs:
+                 mesh: Mesh, buckets: Optional[batches_lib.Buckets] = None) -> Outputs:
     """Model outputs for every row of `features`, in order, as host numpy arrays.
 
     features: arrays with one row per model input row ([N, ...]), exactly the model's inputs.
     Batches have one fixed size (the last padded); predict_fn should be jitted with replicated
-    out_shardings so that every process gets every row.
+    out_shardings so that every process gets every row. buckets: each batch cut to the bucket
+    of its longest row; predict_fn must then give outputs of one shape per row whatever the
+    batch's length (finetune.recipe.make_predict_fn with seq_len does).
     """
     num_rows = len(next(iter(features.values())))
     collected: dict[str, list[np.ndarray]] = {}
     batches = progress.bar(
         batches_lib.eval_batches(features, global_batch_size, jax.process_index(),
-                                 jax.process_count()),
+                                 jax.process_count(), buckets),
         total=-(-num_rows // global_batch_size), desc="evaluation", unit="batch")
     for start, batch in zip(range(0, num_rows, global_batch_size), batches):
         outputs = jax.device_get(predict_fn(params, sharding.device_put_batch(batch, mesh)))
@@ -87,19 +89,21 @@ class PredictEvaluator:
     """evaluate(params) -> the task's metrics of a whole eval set; keeps the last records.
 
     predict_fn(params, batch) -> {name: [B, ...] float32} (not jitted: jitted here, replicated
-    outputs); score(outputs) -> (metrics, prediction records) for the rows of `features`.
+    outputs); score(outputs) -> (metrics, prediction records) for the rows of `features`;
+    buckets: as in predict_rows.
     """
 
     def __init__(self, predict_fn: Callable, features: Mapping[str, np.ndarray],
                  score: Callable[[Outputs], tuple[dict[str, float], Any]],
-                 global_batch_size: int, mesh: Mesh):
-        self.features, self.score = features, score
+                 global_batch_size: int, mesh: Mesh,
+                 buckets: Optional[batches_lib.Buckets] = None):
+        self.features, self.score, self.buckets = features, score, buckets
         self.global_batch_size, self.mesh = global_batch_size, mesh
         self.predict = jax.jit(predict_fn, out_shardings=sharding.replicated(mesh))
         self.last_records: Optional[Any] = None
 
     def __call__(self, params) -> dict[str, float]:
         outputs = predict_rows(self.predict, params, self.features, self.global_batch_size,
-                               self.mesh)
+                               self.mesh, self.buckets)
         result, self.last_records = self.score(outputs)
         return result

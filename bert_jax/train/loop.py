@@ -47,6 +47,7 @@ import jax
 import numpy as np
 import optax
 from absl import logging
+from etils import epath
 from jax.sharding import Mesh
 
 from bert_jax import sharding, xla_options
@@ -236,11 +237,13 @@ def _preemption_sync_manager() -> Any:
 def _compile_train_step(task: Task, optimizer: optax.GradientTransformation, config: LoopConfig,
                         mesh: Mesh, shardings: steps.TrainState,
                         learning_rate_fn: Optional[optax.Schedule]) -> steps.TrainStep:
-    """The jitted step: state donated, batch an argument, sharded in and out on `mesh`."""
+    """The jitted step: state donated, batch an argument, sharded in and out on `mesh`, its
+    activations pinned by their logical axes (sharding.with_activation_sharding)."""
     batch_sharding = sharding.batch_sharding(mesh)
     return jax.jit(
-        steps.make_train_step(task.loss_fn, optimizer, config.accumulation_steps,
-                              learning_rate_fn, batch_sharding),
+        sharding.with_activation_sharding(
+            steps.make_train_step(task.loss_fn, optimizer, config.accumulation_steps,
+                                  learning_rate_fn, batch_sharding), mesh),
         in_shardings=(shardings, batch_sharding),
         out_shardings=(shardings, sharding.replicated(mesh)),
         donate_argnums=(0,), compiler_options=xla_options.memory_lean())
@@ -358,8 +361,8 @@ class _Run:
         run) and the step's record exists: then it is read back, so eval_metrics.jsonl keeps
         one line per step. Process 0 decides for all (the others may not see the file)."""
         record = None
-        if self.step == self.start_step and self.writer.enabled and os.path.exists(
-                self.writer.eval_path):
+        if self.step == self.start_step and self.writer.enabled and epath.Path(
+                self.writer.eval_path).exists():
             records = [r for r in read_metrics(self.writer.eval_path) if r["step"] == self.step]
             record = records[-1] if records else None
         if jax.process_count() > 1:
@@ -394,7 +397,7 @@ def train(task: Task, optimizer: optax.GradientTransformation, train_iterator: I
           evaluate: Optional[Evaluator] = None) -> TrainResult:
     """Train `task` for config.total_steps optimizer steps, resuming from `workdir` if possible."""
     check_batch_size(config.global_batch_size, mesh, config.accumulation_steps)
-    os.makedirs(workdir, exist_ok=True)
+    epath.Path(workdir).mkdir(parents=True, exist_ok=True)  # a local folder or gs://
     run = _Run(task, optimizer, train_iterator, workdir, config, mesh, learning_rate_fn,
                evaluate)
     signal_number = None

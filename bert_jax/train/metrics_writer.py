@@ -4,16 +4,27 @@ One JSON object per line, `{"step": N, name: value, ...}`. A resumed run first d
 past the step it resumes from, so each file reads as one uninterrupted run. A run killed in the
 middle of writing a line leaves that last line torn: the resume drops it (with a warning), and so
 does `read_metrics`; a line that is not a JSON record anywhere else in a file is an error.
+
+The workdir may be on object storage (`gs://bucket/run`; files through etils.epath). An object
+cannot be appended to, so there the writer keeps each file's text and writes the whole object
+again at every logged step (one request per file and log; an object is replaced whole, so a
+reader never sees a torn line). TensorBoard events go through tensorboardX, whose record writer
+for such a URI is `_ObjectRecordWriter` (etils.epath again: the whole event file at each flush).
 """
 
 from __future__ import annotations
 
+import io
 import json
 import os
-from typing import Mapping
+import threading
+from typing import Mapping, Optional
 
 import jax
 from absl import logging
+from etils import epath
+
+from bert_jax.train import workdir as workdir_lib
 
 TRAIN_FILE = "metrics.jsonl"
 EVAL_FILE = "eval_metrics.jsonl"
@@ -27,31 +38,85 @@ class MetricsWriter:
 
     def __init__(self, workdir: str, start_step: int):
         self.enabled = jax.process_index() == 0
-        self.train_path = os.path.join(workdir, TRAIN_FILE)
-        self.eval_path = os.path.join(workdir, EVAL_FILE)
+        self.train_path = os.fspath(epath.Path(workdir) / TRAIN_FILE)
+        self.eval_path = os.fspath(epath.Path(workdir) / EVAL_FILE)
         self.tensorboard = None
+        # On object storage: each file's text so far, written whole at every record.
+        self._texts: Optional[dict[str, str]] = None
         if not self.enabled:
             return
         for path in (self.train_path, self.eval_path):
             drop_lines_after(path, start_step)
+        if workdir_lib.is_remote(workdir):
+            self._texts = {path: _text_of(path) for path in (self.train_path, self.eval_path)}
         from tensorboardX import SummaryWriter
-        self.tensorboard = SummaryWriter(os.path.join(workdir, "tensorboard"),
+        if workdir_lib.is_remote(workdir):
+            from tensorboardX import record_writer
+            record_writer.register_writer_factory(os.fspath(workdir).split("://")[0],
+                                                  _ObjectRecordWriterFactory())
+        self.tensorboard = SummaryWriter(os.fspath(epath.Path(workdir) / "tensorboard"),
                                          purge_step=start_step + 1 if start_step else None)
 
     def write(self, step: int, metrics: Mapping[str, float], evaluation: bool = False) -> None:
         if not self.enabled:
             return
         record = {"step": step, **{k: float(v) for k, v in metrics.items()}}
-        with open(self.eval_path if evaluation else self.train_path, "a", encoding="utf-8") as f:
-            f.write(json.dumps(record) + "\n")
+        self._append(self.eval_path if evaluation else self.train_path, json.dumps(record) + "\n")
         prefix = "eval/" if evaluation else "train/"
         for name, value in metrics.items():
             self.tensorboard.add_scalar(prefix + name, float(value), step)
         self.tensorboard.flush()
 
+    def _append(self, path: str, line: str) -> None:
+        if self._texts is None:
+            with open(path, "a", encoding="utf-8") as f:
+                f.write(line)
+            return
+        self._texts[path] += line
+        epath.Path(path).write_text(self._texts[path])
+
     def close(self) -> None:
         if self.tensorboard is not None:
             self.tensorboard.close()
+
+
+class _ObjectRecordWriter:
+    """tensorboardX's record writer for an object-storage URI, through etils.epath: the event file
+    stays in memory and is written whole at each flush that has something new (an object cannot
+    be appended to). Writes come from tensorboardX's thread, flushes from both: one lock."""
+
+    def __init__(self, path: str):
+        self._path, self._buffer, self._written = epath.Path(path), io.BytesIO(), 0
+        self._lock = threading.Lock()
+
+    def write(self, data: bytes) -> None:
+        with self._lock:
+            self._buffer.write(data)
+
+    def flush(self) -> None:
+        with self._lock:
+            if self._buffer.tell() != self._written:
+                self._path.write_bytes(self._buffer.getvalue())
+                self._written = self._buffer.tell()
+
+    def close(self) -> None:
+        self.flush()
+
+
+class _ObjectRecordWriterFactory:
+    """What tensorboardX's record_writer registry asks of a URI scheme's writers."""
+
+    def open(self, path: str) -> _ObjectRecordWriter:
+        return _ObjectRecordWriter(path)
+
+    def directory_check(self, path: str) -> None:
+        pass  # object storage has no folders to create
+
+
+def _text_of(path: str) -> str:
+    """The whole text of a metrics file ("" when there is none)."""
+    file = epath.Path(path)
+    return file.read_bytes().decode("utf-8", errors="replace") if file.exists() else ""
 
 
 def read_metrics(path: str) -> list[dict]:
@@ -63,23 +128,20 @@ def read_metrics(path: str) -> list[dict]:
 def drop_lines_after(path: str, step: int) -> None:
     """Rewrite a metrics file without the records of steps after `step` (and without a torn last
     line, which the next append would otherwise run into)."""
-    if not os.path.exists(path):
+    if not epath.Path(path).exists():
         return
     records, clean = _read_records(path)
     kept = [line for line, record in records if record["step"] <= step]
     if clean and len(kept) == len(records):
         return
-    temporary = path + ".tmp"  # replaced in one step: a kill now leaves the old file whole
-    with open(temporary, "w", encoding="utf-8") as f:
-        f.writelines(kept)
-    os.replace(temporary, path)
+    # Replaced in one step: a kill now leaves the old file whole.
+    workdir_lib.write_text_atomically(path, "".join(kept))
 
 
 def _read_records(path: str) -> tuple[list[tuple[str, dict]], bool]:
     """([(line, record)] for each non-blank line of a metrics file, whether the file needs no
     repair: every line whole and newline-terminated). See read_metrics."""
-    with open(path, "rb") as f:
-        text = f.read().decode("utf-8", errors="replace")
+    text = epath.Path(path).read_bytes().decode("utf-8", errors="replace")
     lines = [(number, line) for number, line in enumerate(text.splitlines(keepends=True), start=1)
              if line.strip()]
     records, clean = [], True

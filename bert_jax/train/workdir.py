@@ -9,6 +9,14 @@ change is meant.
 `<workdir>/run.lock` is held for the life of a run (`lock`): a second run on the same workdir
 stops at once, naming the process that holds it. A lock left by a process that died is taken
 over when its host is this host and its PID is gone.
+
+A workdir (and every path a run reads: init weights, vocabularies) is a local folder or an
+object-storage URI such as `gs://bucket/run`: every file goes through etils.epath (as Orbax's and
+TFDS's do), which reads `gs://` through gcsfs. `path` is the one spelling of either. Object
+storage has no rename and no append, but an object is written whole or not at all, so a file
+written "atomically" there is one object write. The lock is created with a generation
+precondition (`ifGenerationMatch=0` through gcsfs): of two runs that start together on a bucket,
+exactly one creates run.lock, as `os.link` decides it on a local disk.
 """
 
 from __future__ import annotations
@@ -16,7 +24,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import socket
 import time
 from typing import Any, Iterator
@@ -24,6 +31,7 @@ from typing import Any, Iterator
 import jax
 import ml_collections
 from absl import logging
+from etils import epath
 
 from bert_jax import multiprocess, pytree
 
@@ -36,7 +44,10 @@ RUN_NEUTRAL_KEYS = frozenset({
     "log_every_steps", "eval_every_steps", "checkpoint_every_steps", "keep_checkpoints",
     "async_checkpoints", "peak_flops_per_device", "eval_batch_size", "mesh.data", "mesh.fsdp",
     "mesh.tensor", "allow_config_change", "nonfinite", "max_nonfinite_in_a_row",
-    "data.seconds_per_batch"})
+    "data.seconds_per_batch", "data.eval_mask_rate", "data.bucket_lengths"})
+# A key the saved config lacks (it was written before the key existed) and the new config sets
+# to one of these "off" values keeps the behaviour the run had without it.
+OFF_VALUES = (None, False, 0, "")
 
 
 class WorkdirInUseError(ValueError):
@@ -58,7 +69,8 @@ def config_differences(saved: dict, config: ml_collections.ConfigDict) -> list[s
     keys = sorted((set(old) | set(new)) - RUN_NEUTRAL_KEYS)
     missing = object()
     return [f"{k}: {old.get(k, '(absent)')!r} -> {new.get(k, '(absent)')!r}" for k in keys
-            if old.get(k, missing) != new.get(k, missing)]
+            if old.get(k, missing) != new.get(k, missing)
+            and not (k not in old and new.get(k) in OFF_VALUES)]
 
 
 def record_config(config: ml_collections.ConfigDict, workdir: str) -> None:
@@ -74,15 +86,27 @@ def record_config(config: ml_collections.ConfigDict, workdir: str) -> None:
                        f"recording the config in {workdir}")
 
 
+def is_remote(location: str | os.PathLike) -> bool:
+    """True for an object-storage URI (`gs://bucket/run`), False for a local path."""
+    return "://" in os.fspath(location)
+
+
+def path(location: str | os.PathLike) -> epath.Path:
+    """The one spelling of a run's paths: a URI as it is, a local path made absolute."""
+    if is_remote(location):
+        return epath.Path(os.fspath(location))
+    return epath.Path(os.path.abspath(os.fspath(location)))
+
+
 def _has_checkpoint(workdir: str) -> bool:
-    directory = os.path.join(workdir, "checkpoints")
-    return os.path.isdir(directory) and any(name.isdigit() for name in os.listdir(directory))
+    directory = epath.Path(workdir) / "checkpoints"
+    return directory.is_dir() and any(p.name.isdigit() for p in directory.iterdir())
 
 
 def _record(config: ml_collections.ConfigDict, workdir: str) -> None:
-    path = os.path.join(workdir, CONFIG_FILE)
-    if os.path.exists(path) and _has_checkpoint(workdir):
-        differences = config_differences(read_json(path), config)
+    config_path = epath.Path(workdir) / CONFIG_FILE
+    if config_path.exists() and _has_checkpoint(workdir):
+        differences = config_differences(read_json(config_path), config)
         if differences and not config.get("allow_config_change", False):
             raise ConfigChangedError(
                 f"{workdir} holds a run started with another config ("
@@ -90,38 +114,43 @@ def _record(config: ml_collections.ConfigDict, workdir: str) -> None:
                 + "): use another --workdir, or --config.allow_config_change=true if the "
                 "change is meant")
         if differences:
-            kept = os.path.join(workdir, f"config.previous-{time.strftime('%Y%m%d-%H%M%S')}.json")
-            shutil.copyfile(path, kept)
+            kept = config_path.parent / f"config.previous-{time.strftime('%Y%m%d-%H%M%S')}.json"
+            config_path.copy(kept, overwrite=True)
             logging.warning("config changed (%s); the previous config is kept as %s",
                             "; ".join(differences), kept)
-    write_text_atomically(path, json.dumps(config.to_dict(), indent=2, sort_keys=True))
+    write_text_atomically(config_path, json.dumps(config.to_dict(), indent=2, sort_keys=True))
 
 
-def write_text_atomically(path: str, text: str) -> None:
-    """Write a whole file, then rename it into place: a reader (or a crash) never sees a part."""
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    temporary = f"{path}.tmp-{os.getpid()}"
+def write_text_atomically(file: str | os.PathLike, text: str) -> None:
+    """Write a whole file so that a reader (or a crash) never sees a part: locally a temporary
+    file renamed into place; on object storage one object write, which is all or nothing."""
+    if is_remote(file):
+        epath.Path(file).write_text(text)
+        return
+    file = os.fspath(file)
+    os.makedirs(os.path.dirname(os.path.abspath(file)), exist_ok=True)
+    temporary = f"{file}.tmp-{os.getpid()}"
     with open(temporary, "w", encoding="utf-8") as f:
         f.write(text)
-    os.replace(temporary, path)
+    os.replace(temporary, file)
 
 
-def read_json(path: str) -> dict:
+def read_json(file: str | os.PathLike) -> dict:
     """A JSON file's content; ValueError naming the file when it is not valid JSON."""
     try:
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
+        return json.loads(epath.Path(file).read_bytes().decode("utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ValueError(f"{path} is not valid JSON ({e})") from None
+        raise ValueError(f"{file} is not valid JSON ({e})") from None
 
 
 def load_config(workdir: str) -> ml_collections.ConfigDict:
     """<workdir>/config.json as a ConfigDict (every key of the run's resolved config)."""
-    path = os.path.join(workdir, CONFIG_FILE)
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"{path} not found: --workdir must be the workdir of a training "
-                                "run (pretrain.py and finetune.py write config.json there)")
-    return ml_collections.ConfigDict(read_json(path))
+    config_path = epath.Path(workdir) / CONFIG_FILE
+    if not config_path.exists():
+        raise FileNotFoundError(f"{config_path} not found: --workdir must be the workdir of a "
+                                "training run (pretrain.py and finetune.py write config.json "
+                                "there)")
+    return ml_collections.ConfigDict(read_json(config_path))
 
 
 def _holder_is_gone(holder: dict) -> bool:
@@ -137,39 +166,55 @@ def _holder_is_gone(holder: dict) -> bool:
     return False
 
 
-def _acquire(workdir: str) -> dict:
-    """Create <workdir>/run.lock holding this process's record (written whole, then linked into
-    place, so the file never exists half-written), taking over a dead process's lock."""
-    os.makedirs(workdir, exist_ok=True)
-    path = os.path.join(workdir, LOCK_FILE)
-    me = {"pid": os.getpid(), "host": socket.gethostname(),
-          "since": time.strftime("%Y-%m-%d %H:%M:%S")}
-    temporary = f"{path}.tmp-{os.getpid()}"
+def create_exclusively(file: epath.Path, text: str) -> bool:
+    """Create `file` holding `text` unless it exists; False if it did. Of several processes that
+    try at once, exactly one creates it: locally a temporary file is linked into place (the file
+    never exists half-written); on object storage the write carries a precondition that the
+    object does not exist yet (gcsfs mode="create": `ifGenerationMatch=0` on gs://)."""
+    if is_remote(file):
+        import fsspec  # the filesystem epath itself reads gs:// through
+        filesystem, inner = fsspec.core.url_to_fs(os.fspath(file))
+        try:
+            filesystem.pipe_file(inner, text.encode("utf-8"), mode="create")
+            return True
+        except FileExistsError:
+            return False
+    temporary = f"{file}.tmp-{os.getpid()}"
     with open(temporary, "w", encoding="utf-8") as f:
-        json.dump(me, f)
+        f.write(text)
     try:
-        for _ in range(2):
-            try:
-                os.link(temporary, path)
-                return me
-            except FileExistsError:
-                try:
-                    holder = read_json(path)
-                except (ValueError, FileNotFoundError):
-                    holder = {}
-                if not (holder and _holder_is_gone(holder)):
-                    raise WorkdirInUseError(
-                        f"{workdir} is in use by process {holder.get('pid', '?')} on host "
-                        f"{holder.get('host', '?')} since {holder.get('since', '?')} ({path}); "
-                        "wait for it to finish, or remove the lock file if that process is "
-                        "gone") from None
-                logging.warning("taking over %s from process %s, which is gone", path,
-                                holder.get("pid"))
-                with contextlib.suppress(FileNotFoundError):
-                    os.remove(path)
-        raise WorkdirInUseError(f"{workdir}: another run took {path} meanwhile")
+        os.link(temporary, file)
+        return True
+    except FileExistsError:
+        return False
     finally:
         os.remove(temporary)
+
+
+def _acquire(workdir: str) -> dict:
+    """Create <workdir>/run.lock holding this process's record, taking over a dead process's
+    lock."""
+    lock_path = epath.Path(workdir) / LOCK_FILE
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    me = {"pid": os.getpid(), "host": socket.gethostname(),
+          "since": time.strftime("%Y-%m-%d %H:%M:%S")}
+    for _ in range(2):
+        if create_exclusively(lock_path, json.dumps(me)):
+            return me
+        try:
+            holder = read_json(lock_path)
+        except (ValueError, FileNotFoundError):
+            holder = {}
+        if not (holder and _holder_is_gone(holder)):
+            raise WorkdirInUseError(
+                f"{workdir} is in use by process {holder.get('pid', '?')} on host "
+                f"{holder.get('host', '?')} since {holder.get('since', '?')} ({lock_path}); "
+                "wait for it to finish, or remove the lock file if that process is gone")
+        logging.warning("taking over %s from process %s, which is gone", lock_path,
+                        holder.get("pid"))
+        with contextlib.suppress(FileNotFoundError):
+            lock_path.unlink()
+    raise WorkdirInUseError(f"{workdir}: another run took {lock_path} meanwhile")
 
 
 @contextlib.contextmanager
@@ -183,7 +228,8 @@ def lock(workdir: str) -> Iterator[None]:
         yield
     finally:
         if holder is not None:
-            path = os.path.join(workdir, LOCK_FILE)
+            lock_path = epath.Path(workdir) / LOCK_FILE
             with contextlib.suppress(FileNotFoundError, ValueError):
-                if read_json(path).get("pid") == holder["pid"]:
-                    os.remove(path)
+                saved = read_json(lock_path)
+                if (saved.get("pid"), saved.get("host")) == (holder["pid"], holder["host"]):
+                    lock_path.unlink()

@@ -25,7 +25,9 @@ MODEL_FIELDS = {"vocab_size": int, "hidden_size": int, "num_hidden_layers": int,
                 # encoder options (BertConfig docstring): post | pre; dense | geglu | swiglu;
                 # biases or none; absolute | rotary
                 "layer_norm_position": str, "ffn_kind": str, "use_bias": bool,
-                "position_embedding_type": str}
+                "position_embedding_type": str,
+                # one nn.scan over the layers (None: the init weights' layout, else unrolled)
+                "scan_layers": bool}
 
 
 def model_block(preset: str = "tiny", **overrides) -> ml_collections.ConfigDict:
@@ -106,6 +108,7 @@ def pretrain_config() -> ml_collections.ConfigDict:
         data_dir="",  # default: <workdir>/data
         max_predictions=20,  # masked positions per row (15% of 128, rounded up)
         mask_rate=0.15,
+        eval_mask_rate=0.15,  # held-out rows: 15% whatever mask_rate is, comparable runs
         whole_word_masking=False,
         sentence_pairs=False,  # True: NSP pairs and the NSP head, as in the paper
         num_workers=0,  # grain worker processes
@@ -132,7 +135,12 @@ def finetune_config(task: str) -> ml_collections.ConfigDict:
         split_seed=0,
         tfds_name="",  # glue/sst2 | glue/mrpc | glue/stsb | glue/mnli | conll2003 | squad ...
         tfds_train_split="train", tfds_eval_split="validation", tfds_data_dir="",
-        tfds_download=True))
+        tfds_download=True,
+        # Each batch cut to the smallest of these lengths that holds its longest row: auto
+        # (32, 64, ... max_seq_len), none (always max_seq_len), or e.g. "16,32,48".
+        bucket_lengths="auto",
+        group_by_length=0,  # G > 1: rows of similar length batched together, G-batch windows
+    ))
     config.squad = ml_collections.ConfigDict(dict(
         doc_stride=128, max_query_len=64, n_best=20, max_answer_length=30, version_2=False,
         no_answer_threshold=0.0))

@@ -60,6 +60,10 @@ class TaskKind:
 
     name: str = ""
     target_keys: tuple[str, ...] = ("labels",)  # feature keys the loss reads
+    # Targets and predict() outputs with a value per token ([N, L, ...]): bucketed batches cut
+    # those targets with the inputs, and pad those outputs back to max_seq_len.
+    token_keys: tuple[str, ...] = ()
+    token_outputs: tuple[str, ...] = ()
     stratify_by_label = False  # a held-out split keeps the share of each (single) label
 
     def read(self, path: str, config) -> list:

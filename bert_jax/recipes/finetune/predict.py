@@ -150,7 +150,8 @@ def load_predictor(workdir: str, config, kind: kinds.TaskKind, labels: Mapping[s
         workdir, options.step,
         lambda c: recipe.make_init_fn(kind.make_model(c, labels), config.max_seq_len), mesh)
     cfg = cfg.replace(dtype=options.dtype or cfg.dtype)
-    predict = jax.jit(recipe.make_predict_fn(kind, kind.make_model(cfg, labels)),
+    predict = jax.jit(recipe.make_predict_fn(kind, kind.make_model(cfg, labels),
+                                             config.max_seq_len),
                       out_shardings=sharding.replicated(mesh))
     logging.info("%s step %d (%s, %s): %s on mesh %s", workdir, step, kind.name, cfg.dtype,
                  labels.get("label_map"), dict(mesh.shape))
@@ -159,14 +160,17 @@ def load_predictor(workdir: str, config, kind: kinds.TaskKind, labels: Mapping[s
 
 
 def warm_up(predictor: Predictor, batch_size: int) -> float:
-    """Seconds of a first call on an all-padding batch: compiles the one batch shape, so that
+    """Seconds of a first call on an all-padding batch of each length a batch can have (every
+    bucket of config.data.bucket_lengths, or max_seq_len): compiles every batch shape, so that
     the rows/s measured after it are those of the model."""
     started = time.perf_counter()
-    zeros = {k: np.zeros((1, predictor.config.max_seq_len), np.int32) for k in kinds.MODEL_INPUTS}
-    batch = next(batches.eval_batches(zeros, batch_size, jax.process_index(),
-                                      jax.process_count()))
-    jax.block_until_ready(predictor.predict(predictor.params,
-                                            sharding.device_put_batch(batch, predictor.mesh)))
+    lengths = data_lib.bucket_lengths(predictor.config) or (predictor.config.max_seq_len,)
+    for length in lengths:
+        zeros = {k: np.zeros((1, length), np.int32) for k in kinds.MODEL_INPUTS}
+        batch = next(batches.eval_batches(zeros, batch_size, jax.process_index(),
+                                          jax.process_count()))
+        jax.block_until_ready(predictor.predict(
+            predictor.params, sharding.device_put_batch(batch, predictor.mesh)))
     return time.perf_counter() - started
 
 
@@ -202,7 +206,7 @@ def predict_records(predictor: Predictor, rows: unlabelled.Rows, options: Predic
         predict = _counting(p.predict, bar, len(inputs["input_ids"]), options.batch_size,
                             features.get("example_index"))
         outputs = evaluation.predict_rows(predict, p.params, inputs, options.batch_size,
-                                          p.mesh)
+                                          p.mesh, data_lib.eval_buckets(p.config))
         records = p.kind.prediction_records(examples, features, outputs, p.labels, p.config)
         if len(records) != len(examples):
             raise RuntimeError(f"{p.kind.name}: {len(records)} records for {len(examples)} "
@@ -215,7 +219,13 @@ def write_jsonl_atomically(records: Iterable[Mapping[str, Any]], path: str,
                            expected: Optional[int] = None) -> int:
     """Write records as JSON lines to a temporary file beside `path`, then rename it to `path`;
     nothing at `path` changes if writing fails or the count is not `expected` (a RuntimeError).
-    Returns the number of records."""
+    Returns the number of records. On object storage (gs://): one object write of all of them."""
+    if workdir_lib.is_remote(path):
+        lines = [json.dumps(record, ensure_ascii=False) + "\n" for record in records]
+        if expected is not None and len(lines) != expected:
+            raise RuntimeError(f"{expected} good rows but {len(lines)} records")  # a bug
+        workdir_lib.write_text_atomically(path, "".join(lines))
+        return len(lines)
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
     descriptor, temporary = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.",

@@ -24,11 +24,11 @@ import jax.numpy as jnp
 from absl import logging
 
 from bert_jax.config import BertConfig
-from bert_jax.data import batches
 from bert_jax.recipes import common
 from bert_jax.recipes.finetune import kinds
-from bert_jax.recipes.finetune.data import (TaskData, build_task_data, read_task_file,
-                                            save_task_file, TASK_FILE)
+from bert_jax.recipes.finetune.data import (TaskData, build_task_data, eval_buckets,
+                                            read_task_file, save_task_file, training_batches,
+                                            TASK_FILE)
 from bert_jax.train import evaluation, flops, loop, steps
 from bert_jax.train import workdir as workdir_lib
 
@@ -49,11 +49,27 @@ def make_loss_fn(kind: kinds.TaskKind, model: nn.Module) -> steps.LossFn:
     return loss_fn
 
 
-def make_predict_fn(kind: kinds.TaskKind, model: nn.Module) -> Callable[[Any, Mapping], dict]:
-    """predict(params, batch) -> the kind's float32 outputs (no dropout)."""
+NO_TOKEN_LOGIT = -1e9  # outputs past a bucketed batch's length: never chosen (as padding is)
+
+
+def make_predict_fn(kind: kinds.TaskKind, model: nn.Module, seq_len: Optional[int] = None
+                    ) -> Callable[[Any, Mapping], dict]:
+    """predict(params, batch) -> the kind's float32 outputs (no dropout). With seq_len, the
+    kind's token_outputs of a batch cut to a bucket are padded back to seq_len positions
+    (NO_TOKEN_LOGIT), so every batch gives rows of one shape."""
     def predict(params, batch):
-        return kind.predict(_forward(model, params, batch, None, True), batch)
+        outputs = kind.predict(_forward(model, params, batch, None, True), batch)
+        if seq_len is None:
+            return outputs
+        return {name: _pad_tokens(value, seq_len) if name in kind.token_outputs else value
+                for name, value in outputs.items()}
     return predict
+
+
+def _pad_tokens(value: jax.Array, seq_len: int) -> jax.Array:
+    """[B, L, ...] -> [B, seq_len, ...], the new positions NO_TOKEN_LOGIT."""
+    widths = [(0, 0), (0, seq_len - value.shape[1])] + [(0, 0)] * (value.ndim - 2)
+    return jnp.pad(value, widths, constant_values=NO_TOKEN_LOGIT)
 
 
 def make_init_fn(model: nn.Module, seq_len: int) -> Callable[[jax.Array], Any]:
@@ -81,8 +97,9 @@ def make_evaluator(config, cfg: BertConfig, data: TaskData, mesh
     model = data.kind.make_model(cfg, data.labels)
     inputs = {name: data.eval_features[name] for name in kinds.MODEL_INPUTS}
     return evaluation.PredictEvaluator(
-        make_predict_fn(data.kind, model), inputs,
-        lambda outputs: data.kind.score(data, outputs, config), config.eval_batch_size, mesh)
+        make_predict_fn(data.kind, model, config.max_seq_len), inputs,
+        lambda outputs: data.kind.score(data, outputs, config), config.eval_batch_size, mesh,
+        buckets=eval_buckets(config))
 
 
 def write_results(directory: str, step: int, result: Mapping[str, float], data: TaskData,
@@ -125,8 +142,7 @@ def _train(config, workdir: str, cfg: BertConfig, data: TaskData, initial_params
     evaluator = make_evaluator(config, cfg, data, mesh)
     train_features = {k: data.train_features[k]
                       for k in kinds.MODEL_INPUTS + data.kind.target_keys}
-    iterator = batches.train_batches(train_features, config.batch_size, config.seed,
-                                     jax.process_index(), jax.process_count())
+    iterator = training_batches(config, data, jax.process_index(), jax.process_count())
     logging.info("%s: %d train rows (%d examples), %d eval examples; %d steps; labels %s",
                  data.kind.name, len(train_features["input_ids"]), len(data.train_examples), len(data.eval_examples),
                  total_steps, data.labels.get("label_map"))

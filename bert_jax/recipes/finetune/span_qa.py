@@ -20,6 +20,7 @@ from bert_jax.data import readers, squad, unlabelled
 from bert_jax.model import BertForQuestionAnswering
 from bert_jax.recipes.finetune import metrics
 from bert_jax.recipes.finetune.kinds import TaskKind, register
+from bert_jax.train import workdir as workdir_lib
 
 
 def span_logits(start, end, attention_mask):
@@ -33,6 +34,7 @@ def span_logits(start, end, attention_mask):
 class SpanQA(TaskKind):
     name = "span_qa"
     target_keys = ("start_positions", "end_positions")
+    token_outputs = ("start_logits", "end_logits")
 
     def read(self, path: str, config) -> list:
         return readers.read_squad_json(path)
@@ -68,7 +70,6 @@ class SpanQA(TaskKind):
         return result, answers
 
     def write(self, records, directory: str) -> list[str]:
-        os.makedirs(directory, exist_ok=True)
         contents = {
             "predictions.json": {qid: a.text for qid, a in records.items()},
             "null_odds.json": {qid: float(a.null_score - a.best_span_score)
@@ -78,9 +79,9 @@ class SpanQA(TaskKind):
                            for qid, a in records.items()}}
         paths = []
         for name, content in contents.items():
-            paths.append(os.path.join(directory, name))
-            with open(paths[-1], "w", encoding="utf-8") as f:
-                json.dump(content, f, indent=1, ensure_ascii=False)
+            paths.append(os.path.join(directory, name))  # directory: local or gs://
+            workdir_lib.write_text_atomically(
+                paths[-1], json.dumps(content, indent=1, ensure_ascii=False))
         return paths
 
     def head_outputs(self, labels, seq_len: int) -> int:

@@ -17,11 +17,14 @@ from bert_jax.data import encoding, readers, unlabelled
 from bert_jax.model import BertForTokenClassification
 from bert_jax.recipes.finetune import metrics
 from bert_jax.recipes.finetune.kinds import TaskKind, register, softmax_cross_entropy
+from bert_jax.train import workdir as workdir_lib
 
 
 @register
 class TokenClassification(TaskKind):
     name = "token_classification"
+    token_keys = ("labels",)
+    token_outputs = ("logits",)
 
     def read(self, path: str, config) -> list:
         return readers.read_conll(path, config.data.conll_tag_column, config.data.encoding)
@@ -52,13 +55,11 @@ class TokenClassification(TaskKind):
         return result, list(zip(examples, tags))
 
     def write(self, records, directory: str) -> list[str]:
-        path = os.path.join(directory, "predictions.conll")
-        os.makedirs(directory, exist_ok=True)
-        with open(path, "w", encoding="utf-8") as f:
-            for sentence, tags in records:
-                for word, gold, predicted in zip(sentence.words, sentence.tags, tags):
-                    f.write(f"{word} {gold} {predicted}\n")
-                f.write("\n")
+        path = os.path.join(directory, "predictions.conll")  # directory: local or gs://
+        workdir_lib.write_text_atomically(path, "".join(
+            "".join(f"{word} {gold} {predicted}\n"
+                    for word, gold, predicted in zip(sentence.words, sentence.tags, tags)) + "\n"
+            for sentence, tags in records))
         return [path]
 
     def head_outputs(self, labels, seq_len: int) -> int:

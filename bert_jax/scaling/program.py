@@ -1,0 +1,121 @@
+"""The pre-training train step, compiled ahead of time for a mesh: nothing is allocated or run.
+
+The step is the one `loop.train` runs for `bert_jax.recipes.pretrain`: the recipe's task (model,
+masked-LM loss), its optimizer and learning-rate schedule, the TrainState shardings of
+`train/state.py` (moments sharded like their parameters) and the loop's own jit
+(`loop._compile_train_step`: in/out shardings, donated state, compiler options). Its inputs are
+`jax.ShapeDtypeStruct`s carrying their shardings: abstract parameters from `jax.eval_shape`, a
+batch in the pre-training batch contract (`data.synthetic.RandomTokenBatches` keys and dtypes)
+of `config.batch_size` rows.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+import flax.linen as nn
+import jax
+import ml_collections
+from jax.sharding import Mesh, NamedSharding
+
+from bert_jax import sharding
+from bert_jax.config import BertConfig
+from bert_jax.data.synthetic import RandomTokenBatches
+from bert_jax.recipes import common, pretrain
+from bert_jax.train import loop, steps
+from bert_jax.train import optimizer as optimizer_lib
+from bert_jax.train import state as state_lib
+
+
+@dataclasses.dataclass
+class CompiledStep:
+    """A compiled train step and the facts about its inputs that the report compares against.
+
+    Byte counts are of the parameters in their storage dtype (param_dtype; the gradients have
+    the same dtype and shapes).
+    """
+
+    compiled: Any  # jax.stages.Compiled
+    mesh: Mesh
+    model_config: BertConfig
+    batch_size: int  # global rows per optimizer step
+    seq_len: int
+    accumulation_steps: int
+    param_bytes: int  # all parameters
+    param_bytes_per_device: int  # one device's shards
+    fsdp_param_bytes: int  # the whole (unsharded) bytes of the parameters split over `fsdp`
+    fsdp_params: tuple[str, ...]  # their argument paths, "state.params['bert'][...]"
+    word_embedding_bytes: int  # the tied embedding: its gradient has two contributions
+    model_flops_per_step: float  # bert_jax.train.flops, the whole global batch
+
+    @property
+    def num_devices(self) -> int:
+        return self.mesh.devices.size
+
+
+def abstract_batch(config: ml_collections.ConfigDict, vocab_size: int, mesh: Mesh
+                   ) -> dict[str, jax.ShapeDtypeStruct]:
+    """The global pre-training batch as ShapeDtypeStructs, rows split over (data, fsdp)."""
+    one_row = next(RandomTokenBatches(1, config.max_seq_len, config.data.max_predictions,
+                                      vocab_size, seed=0,
+                                      sentence_pairs=bool(config.data.sentence_pairs)))
+    batch_sharding = sharding.batch_sharding(mesh)
+    return {key: jax.ShapeDtypeStruct((config.batch_size,) + value.shape[1:], value.dtype,
+                                      sharding=batch_sharding)
+            for key, value in one_row.items()}
+
+
+def compile_pretrain_step(config: ml_collections.ConfigDict, mesh: Mesh) -> CompiledStep:
+    """AOT-compile the pre-training step of `config` (a pretrain config) for `mesh`.
+
+    Raises ValueError (from the recipe's checks) for a batch the mesh cannot split, a sequence
+    longer than the model's positions, or bad optimizer settings.
+    """
+    cfg = common.model_config(config, config.tokenizer.vocab_size)
+    total_steps = max(int(config.total_steps), 1)  # only the schedule's constants depend on it
+    common.check_run(config, mesh, total_steps, cfg)
+    task = pretrain.make_task(config, cfg)
+    opt_config = common.optimizer_config(config, total_steps)
+    optimizer = optimizer_lib.make_optimizer(opt_config)
+    abstract_boxed = jax.eval_shape(task.init_fn, jax.random.PRNGKey(config.seed))
+    param_shardings, shardings = state_lib.state_shardings(abstract_boxed, optimizer, mesh)
+    abstract_state = jax.eval_shape(
+        lambda p: steps.TrainState.create(p, optimizer, jax.random.PRNGKey(config.seed)),
+        nn.meta.unbox(abstract_boxed))
+    state = jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
+                         abstract_state, shardings)
+    train_step = loop._compile_train_step(  # pylint: disable=protected-access
+        task, optimizer, common.loop_config(config, total_steps), mesh, shardings,
+        optimizer_lib.learning_rate_schedule(opt_config))
+    compiled = train_step.lower(state, abstract_batch(config, cfg.vocab_size, mesh)).compile()
+    return CompiledStep(
+        compiled=compiled, mesh=mesh, model_config=cfg, batch_size=config.batch_size,
+        seq_len=config.max_seq_len, accumulation_steps=config.accumulation_steps,
+        **_param_facts(state.params, param_shardings),
+        model_flops_per_step=task.flops_per_step)
+
+
+def _param_facts(params: Any, shardings: Any) -> dict[str, Any]:
+    """Byte counts of the parameters (CompiledStep's fields) and the paths of those split over
+    the fsdp axis, spelled as the program's argument names."""
+    def nbytes(shape, dtype) -> int:
+        return math.prod(shape) * jax.numpy.dtype(dtype).itemsize
+
+    leaves = jax.tree_util.tree_flatten_with_path(params)[0]
+    shard_leaves = jax.tree.leaves(shardings, is_leaf=lambda s: isinstance(s, NamedSharding))
+    facts = dict(param_bytes=0, param_bytes_per_device=0, fsdp_param_bytes=0, fsdp_params=(),
+                 word_embedding_bytes=0)
+    for (path, leaf), leaf_sharding in zip(leaves, shard_leaves):
+        size, name = nbytes(leaf.shape, leaf.dtype), jax.tree_util.keystr(path)
+        facts["param_bytes"] += size
+        facts["param_bytes_per_device"] += nbytes(leaf_sharding.shard_shape(leaf.shape),
+                                                  leaf.dtype)
+        if "fsdp" in jax.tree.leaves(tuple(leaf_sharding.spec)):
+            facts["fsdp_param_bytes"] += size
+            facts["fsdp_params"] += (f"state.params{name}",)
+        if "word_embeddings" in name:
+            facts["word_embedding_bytes"] += size
+    return facts
+

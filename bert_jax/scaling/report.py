@@ -1,0 +1,139 @@
+"""One record per compiled step (JSON-ready), its text form, and markdown tables of several.
+
+A record holds the run's shape (model, mesh, batch), the parameters' bytes, per-device memory
+and FLOPs, the collectives' traffic by kind and mesh axes, the parameter all-gathers, and the
+projected step time on each target. ASSUMPTIONS is printed with every report.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from bert_jax.scaling import collectives, memory, projection, targets, traffic
+from bert_jax.scaling.program import CompiledStep
+from bert_jax.sharding import MESH_AXES
+
+ASSUMPTIONS = """\
+Assumptions of the projections (bert_jax/scaling: targets.py, projection.py, traffic.py):
+- compute = model FLOPs per device (bert_jax/train/flops.py: 3 x the forward pass's matmul
+  FLOPs, remat excluded) / (peak bf16 FLOP/s x MFU); the MFU is assumed, not measured.
+- collectives move the ring algorithm's bytes: all-reduce 2(n-1)/n of its payload,
+  all-gather / reduce-scatter / all-to-all (n-1)/n, collective-permute all of it, per device.
+- across domains (TPU slice over DCN, GPU node over InfiniBand) a two-level algorithm: f(k) B on
+  the fast links, f(m) B / k on the slow ones (m domains, k devices of the group per domain);
+  latency log2 hops per level and phase at 1 us (ICI, NVLink), 5 us (InfiniBand), 10 us (DCN).
+- fast-link bandwidth per device per direction: the whole ICI (every port) or NVLink figure.
+- step time bounds: no overlap = compute + comm; full overlap = max(compute, comm).
+- devices lie in mesh order (partition p in domain p // domain size).
+- the program is XLA:CPU's, compiled for N fake CPU devices: its collectives, shapes and
+  dtypes are the SPMD partitioner's; XLA:CPU keeps two patterns a GPU/TPU compiler rewrites,
+  so the projections use effective bytes: all-reduce + 1/n dynamic-slice runs as a
+  reduce-scatter, add(all-reduce(a), all-reduce(b)) as one all-reduce. Memory figures are
+  XLA:CPU's buffer assignment (scheduler, fusion and layouts differ on TPU/GPU).
+"""
+
+
+def analyse(step: CompiledStep, target_names: Sequence[str], mfu: float) -> dict[str, Any]:
+    """The record of one compiled step (module docstring)."""
+    mesh_shape = tuple(step.mesh.devices.shape)
+    found, module = collectives.collectives(step.compiled.as_text(), step.num_devices)
+    rows = traffic.summarize(found, mesh_shape, MESH_AXES)
+    memory_stats = memory.memory_per_device(step.compiled)
+    flops_per_device = step.model_flops_per_step / step.num_devices
+    tokens = step.batch_size * step.seq_len
+    cfg = step.model_config
+    return {
+        "model": {"hidden_size": cfg.hidden_size, "num_hidden_layers": cfg.num_hidden_layers,
+                  "vocab_size": cfg.vocab_size, "dtype": cfg.dtype,
+                  "remat_policy": cfg.remat_policy},
+        "mesh": dict(zip(MESH_AXES, mesh_shape)), "devices": step.num_devices,
+        "batch_size": step.batch_size, "rows_per_device": step.batch_size / step.num_devices,
+        "seq_len": step.seq_len, "accumulation_steps": step.accumulation_steps,
+        "params": {"bytes": step.param_bytes, "bytes_per_device": step.param_bytes_per_device,
+                   "fsdp_bytes": step.fsdp_param_bytes,
+                   "word_embedding_bytes": step.word_embedding_bytes},
+        "memory_per_device": memory_stats,
+        "flops": {"model_per_step": step.model_flops_per_step,
+                  "model_per_device": flops_per_device,
+                  "hlo_per_device": memory.hlo_flops_per_device(step.compiled)},
+        "collectives": [row.to_dict() for row in rows],
+        "wire_bytes_per_device": sum(r.wire_bytes for r in rows),
+        "effective_wire_bytes_per_device": sum(r.effective_wire_bytes for r in rows),
+        "collective_ops_per_step": sum(r.ops for r in rows),
+        "parameter_gathers": traffic.parameter_gathers(found),
+        "unknown_trip_counts": list(module.unknown_trip_counts),
+        "projections": {name: projection.project(
+            targets.get(name), found, flops_per_device, tokens, memory_stats.get("peak", 0),
+            mfu).to_dict() for name in target_names},
+    }
+
+
+def _mb(x: float) -> str:
+    return f"{x / 1e6:,.1f} MB"
+
+
+def _gib(x: float) -> str:
+    return f"{x / 2**30:.2f} GiB"
+
+
+def mesh_label(record: dict) -> str:
+    return "({data},{fsdp},{tensor})".format(**record["mesh"])
+
+
+def format_record(record: dict) -> str:
+    """The text report of one record."""
+    mem, flops = record["memory_per_device"], record["flops"]
+    hlo = flops["hlo_per_device"]
+    lines = [
+        f"== mesh (data,fsdp,tensor)={mesh_label(record)} on {record['devices']} devices; "
+        f"batch {record['batch_size']} x {record['seq_len']} tokens "
+        f"({record['rows_per_device']:g} rows per device), {record['model']['dtype']}, "
+        f"accumulation {record['accumulation_steps']}",
+        f"parameters {_mb(record['params']['bytes'])}, per device "
+        f"{_mb(record['params']['bytes_per_device'])}",
+        "memory per device: " + ", ".join(f"{k} {_gib(v)}" for k, v in mem.items()),
+        f"FLOPs per device per step: model {flops['model_per_device']:.3g}, XLA "
+        + (f"{hlo:.3g}" if hlo is not None else "n/a"),
+        "collectives per device per step (kind, mesh axes, group, ops, payload, wire, effective, "
+        "dtypes):",
+    ]
+    for row in record["collectives"]:
+        payload = row["result_bytes"] if row["kind"] == "all-gather" else row["operand_bytes"]
+        lines.append(f"  {row['kind']:<19} {row['axes']:<18} n={row['group_size']:<5} "
+                     f"ops={row['ops']:<5} {_mb(payload):>12} {_mb(row['wire_bytes']):>12} "
+                     f"{_mb(row['effective_wire_bytes']):>12} {','.join(row['dtypes'])}")
+    gathers = record["parameter_gathers"]
+    lines.append("all-gathers: parameters (first gather) " + _mb(gathers["parameters"])
+                 + ", re-gathered " + _mb(gathers["regathered"]) + ", activations "
+                 + _mb(gathers["activations"]))
+    for p in record["projections"].values():
+        lines.append(f"  {p['target']}: compute {p['compute_s'] * 1e3:.2f} ms, comm "
+                     f"{p['comm_s'] * 1e3:.2f} ms (slow network {p['comm_slow_s'] * 1e3:.2f}, "
+                     f"latency {p['latency_s'] * 1e3:.2f}); step "
+                     f"{p['step_s_full_overlap'] * 1e3:.2f}..{p['step_s_no_overlap'] * 1e3:.2f} ms"
+                     f"; memory fits: {p['memory_fits']}")
+    if record["unknown_trip_counts"]:
+        lines.append(f"while loops counted once (trip count unknown): "
+                     f"{record['unknown_trip_counts']}")
+    return "\n".join(lines)
+
+
+def markdown_table(records: Sequence[dict]) -> str:
+    """One row per record: mesh, memory, traffic and the step-time bounds per target."""
+    names = list(records[0]["projections"]) if records else []
+    header = ["devices", "mesh", "peak mem/dev", "args/dev", "wire MB/dev", "effective MB/dev"]
+    header += [f"{records[0]['projections'][n]['target'].split(' (')[0]} step ms"
+               for n in names]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for r in records:
+        mem = r["memory_per_device"]
+        cells = [str(r["devices"]), mesh_label(r), _gib(mem.get("peak", 0)),
+                 _gib(mem.get("arguments", 0)), f"{r['wire_bytes_per_device'] / 1e6:,.0f}",
+                 f"{r['effective_wire_bytes_per_device'] / 1e6:,.0f}"]
+        for n in names:
+            p = r["projections"][n]
+            fits = "" if p["memory_fits"] else " (OOM)"
+            cells.append(f"{p['step_s_full_overlap'] * 1e3:.1f}-"
+                         f"{p['step_s_no_overlap'] * 1e3:.1f}{fits}")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)

@@ -1,0 +1,172 @@
+"""The fine-tuning mode of experiments/benchmark.py: training steps of a task on real short texts,
+ours against transformers (torch, Flax), each in its own process.
+
+Data (experiments/benchmark_finetune_data.py): the texts of --texts (default: gensim's 200
+polarity sentences, `pang_lee_polarity.cor`, the set of experiments/configs/finetune_polarity.py).
+Labels are made from the texts, since they do not change the speed: classification: two classes
+in turn; token_classification: a tag per word (capitalised or not); span_qa: "where is <the
+text's longest word>?", answered by that word. Every implementation trains on the same token rows
+(our encoding; span_qa: windows) in the same batches (row numbers from
+bert_jax.data.batches.train_batches, seeded; grouped by length with --group_by_length), so they
+see the same real tokens and differ in what they compute (peers:
+experiments/benchmark_finetune_peers.py):
+
+  ours      the recipe's step: recipe.make_task (the kind's loss), the config's optimizer,
+            steps.make_train_step jitted as the loop jits it (state donated), fed by the
+            recipe's batches (data.training_batches: every batch cut to its length bucket,
+            --bucket_lengths); each bucket's program is compiled before the timing.
+  hf_torch  AutoModelFor<task> (from --hf_dir, or the preset's config), AdamW with weight decay
+            off biases and LayerNorm, linear schedule, clipping at 1.0, each batch padded to
+            its longest row (DataCollatorWithPadding): Trainer with run_glue's dynamic padding;
+            --dtype=bfloat16 runs under torch.autocast on CPU.
+  hf_flax   FlaxAutoModelFor<task>, optax AdamW with a decay mask, a jitted step with the state
+            donated, every row padded to max_seq_len: transformers' run_flax_glue.
+
+Figures after the warm-up steps: examples/s (rows: windows for span_qa), real tokens/s (tokens
+under the attention mask), the share of computed positions that were padding; compilation (JAX)
+apart, in compile_seconds (torch: its first step, first_step_seconds).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Optional
+
+from experiments import benchmark_finetune_peers as peers
+from experiments import benchmark_profile
+from experiments.benchmark_finetune_data import encode, timed_steps
+
+SPEED = "examples_per_second"  # the figure ratios compare
+
+
+def settings(flags) -> dict:
+    """The settings every implementation of this mode runs at, from the script's flags."""
+    return {"mode": "finetune", "task": flags.task, "preset": flags.preset,
+            "hf_dir": flags.hf_dir or "", "batch_size": flags.batch_size,
+            "max_seq_len": flags.seq_len, "dtype": flags.dtype, "remat": flags.remat,
+            "steps": flags.steps, "warmup": flags.warmup, "texts": flags.texts or "",
+            "texts_format": flags.texts_format, "texts_encoding": flags.texts_encoding,
+            "bucket_lengths": flags.bucket_lengths, "group_by_length": flags.group_by_length,
+            "torch_threads": flags.torch_threads, "dropout": flags.dropout,
+            "profile_dir": flags.profile_dir or ""}
+
+
+# ----- ours --------------------------------------------------------------------------------------
+
+def run_ours(settings: dict) -> dict:
+    """The recipe's step and batches (module docstring)."""
+    import jax
+
+    from bert_jax import sharding
+    from bert_jax.recipes import common as recipe_common
+    from bert_jax.recipes.finetune import data as data_lib
+    from bert_jax.recipes.finetune import recipe
+
+    rows = encode(settings)
+    config = rows.config
+    init_cfg, initial_params = recipe_common.initial_weights(config)
+    cfg = recipe_common.model_config(config, rows.tokenizer.vocab_size, init_cfg)
+    data = data_lib.TaskData(rows.kind, rows.labels, rows.examples, [], rows.features, {})
+    mesh = recipe_common.make_mesh(config)
+    state, train_step = _our_state_and_step(
+        config, recipe.make_task(config, cfg, data, initial_params), mesh)
+    probe = data_lib.training_batches(config, data)  # for compiling: timing draws its own
+    compiled, compile_seconds = set(), 0.0
+    for length in data_lib.bucket_lengths(config) or (config.max_seq_len,):
+        start = time.perf_counter()  # the first call of each batch shape: its compilation
+        state, metrics = train_step(state, sharding.device_put_batch(
+            _cut(next(probe), length, data_lib.train_buckets(config, rows.kind)), mesh))
+        jax.block_until_ready(metrics)
+        compile_seconds += time.perf_counter() - start
+        compiled.add(length)
+    batch = sharding.device_put_batch(next(probe), mesh)
+    with jax.transfer_guard("disallow"):  # no hidden host<->device copies inside the step
+        state, metrics = train_step(state, batch)
+    holder = {"state": state, "metrics": metrics}
+    iterator = data_lib.training_batches(config, data)
+
+    def run_step():  # what loop._Run.next_step does: next batch -> global arrays -> step
+        host = next(iterator)
+        if host["attention_mask"].shape[1] not in compiled:
+            raise RuntimeError(f"a batch of length {host['attention_mask'].shape[1]} outside "
+                               f"the compiled buckets {sorted(compiled)}")
+        holder["state"], holder["metrics"] = train_step(
+            holder["state"], sharding.device_put_batch(host, mesh))
+        mask = host["attention_mask"]
+        return int(mask.sum()), mask.size
+
+    finish = lambda: jax.block_until_ready(holder["metrics"])  # noqa: E731
+    if not settings["profile_dir"]:
+        result = timed_steps(run_step, finish, settings)
+    else:
+        with benchmark_profile.traced(settings["profile_dir"],
+                                      train_step.lower(holder["state"], batch).compile().as_text()):
+            result = timed_steps(run_step, finish, settings)
+        result["profile"] = benchmark_profile.breakdown(settings["profile_dir"],
+                                                        settings["steps"] + settings["warmup"])
+    return {**result, "compile_seconds": compile_seconds, "programs": len(compiled)}
+
+
+def _cut(batch: dict, length: int, buckets) -> dict:
+    """A batch of `length` columns (rows cut if need be): only to compile that shape."""
+    keys = buckets.token_keys if buckets else ()
+    return {k: v[:, :length] if k in keys else v for k, v in batch.items()}
+
+
+def _our_state_and_step(config, task, mesh):
+    """A fresh TrainState (loop's create_or_restore over an empty checkpoint folder) and the
+    train step jitted as loop.train jits it (shardings in and out, state donated)."""
+    import tempfile
+
+    import jax
+
+    from bert_jax import sharding, xla_options
+    from bert_jax.recipes import common as recipe_common
+    from bert_jax.train import checkpointing, optimizer, state as state_lib, steps
+
+    opt_config = recipe_common.optimizer_config(config, config.total_steps)
+    tx = optimizer.make_optimizer(opt_config)
+    with tempfile.TemporaryDirectory() as empty:
+        manager = checkpointing.make_manager(empty, async_saves=False)
+        state, _, shardings = state_lib.create_or_restore(
+            task.init_fn, task.initial_params, tx, mesh, config.seed, manager,
+            task.model_config, None)
+        manager.close()
+    batch_sharding = sharding.batch_sharding(mesh)
+    train_step = jax.jit(
+        steps.make_train_step(task.loss_fn, tx, config.accumulation_steps,
+                              optimizer.learning_rate_schedule(opt_config), batch_sharding),
+        in_shardings=(shardings, batch_sharding),
+        out_shardings=(shardings, sharding.replicated(mesh)),
+        donate_argnums=(0,), compiler_options=xla_options.memory_lean())
+    return state, train_step
+
+
+RUNNERS = {"ours": run_ours, "hf_torch": peers.run_hf_torch, "hf_flax": peers.run_hf_flax}
+
+
+# ----- the report ------------------------------------------------------------------------------
+
+def report(result: dict, settings: dict, peak_flops: Optional[float] = None) -> dict:
+    """The worker's result with examples/s, real tokens/s and the padding share."""
+    del peak_flops  # fine-tuning reports no MFU: its useful FLOPs depend on the real lengths
+    seconds = result["seconds"]
+    examples = settings["batch_size"] * settings["steps"]
+    hidden = ("texts_encoding", "profile_dir")
+    hidden += ("torch_threads",) if result["impl"] != "hf_torch" else ()
+    hidden += ("bucket_lengths",) if result["impl"] != "ours" else ()  # only ours buckets
+    shown = {k: v for k, v in settings.items() if k not in hidden}
+    return {**shown, **result, "examples_per_second": round(examples / seconds, 2),
+            "tokens_per_second": round(result["real_tokens"] / seconds, 1),
+            "padding_fraction": round(1 - result["real_tokens"]
+                                      / max(result["computed_positions"], 1), 4)}
+
+
+def line(label: str, r: dict) -> str:
+    """One human line of a report."""
+    compiled = (f"compile {r['compile_seconds']:.1f} s" if r.get("compile_seconds") is not None
+                else f"first step {r['first_step_seconds']:.2f} s")
+    text = (f"{label:17s} {r['examples_per_second']:8.2f} examples/s  "
+            f"{r['tokens_per_second']:9.1f} real tokens/s  padding "
+            f"{100 * r['padding_fraction']:4.1f}%  {compiled}  peak RSS {r['peak_rss_mb']:.0f} MB")
+    return "\n".join([text] + benchmark_profile.lines(r.get("profile", [])))

@@ -1,0 +1,188 @@
+"""The peers of experiments/benchmark_finetune.py: transformers + torch (as Trainer with
+run_glue's dynamic padding trains) and transformers + Flax (as run_flax_glue trains), on the rows
+and batches of experiments/benchmark_finetune_data.py. Imports stay inside the functions: one
+framework a process.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Iterator
+
+import numpy as np
+
+from experiments.benchmark_finetune_data import (LEARNING_RATE, Rows, batch_rows, encode,
+                                                 timed_steps, tokenizer_dir)
+
+
+# ----- transformers + torch ------------------------------------------------------------------
+
+TORCH_HEADS = {"classification": "AutoModelForSequenceClassification",
+               "token_classification": "AutoModelForTokenClassification",
+               "span_qa": "AutoModelForQuestionAnswering"}
+TARGETS = {"classification": ("labels",), "token_classification": ("labels",),
+           "span_qa": ("start_positions", "end_positions")}
+
+
+def hf_config(settings: dict, rows: Rows):
+    """The transformers BertConfig of the model: --hf_dir's, or the preset's."""
+    import transformers
+
+    from bert_jax import BertConfig
+    dropout = ({} if settings["dropout"] is None else
+               {"hidden_dropout_prob": settings["dropout"],
+                "attention_probs_dropout_prob": settings["dropout"]})
+    if settings["hf_dir"]:
+        return transformers.AutoConfig.from_pretrained(settings["hf_dir"],
+                                                       num_labels=rows.num_labels, **dropout)
+    cfg = BertConfig.preset(settings["preset"], vocab_size=rows.tokenizer.vocab_size)
+    return transformers.BertConfig(**{**cfg.to_hf_dict(), **dropout}, num_labels=rows.num_labels)
+
+
+def _torch_row(rows: Rows, i: int, task: str) -> dict:
+    """Row i unpadded, as a tokenized dataset holds it before the collator."""
+    n = int(rows.lengths[i])
+    row = {"input_ids": rows.features["input_ids"][i, :n].tolist(),
+           "token_type_ids": rows.features["token_type_ids"][i, :n].tolist()}
+    for key in TARGETS[task]:
+        value = rows.features[key][i]
+        row[key] = value[:n].tolist() if value.ndim else int(value)
+    return row
+
+
+def run_hf_torch(settings: dict) -> dict:
+    """transformers + torch as Trainer trains (experiments/benchmark_finetune.py)."""
+    import torch
+    import transformers
+
+    torch.manual_seed(0)
+    if settings["torch_threads"]:
+        torch.set_num_threads(settings["torch_threads"])
+    rows = encode(settings)
+    task = settings["task"]
+    head = getattr(transformers, TORCH_HEADS[task])
+    config = hf_config(settings, rows)
+    model = (head.from_pretrained(settings["hf_dir"], config=config) if settings["hf_dir"]
+             else head.from_config(config)).train()
+    hf_tokenizer = transformers.AutoTokenizer.from_pretrained(tokenizer_dir(settings))
+    collator = (transformers.DataCollatorForTokenClassification(hf_tokenizer)
+                if task == "token_classification"
+                else transformers.DataCollatorWithPadding(hf_tokenizer))
+    optimizer, schedule = _torch_optimizer(model, rows.config.total_steps)
+    autocast = torch.autocast("cpu", dtype=torch.bfloat16,
+                              enabled=settings["dtype"] == "bfloat16")
+
+    def step(order: Iterator[np.ndarray]) -> tuple[int, int]:
+        batch = collator([_torch_row(rows, i, task) for i in next(order)])
+        with autocast:
+            loss = model(**batch).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        schedule.step()
+        optimizer.zero_grad(set_to_none=True)
+        return int(batch["attention_mask"].sum()), batch["attention_mask"].numel()
+
+    start = time.perf_counter()
+    step(batch_rows(settings, rows))  # the first step apart, as JAX's compilation is
+    first = time.perf_counter() - start
+    order = batch_rows(settings, rows)
+    return {**timed_steps(lambda: step(order), lambda: None, settings),
+            "first_step_seconds": first, "compile_seconds": None}
+
+
+def _torch_optimizer(model, total_steps: int):
+    """AdamW (weight decay 0.01 off biases and LayerNorm, eps 1e-6) and a linear schedule."""
+    import torch
+    import transformers
+
+    named = list(model.named_parameters())
+    no_decay = [p for n, p in named if n.endswith("bias") or "LayerNorm" in n]
+    decay = [p for n, p in named if not (n.endswith("bias") or "LayerNorm" in n)]
+    optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01},
+                                   {"params": no_decay, "weight_decay": 0.0}],
+                                  lr=LEARNING_RATE, eps=1e-6)
+    return optimizer, transformers.get_linear_schedule_with_warmup(
+        optimizer, int(0.1 * total_steps), total_steps)
+
+
+# ----- transformers + Flax -----------------------------------------------------------------
+
+FLAX_HEADS = {"classification": "FlaxAutoModelForSequenceClassification",
+              "token_classification": "FlaxAutoModelForTokenClassification",
+              "span_qa": "FlaxAutoModelForQuestionAnswering"}
+
+
+def _flax_loss(task: str, outputs, batch):
+    """The mean loss of run_flax_glue / run_flax_ner / run_qa."""
+    import jax.numpy as jnp
+    import optax
+    if task == "span_qa":
+        start, end = outputs[0].astype(jnp.float32), outputs[1].astype(jnp.float32)
+        cross_entropy = optax.softmax_cross_entropy_with_integer_labels
+        return 0.5 * (cross_entropy(start, batch["start_positions"]).mean()
+                      + cross_entropy(end, batch["end_positions"]).mean())
+    logits, labels = outputs[0].astype(jnp.float32), batch["labels"]
+    if task == "classification":
+        return optax.softmax_cross_entropy_with_integer_labels(logits, labels).mean()
+    tagged = labels != -100
+    losses = optax.softmax_cross_entropy_with_integer_labels(logits, jnp.where(tagged, labels, 0))
+    return jnp.sum(losses * tagged) / jnp.maximum(jnp.sum(tagged), 1)
+
+
+def run_hf_flax(settings: dict) -> dict:
+    """transformers + Flax as run_flax_glue trains (experiments/benchmark_finetune.py)."""
+    import jax
+    import jax.numpy as jnp
+    import optax
+    import transformers
+    from flax import traverse_util
+
+    rows = encode(settings)
+    task, dtype = settings["task"], jnp.dtype(settings["dtype"])
+    head = getattr(transformers, FLAX_HEADS[task])
+    config = hf_config(settings, rows)
+    model = (head.from_pretrained(settings["hf_dir"], config=config, dtype=dtype)
+             if settings["hf_dir"] else head.from_config(config, seed=0, dtype=dtype))
+    schedule = optax.linear_schedule(LEARNING_RATE, 0.0, rows.config.total_steps)
+
+    def decay_mask(params):
+        flat = traverse_util.flatten_dict(params)
+        return traverse_util.unflatten_dict({path: path[-1] != "bias" and path[-2:] != (
+            "LayerNorm", "scale") for path in flat})
+
+    tx = optax.adamw(schedule, b1=0.9, b2=0.999, eps=1e-6, weight_decay=0.01, mask=decay_mask)
+
+    def train_step(state, batch):
+        params, opt_state, rng = state
+        rng, dropout_rng = jax.random.split(rng)
+
+        def loss_fn(p):
+            outputs = model(input_ids=batch["input_ids"],
+                            attention_mask=batch["attention_mask"],
+                            token_type_ids=batch["token_type_ids"], params=p,
+                            dropout_rng=dropout_rng, train=True)
+            return _flax_loss(task, outputs, batch)
+
+        loss, grads = jax.value_and_grad(loss_fn)(params)
+        updates, opt_state = tx.update(grads, opt_state, params)
+        return (optax.apply_updates(params, updates), opt_state, rng), loss
+
+    train_step = jax.jit(train_step, donate_argnums=(0,))
+    holder = {"state": (model.params, tx.init(model.params), jax.random.PRNGKey(0))}
+
+    def step(order: Iterator[np.ndarray]) -> tuple[int, int]:
+        indices = next(order)  # rows padded to max_seq_len, as run_flax_glue pads them
+        batch = {k: v[indices] for k, v in rows.features.items()}
+        holder["state"], holder["loss"] = train_step(holder["state"], batch)
+        mask = batch["attention_mask"]
+        return int(mask.sum()), mask.size
+
+    finish = lambda: jax.block_until_ready(holder["loss"])  # noqa: E731
+    start = time.perf_counter()
+    step(batch_rows(settings, rows))
+    finish()
+    compile_seconds = time.perf_counter() - start
+    order = batch_rows(settings, rows)
+    return {**timed_steps(lambda: step(order), finish, settings),
+            "compile_seconds": compile_seconds, "programs": 1}

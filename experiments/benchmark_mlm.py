@@ -1,0 +1,225 @@
+"""The pre-training modes of experiments/benchmark.py: the MLM train step ("train") and the
+encoder's forward pass ("infer") on random token ids, ours against transformers (Flax, torch).
+
+The timed region is the jitted (or eager, for torch) step, warm-up steps excluded; the figure is
+the median over the timed steps. tokens/s counts every position (rows are full), MFU the model
+FLOPs of the useful work (the MLM head at the masked positions only).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import numpy as np
+
+SPEED = "tokens_per_second"  # the figure ratios compare
+
+
+def settings(flags) -> dict:
+    """The settings every implementation of this mode runs at, from the script's flags."""
+    seq_len = flags.seq_len
+    return {"preset": flags.preset, "batch_size": flags.batch_size, "seq_len": seq_len,
+            "max_predictions": flags.max_predictions or max(1, round(0.15 * seq_len)),
+            "mode": flags.mode, "dtype": flags.dtype, "remat": flags.remat,
+            "steps": flags.steps, "warmup": flags.warmup}
+
+
+def random_batch(settings: dict, vocab_size: int):
+    """Random token ids and masked positions, identical for every implementation (seeded)."""
+    rng = np.random.default_rng(0)
+    b, l, p = settings["batch_size"], settings["seq_len"], settings["max_predictions"]
+    input_ids = rng.integers(1000, vocab_size, size=(b, l), dtype=np.int32)
+    positions = np.sort(np.stack([rng.choice(np.arange(1, l), p, replace=False) for _ in range(b)]),
+                        axis=1).astype(np.int32)
+    masked_ids = np.take_along_axis(input_ids, positions, axis=1)
+    return input_ids, positions, masked_ids
+
+
+def time_steps(run_step, settings: dict) -> list[float]:
+    """run_step() must block until the step's results exist."""
+    for _ in range(settings["warmup"]):
+        run_step()
+    times = []
+    for _ in range(settings["steps"]):
+        start = time.perf_counter()
+        run_step()
+        times.append(time.perf_counter() - start)
+    return times
+
+
+# ----- implementations: step times; imports inside (one framework a process) ------------------
+
+def run_ours(settings: dict) -> list[float]:
+    """The real pre-training step (bert_jax.train.steps), jitted with the state donated."""
+    import jax
+    import jax.numpy as jnp
+
+    from bert_jax import BertConfig, BertForPreTraining, BertModel, sharding, xla_options
+    from bert_jax.recipes import pretrain
+    from bert_jax.train import optimizer as optimizer_lib
+    from bert_jax.train import steps
+
+    cfg = BertConfig.preset(settings["preset"], dtype=settings["dtype"],
+                            remat_policy=settings["remat"])
+    input_ids, positions, masked_ids = random_batch(settings, cfg.vocab_size)
+    mesh = sharding.make_mesh(devices=jax.devices()[:1])
+
+    if settings["mode"] == "infer":
+        model = BertModel(cfg)
+        params, _ = sharding.init_sharded(
+            lambda: model.init(jax.random.key(0), input_ids[:1])["params"], mesh)
+        forward = jax.jit(lambda p, ids: model.apply({"params": p}, ids).sequence_output)
+        ids = jnp.asarray(input_ids)
+        return time_steps(lambda: forward(params, ids).block_until_ready(), settings)
+
+    model = BertForPreTraining(cfg, with_nsp=False)
+    params, _ = sharding.init_sharded(
+        lambda: model.init(jax.random.key(0), input_ids[:1], positions[:1])["params"], mesh)
+    optimizer = optimizer_lib.make_optimizer(optimizer_lib.OptimizerConfig(
+        learning_rate=1e-4, total_steps=1000, warmup_steps=10))
+    train_step = jax.jit(steps.make_train_step(pretrain.make_loss(model), optimizer),
+                         donate_argnums=(0,), compiler_options=xla_options.memory_lean())
+    batch = {"input_ids": input_ids, "token_type_ids": np.zeros_like(input_ids),
+             "segment_ids": np.ones_like(input_ids),
+             "position_ids": np.broadcast_to(np.arange(input_ids.shape[1], dtype=np.int32),
+                                             input_ids.shape).copy(),
+             "masked_positions": positions, "masked_ids": masked_ids,
+             "masked_weights": np.ones(positions.shape, np.float32)}
+    batch = sharding.device_put_batch(batch, mesh)
+    state = [steps.TrainState.create(params, optimizer, jax.random.key_data(jax.random.key(0)))]
+
+    def run_step():
+        state[0], metrics = train_step(state[0], batch)
+        metrics["loss"].block_until_ready()
+
+    with jax.transfer_guard("disallow"):  # no hidden host<->device copies inside the step
+        run_step()
+    return time_steps(run_step, settings)
+
+
+def run_hf_flax(settings: dict) -> list[float]:
+    import jax
+    import jax.numpy as jnp
+    import optax
+    import transformers
+
+    from bert_jax import BertConfig
+
+    cfg = BertConfig.preset(settings["preset"])
+    hf_cfg = transformers.BertConfig(**cfg.to_hf_dict())
+    dtype = jnp.dtype(settings["dtype"])
+    input_ids, positions, masked_ids = random_batch(settings, cfg.vocab_size)
+    batch = {"input_ids": jnp.asarray(input_ids), "masked_positions": jnp.asarray(positions),
+             "masked_ids": jnp.asarray(masked_ids)}
+    ones, zeros = jnp.ones_like(batch["input_ids"]), jnp.zeros_like(batch["input_ids"])
+    position_ids = jnp.broadcast_to(jnp.arange(settings["seq_len"]), input_ids.shape)
+
+    if settings["mode"] == "infer":
+        model = transformers.FlaxBertModel(hf_cfg, seed=0, dtype=dtype)
+        forward = jax.jit(lambda p, ids: model.module.apply(
+            {"params": p}, ids, ones, zeros, position_ids, None, deterministic=True)[0])
+        params = model.params
+        return time_steps(lambda: forward(params, batch["input_ids"]).block_until_ready(), settings)
+
+    model = transformers.FlaxBertForMaskedLM(hf_cfg, seed=0, dtype=dtype)
+    optimizer = optax.adamw(1e-4, b1=0.9, b2=0.999, eps=1e-6, weight_decay=0.01)
+
+    def loss_fn(params, batch, rng):
+        logits = model.module.apply({"params": params}, batch["input_ids"], ones, zeros,
+                                    position_ids, None, deterministic=False,
+                                    rngs={"dropout": rng})[0]  # [batch, seq, vocab]
+        logits = jnp.take_along_axis(logits, batch["masked_positions"][..., None], axis=1)
+        return optax.softmax_cross_entropy_with_integer_labels(
+            logits.astype(jnp.float32), batch["masked_ids"]).mean()
+
+    # The peer at its best: state donated and the batch passed as arguments (a jitted step that
+    # does neither runs about half as fast).
+    def train_step(state, batch):
+        params, opt_state, rng = state
+        rng, dropout_rng = jax.random.split(rng)
+        loss, grads = jax.value_and_grad(loss_fn)(params, batch, dropout_rng)
+        updates, opt_state = optimizer.update(grads, opt_state, params)
+        return (optax.apply_updates(params, updates), opt_state, rng), loss
+
+    train_step = jax.jit(train_step, donate_argnums=(0,))
+    state = [(model.params, optimizer.init(model.params), jax.random.key(0))]
+
+    def run_step():
+        state[0], loss = train_step(state[0], batch)
+        loss.block_until_ready()
+
+    return time_steps(run_step, settings)
+
+
+def run_hf_torch(settings: dict) -> list[float]:
+    import torch
+    import transformers
+
+    from bert_jax import BertConfig
+
+    torch.manual_seed(0)
+    cfg = BertConfig.preset(settings["preset"])
+    hf_cfg = transformers.BertConfig(**cfg.to_hf_dict())
+    input_ids, positions, masked_ids = random_batch(settings, cfg.vocab_size)
+    ids = torch.from_numpy(input_ids).long()
+    autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=settings["dtype"] == "bfloat16")
+
+    if settings["mode"] == "infer":
+        model = transformers.BertModel(hf_cfg).eval()
+
+        def run_infer():
+            with torch.no_grad(), autocast:
+                model(input_ids=ids)[0].sum().item()
+
+        return time_steps(run_infer, settings)
+
+    model = transformers.BertForMaskedLM(hf_cfg).train()
+    labels = torch.full_like(ids, -100)
+    labels.scatter_(1, torch.from_numpy(positions).long(), torch.from_numpy(masked_ids).long())
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, eps=1e-6, weight_decay=0.01)
+
+    def run_step():
+        optimizer.zero_grad(set_to_none=True)
+        with autocast:
+            loss = model(input_ids=ids, labels=labels).loss
+        loss.backward()
+        optimizer.step()
+        loss.item()
+
+    return time_steps(run_step, settings)
+
+
+def _timed(runner):
+    """runner(settings) -> step times, as the worker's result: median and min step seconds."""
+    def run(settings: dict) -> dict:
+        times = runner(settings)
+        return {"median_step_s": statistics.median(times), "min_step_s": min(times)}
+    return run
+
+
+RUNNERS = {"ours": _timed(run_ours), "hf_flax": _timed(run_hf_flax),
+           "hf_torch": _timed(run_hf_torch)}
+
+
+def report(result: dict, settings: dict, peak_flops: float | None) -> dict:
+    """The worker's result with tokens/s and MFU (peak_flops None: by device)."""
+    from bert_jax import BertConfig
+    from bert_jax.train import flops
+
+    cfg = BertConfig.preset(settings["preset"])
+    b, l = settings["batch_size"], settings["seq_len"]
+    if settings["mode"] == "train":  # useful work only: the MLM head at the masked positions
+        step_flops = flops.pretraining_flops_per_step(cfg, b, l, settings["max_predictions"])
+    else:
+        step_flops = flops.encoder_flops_per_step(cfg, b, l, training=False)
+    peak = peak_flops or flops.peak_flops_per_device()
+    seconds = result["median_step_s"]
+    return {**settings, **result, "tokens_per_second": round(b * l / seconds, 1),
+            "model_flops_per_step": step_flops, "mfu": round(step_flops / seconds / peak, 4)}
+
+
+def line(label: str, r: dict) -> str:
+    """One human line of a report."""
+    return (f"{label:17s} {r['tokens_per_second']:10.1f} tokens/s  mfu {r['mfu']:.3f}  "
+            f"peak RSS {r['peak_rss_mb']:.0f} MB  (median step {r['median_step_s']:.3f} s)")

@@ -1,0 +1,154 @@
+r"""Time to held-out masked-LM accuracy: four pre-training implementations side by side.
+
+    python experiments/compare_pretraining.py --output_dir=/tmp/race --corpus=demo \
+        --preset=mini --vocab_size=8192 --budget_seconds=600 --seeds=0,1 --targets=0.1,0.2,0.3
+    python experiments/compare_pretraining.py --output_dir=/tmp/race \
+        --corpus='text:/data/books/*.txt' --implementations=ours_classic,hf_torch
+
+Implementations (experiments/peers/):
+  ours_classic    bert_jax's pre-training recipe, BERT as published (post-LN, learned absolute
+                  positions, GELU, AdamW with linear warm-up and decay, 15% dynamic masking)
+  ours_efficient  bert_jax with experiments/configs/efficient.py (all of it but the size,
+                  corpus, rows and budget; a placeholder while that file does not exist)
+  hf_flax         transformers' FlaxBertForMaskedLM, trained as its run_mlm_flax.py example does
+  hf_torch        transformers' BertForMaskedLM in torch, the same recipe
+
+What is the same for all: the corpus and its train/held-out split, one WordPiece vocabulary
+trained once on the train split with bert_jax's trainer, the model size (--preset and the size
+flags; a gated FFN keeps the dense one's parameters), 128-token rows, random initialisation and
+the budget. The classic recipes (ours_classic, hf_flax, hf_torch) also share every
+hyper-parameter: --batch_size, --learning_rate, --warmup_fraction, and BERT's AdamW (betas 0.9,
+0.999, eps 1e-6, weight decay 0.01 off biases and LayerNorm, gradients clipped to norm 1.0).
+ours_efficient keeps its own unless one of those three flags is given.
+
+What counts (experiments/peers/worker.py): training wall-clock from parameter initialisation on,
+compilation and each step's input processing (masking; ours also tokenizes and packs as it
+streams) included, evaluation excluded. Outside every clock: starting the process, the one-off
+shared inputs (the vocabulary, the held-out rows, the peers' tokenized blocks, made once as
+run_mlm_flax makes them before training) and a calibration in a separate process, from which
+each run plans its learning-rate schedule to end at the budget. Each run
+is evaluated at the same points, budget x k / --eval_points (k = 1 ..), on the SAME held-out
+rows: --eval_rows rows of 128 tokens of the held-out split, made by bert_jax's pipeline and
+masked once at 15% with a fixed seed, saved once as <output_dir>/shared/heldout.npz and read by
+every worker (its digest checked). The figures are masked-LM accuracy and cross-entropy over the
+masked tokens. Sample size: a row holds about 19 masked tokens, so 1024 rows give about 19,000
+predictions, a binomial standard error under 0.4 accuracy points; the seed-to-seed spread
+(--seeds: initialisation, data order, masks and dropout all change with the seed) is usually
+larger and is reported beside each mean.
+
+Procedure: one implementation at a time, each run in its own process (torch and JAX in one
+process slow each other down), seed by seed so that a drift of the machine touches all alike.
+Nothing else may run on the machine meanwhile: the figures are wall-clock seconds.
+
+Output: <output_dir>/compare_pretraining.json (the settings, the held-out rows' description,
+every evaluation point of every run with implementation, seed, seconds, steps, examples,
+accuracy and loss, each run's time to every --targets accuracy, and per implementation the
+seed-to-seed spread), <output_dir>/compare_pretraining.png (accuracy against seconds, one colour
+per implementation, seeds as thin lines), the time to reach each target printed, and a last
+stdout line {"json", "png"}. Each run's log: <output_dir>/logs/. Exit status 1 with one line
+`compare_pretraining.py: error: ...` for bad flags, a corpus that cannot be read, or a run
+that failed (its log named).
+"""
+
+import json
+import os
+import sys
+
+from absl import app, flags
+
+from bert_jax import cli
+
+FLAGS = flags.FLAGS
+SCRIPT = "compare_pretraining.py"
+SIZE_FLAGS = {"hidden_size": "hidden_size", "num_layers": "num_hidden_layers",
+              "num_heads": "num_attention_heads", "intermediate_size": "intermediate_size"}
+TRAIN_FLAGS = ("batch_size", "learning_rate", "warmup_fraction")
+
+
+def _numbers(name: str, values, kind):
+    try:
+        return tuple(kind(v) for v in values)
+    except ValueError as e:
+        raise ValueError(f"--{name}={','.join(values)}: not a list of {kind.__name__}s") from e
+
+
+def settings():
+    from experiments.peers import race  # pylint: disable=import-outside-toplevel
+
+    targets = _numbers("targets", FLAGS.targets, float)
+    if any(not 0.0 < t <= 1.0 for t in targets):
+        raise ValueError(f"--targets={','.join(FLAGS.targets)}: accuracies must be in (0, 1]")
+    return race.Settings(
+        corpus=FLAGS.corpus, output_dir=FLAGS.output_dir,
+        data_dir=FLAGS.data_dir or os.path.join(FLAGS.output_dir, "data"),
+        preset=FLAGS.preset, sizes={field: FLAGS[flag].value for flag, field in SIZE_FLAGS.items()},
+        vocab_size=FLAGS.vocab_size, budget_seconds=FLAGS.budget_seconds,
+        batch_size=FLAGS.batch_size, learning_rate=FLAGS.learning_rate,
+        warmup_fraction=FLAGS.warmup_fraction, seeds=_numbers("seeds", FLAGS.seeds, int),
+        implementations=tuple(FLAGS.implementations), eval_points=FLAGS.eval_points,
+        eval_rows=FLAGS.eval_rows,
+        explicit=tuple(name for name in TRAIN_FLAGS if FLAGS[name].present),
+        torch_threads=FLAGS.torch_threads), targets
+
+
+def compare() -> dict:
+    """Runs the comparison; returns {"json", "png"}."""
+    from experiments.peers import race, report  # pylint: disable=import-outside-toplevel
+
+    config, targets = settings()
+    shared = race.prepare_shared(config)
+    print(f"held-out: {shared['heldout']['rows']} rows, {shared['heldout']['masked_tokens']} "
+          f"masked tokens; vocabulary: {shared['vocab_size']} pieces", flush=True)
+    results = race.run_all(config, shared, report=lambda line: print(line, flush=True))
+    summary = report.summarize(results, targets)
+    record = {"settings": {**config.__dict__, "targets": list(targets)},
+              "shared": shared, "runs": report.run_records(results, targets), "summary": summary}
+    paths = {"json": os.path.join(os.path.abspath(config.output_dir), "compare_pretraining.json"),
+             "png": os.path.join(os.path.abspath(config.output_dir), "compare_pretraining.png")}
+    with open(paths["json"], "w", encoding="utf-8") as f:
+        json.dump(record, f, indent=1)
+    report.plot(results, paths["png"], targets)
+    for line in report.target_lines(summary, targets):
+        print(line)
+    return paths
+
+
+def main(argv):
+    if len(argv) > 1:
+        sys.exit(f"{SCRIPT}: error: unexpected arguments {argv[1:]}")
+    from experiments.peers import race  # pylint: disable=import-outside-toplevel
+
+    try:
+        paths = cli.run_or_exit(SCRIPT, compare)
+    except race.WorkerError as e:
+        sys.exit(f"{SCRIPT}: error: {e}")
+    print(json.dumps(paths))
+
+
+if __name__ == "__main__":
+    flags.DEFINE_string("output_dir", None, "Where the shared inputs, runs, logs, JSON and PNG "
+                        "go.", required=True)
+    flags.DEFINE_string("corpus", "demo", "'demo' (the project's demo corpus) or 'text:GLOB' "
+                        "(local text files, documents separated by blank lines).")
+    flags.DEFINE_string("data_dir", "", "Where the corpus and vocabulary are prepared (default: "
+                        "<output_dir>/data).")
+    flags.DEFINE_enum("preset", "mini", ["tiny", "mini", "small", "medium", "base", "large"],
+                      "Model size preset of every implementation.")
+    flags.DEFINE_integer("hidden_size", None, "Overrides the preset's hidden size.")
+    flags.DEFINE_integer("num_layers", None, "Overrides the preset's number of layers.")
+    flags.DEFINE_integer("num_heads", None, "Overrides the preset's attention heads.")
+    flags.DEFINE_integer("intermediate_size", None, "Overrides the preset's FFN width.")
+    flags.DEFINE_integer("vocab_size", 8192, "WordPiece vocabulary size (trained once, shared).")
+    flags.DEFINE_float("budget_seconds", 600.0, "Training seconds per run.")
+    flags.DEFINE_integer("batch_size", 32, "Rows of 128 tokens per step.")
+    flags.DEFINE_float("learning_rate", 5e-4, "Peak learning rate.")
+    flags.DEFINE_float("warmup_fraction", 0.1, "Warm-up, as a fraction of each run's steps.")
+    flags.DEFINE_list("seeds", ["0"], "Seeds; every implementation runs once per seed.")
+    flags.DEFINE_list("implementations", ["ours_classic", "ours_efficient", "hf_flax",
+                                          "hf_torch"], "Which to run, in this order.")
+    flags.DEFINE_integer("eval_points", 10, "Evaluations per run, evenly spaced in the budget.")
+    flags.DEFINE_list("targets", ["0.1", "0.2", "0.3"], "Accuracies for 'time to reach X'.")
+    flags.DEFINE_integer("torch_threads", 0, "CPU threads of hf_torch (0: torch's default, "
+                         "one per core; on a busy machine 1 avoids its threads spinning).")
+    flags.DEFINE_integer("eval_rows", 1024, "Held-out rows scored (0: the whole held-out split).")
+    app.run(main, flags_parser=cli.parse_flags)

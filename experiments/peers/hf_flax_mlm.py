@@ -1,0 +1,126 @@
+"""hf_flax: transformers' FlaxBertForMaskedLM trained the way its run_mlm_flax.py example trains
+it, written here in that style (no code taken from it).
+
+    data       the shared blocks (experiments/peers/mlm_blocks.py): concatenated text cut into
+               128-token blocks, a new order each epoch, dynamic 80/10/10 masking at 15%
+    model      FlaxBertForMaskedLM from a BertConfig (random init, seeded), float32; logits over
+               the whole vocabulary at every position, the loss over the masked ones
+    optimizer  a flax TrainState with optax AdamW (weight decay off biases and LayerNorm) on a
+               linear warm-up then linear decay to 0, after global-norm clipping (the
+               comparison's shared hyper-parameters; run_mlm_flax itself does not clip)
+    step       jax.jit, the state donated, a dropout key split off each step
+
+Evaluation: the held-out rows as Hugging Face inputs (experiments/peers/heldout.py), no dropout.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import transformers
+from flax import traverse_util
+from flax.training import train_state
+
+from experiments.peers import heldout as heldout_lib
+from experiments.peers import mlm_blocks
+
+
+def decay_mask(params) -> dict:
+    """True where weight decay applies: not biases, not LayerNorm parameters."""
+    flat = traverse_util.flatten_dict(params)
+    return traverse_util.unflatten_dict(
+        {path: path[-1] != "bias" and "LayerNorm" not in path for path in flat})
+
+
+def linear_schedule(learning_rate: float, total_steps: int, warmup_steps: int) -> optax.Schedule:
+    """0 -> learning_rate over warmup_steps, then linearly to 0 at total_steps."""
+    warmup = optax.linear_schedule(0.0, learning_rate, max(warmup_steps, 1))
+    decay = optax.linear_schedule(learning_rate, 0.0, max(total_steps - warmup_steps, 1))
+    return optax.join_schedules([warmup, decay], boundaries=[warmup_steps])
+
+
+def masked_lm_sums(logits: jax.Array, labels: jax.Array) -> tuple[jax.Array, ...]:
+    """(cross-entropy sum, correct predictions, predictions) over the labelled positions.
+
+    logits [B, L, V], labels [B, L] (heldout.IGNORED_LABEL where nothing is predicted)."""
+    weights = (labels != heldout_lib.IGNORED_LABEL).astype(jnp.float32)
+    targets = jnp.where(labels == heldout_lib.IGNORED_LABEL, 0, labels)
+    cross_entropy = optax.softmax_cross_entropy_with_integer_labels(logits, targets)
+    correct = (jnp.argmax(logits, axis=-1) == targets).astype(jnp.float32)
+    return jnp.sum(cross_entropy * weights), jnp.sum(correct * weights), jnp.sum(weights)
+
+
+def train_step(state: train_state.TrainState, batch: dict, dropout_rng: jax.Array):
+    """One AdamW step on the mean loss over the masked tokens; (new state, loss, next key)."""
+    dropout_rng, next_rng = jax.random.split(dropout_rng)
+
+    def loss_fn(params):
+        logits = state.apply_fn(batch["input_ids"], batch["attention_mask"],
+                                batch["token_type_ids"], params=params, dropout_rng=dropout_rng,
+                                train=True)[0]
+        total, _, count = masked_lm_sums(logits.astype(jnp.float32), batch["labels"])
+        return total / jnp.maximum(count, 1.0)
+
+    loss, grads = jax.value_and_grad(loss_fn)(state.params)
+    return state.apply_gradients(grads=grads), loss, next_rng
+
+
+class HFFlaxMLM(mlm_blocks.BlocksPeer):
+    """The peer behind the harness's calls (experiments/peers/worker.py)."""
+
+    def __init__(self, spec: dict):
+        super().__init__(spec)
+        self.model = self.state = self.pending = self.batches = self.optimizer = None
+        self.step_fn = jax.jit(train_step, donate_argnums=(0,))
+        self.eval_fn = jax.jit(self._eval_sums)
+
+    def prepare(self, total_steps: int) -> None:
+        self.batches = mlm_blocks.EpochBatches(self.blocks, self.train["batch_size"], self.vocab,
+                                               self.spec["seed"])
+        opt = self.train["optimizer"]
+        schedule = linear_schedule(self.train["learning_rate"], total_steps,
+                                   int(round(self.train["warmup_fraction"] * total_steps)))
+        adamw = optax.adamw(schedule, b1=opt["b1"], b2=opt["b2"], eps=opt["eps"],
+                            weight_decay=opt["weight_decay"], mask=decay_mask)
+        self.optimizer = (optax.chain(optax.clip_by_global_norm(opt["clip_norm"]), adamw)
+                          if opt["clip_norm"] > 0 else adamw)  # 0: no clipping, as in bert_jax
+
+    def init(self) -> None:
+        self.state = self.pending = None
+        self.model = transformers.FlaxBertForMaskedLM(self.hf_config, seed=self.spec["seed"],
+                                                      dtype=jnp.float32)
+        self.state = train_state.TrainState.create(apply_fn=self.model.__call__,
+                                                   params=self.model.params, tx=self.optimizer)
+        self.dropout_rng = jax.random.PRNGKey(self.spec["seed"])
+
+    def train_step(self) -> None:
+        batch = next(self.batches)
+        self.sync()
+        self.state, self.pending, self.dropout_rng = self.step_fn(self.state, batch,
+                                                                  self.dropout_rng)
+
+    def sync(self) -> None:
+        if self.pending is not None:
+            self.pending.block_until_ready()
+
+    def _eval_sums(self, params, batch):
+        logits = self.model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"],
+                            params=params, train=False)[0]
+        return masked_lm_sums(logits.astype(jnp.float32), batch["labels"])
+
+    def evaluate(self, rows: heldout_lib.Heldout) -> dict[str, float]:
+        sums = np.zeros(3)
+        for batch in rows.batches():
+            sums += np.asarray(jax.device_get(
+                self.eval_fn(self.state.params, heldout_lib.hf_inputs(batch))), np.float64)
+        total, correct, count = sums
+        return {"accuracy": correct / count, "loss": total / count, "masked_tokens": int(count)}
+
+    def describe(self) -> dict:
+        return {"config_source": "transformers.FlaxBertForMaskedLM, run_mlm_flax style",
+                "model": self.hf_config.to_dict(),
+                "recipe": {"max_seq_len": int(self.blocks.shape[1]), **self.train,
+                           "blocks": int(len(self.blocks))},
+                "num_params": int(sum(np.size(x) for x in jax.tree.leaves(self.state.params)))}

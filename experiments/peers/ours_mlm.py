@@ -1,0 +1,159 @@
+"""Our implementation in the race: bert_jax's pre-training recipe, piece by piece.
+
+Everything comes from the library as `experiments/pretrain.py` would build it
+(`bert_jax.recipes.pretrain.pieces`): the data pipeline (packing, dynamic masking in
+`make_iterator`), the model and MLM loss of the recipe, the optimizer of
+`bert_jax.train.optimizer`, the TrainState of `bert_jax.train.state` and the jitted step that
+`bert_jax.train.loop` runs (state donated); evaluation is the recipe's `LossEvaluator`.
+
+    ours_classic    BERT as published: post-LN, learned absolute positions, GELU, dense FFN,
+                    AdamW with linear warm-up and linear decay, 15% dynamic masking; the
+                    comparison's shared hyper-parameters (the peers' too)
+    ours_efficient  experiments/configs/efficient.py: everything from its get_config() but the
+                    model size, the corpus and vocabulary, the 128-token rows, the seed and the
+                    step count; batch size, learning rate and warm-up only where the comparison's
+                    flags name them. A gated FFN gets the width that keeps the dense FFN's
+                    parameter count. Without that file: PLACEHOLDER_EFFICIENT on the classic
+                    recipe.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import os
+
+import jax
+import numpy as np
+
+from bert_jax import sharding
+from bert_jax.config import gated_intermediate_size
+from bert_jax.recipes import pretrain
+from bert_jax.train import evaluation
+from experiments.configs import common as config_common
+from experiments.peers import heldout as heldout_lib
+from experiments.peers import inputs
+
+EFFICIENT_MODULE = "experiments.configs.efficient"
+PLACEHOLDER_EFFICIENT = {"model.layer_norm_position": "pre",
+                         "model.position_embedding_type": "rotary", "data.mask_rate": 0.3,
+                         "data.max_predictions": 40}  # ceil((128 - 2) x 0.3) = 38, rounded up
+SIZE_FIELDS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
+TRAIN_KEYS = ("batch_size", "learning_rate", "warmup_fraction")
+
+
+def _shared(config, spec: dict) -> None:
+    """What every implementation shares: size, vocabulary, corpus, 128-token rows, seed;
+    random initialisation."""
+    config.model.preset = spec["model"]["preset"]
+    for field in SIZE_FIELDS:
+        config.model[field] = spec["model"][field]
+    config.model.vocab_size = spec["vocab_size"]
+    config.tokenizer.path = spec["vocab_path"]
+    config.init.hf_dir, config.init.checkpoint = "", ""
+    config.data.corpus, config.data.data_dir = spec["corpus"], spec["data_dir"]
+    config.data.num_workers = 0
+    config.max_seq_len = inputs.SEQ_LEN
+    config.seed = spec["seed"]
+
+
+def classic_config(spec: dict):
+    """The classic recipe with the comparison's hyper-parameters (spec["train"])."""
+    config = config_common.pretrain_config()
+    config.model = config_common.model_block(spec["model"]["preset"])
+    _shared(config, spec)
+    config.data.mask_rate, config.data.max_predictions = inputs.MASK_RATE, inputs.MAX_PREDICTIONS
+    train = spec["train"]
+    for key in TRAIN_KEYS:
+        config[key] = train[key]
+    config.optimizer = config_common.optimizer_block(**train["optimizer"])
+    return config
+
+
+def efficient_config(spec: dict):
+    """(config, where it came from): experiments/configs/efficient.py, or the placeholder."""
+    try:
+        module = importlib.import_module(EFFICIENT_MODULE)
+    except ModuleNotFoundError as e:
+        if e.name != EFFICIENT_MODULE:
+            raise
+        config = classic_config(spec)
+        for key, value in PLACEHOLDER_EFFICIENT.items():
+            block, field = key.split(".")
+            config[block][field] = value
+        return config, f"placeholder (no {EFFICIENT_MODULE}): {PLACEHOLDER_EFFICIENT}"
+    config = module.get_config()
+    _shared(config, spec)
+    if config.model.ffn_kind in ("geglu", "swiglu"):
+        config.model.intermediate_size = gated_intermediate_size(
+            spec["model"]["hidden_size"], spec["model"]["intermediate_size"])
+    for key in spec["explicit"]:
+        config[key] = spec["train"][key]
+    return config, module.__file__
+
+
+class _Ours:
+    """The recipe's pieces behind the harness's calls (experiments/peers/worker.py)."""
+
+    def __init__(self, spec: dict, config, source: str):
+        self.spec, self.config, self.source = spec, config, source
+        self.rows_per_step = config.batch_size
+        self.pieces = self.state = self.train_fn = self.pending = self.evaluator = None
+        self.rows: heldout_lib.Heldout | None = None
+        self.masked, self.starts = 0.0, 0
+
+    def prepare(self, total_steps: int) -> None:
+        config = self.config.copy_and_resolve_references()
+        config.total_steps = total_steps
+        self.pieces = pretrain.pieces(config, self.spec["run_dir"])
+        self.evaluator = evaluation.LossEvaluator(self.pieces.task.loss_fn, self._eval_batches,
+                                                  self.pieces.mesh)
+
+    def init(self) -> None:
+        self.state = self.train_fn = self.pending = None  # the previous state's memory first
+        self.starts += 1  # an empty workdir each time: a fresh state, nothing restored
+        workdir = os.path.join(self.spec["run_dir"], f"state_{self.starts}")
+        self.state, self.train_fn = self.pieces.start(workdir)
+
+    def train_step(self) -> None:
+        batch = next(self.pieces.train_iterator)
+        self.sync()
+        self.state, metrics = self.train_fn(
+            self.state, sharding.device_put_batch(batch, self.pieces.mesh))
+        self.pending = metrics["loss"]
+
+    def sync(self) -> None:
+        if self.pending is not None:
+            self.pending.block_until_ready()
+
+    def _eval_batches(self):
+        for batch in self.rows.batches():
+            self.masked += float(batch["masked_weights"].sum())
+            yield batch
+
+    def evaluate(self, rows: heldout_lib.Heldout) -> dict[str, float]:
+        self.rows, self.masked = rows, 0.0
+        metrics = self.evaluator(self.state.params)
+        return {"accuracy": metrics["mlm_accuracy"], "loss": metrics["mlm_loss"],
+                "masked_tokens": int(self.masked)}
+
+    def describe(self) -> dict:
+        config = self.config
+        return {"config_source": self.source,
+                "model": dataclasses.asdict(self.pieces.task.model_config),
+                "recipe": {"max_seq_len": config.max_seq_len, "batch_size": config.batch_size,
+                           "learning_rate": config.learning_rate,
+                           "warmup_fraction": config.warmup_fraction,
+                           "optimizer": config.optimizer.to_dict(),
+                           "data": config.data.to_dict(), "dtype": config.dtype},
+                "num_params": int(sum(np.size(x) for x in jax.tree.leaves(self.state.params)))}
+
+
+class OursClassic(_Ours):
+    def __init__(self, spec: dict):
+        super().__init__(spec, classic_config(spec), "the classic BERT recipe")
+
+
+class OursEfficient(_Ours):
+    def __init__(self, spec: dict):
+        super().__init__(spec, *efficient_config(spec))

@@ -1,0 +1,189 @@
+"""The parent side of the comparison: the shared inputs, one worker process per run, one after
+another, and their results.
+
+    settings = race.Settings(...)
+    shared = race.prepare_shared(settings)          # vocabulary, held-out rows, peers' blocks
+    results = race.run_all(settings, shared)        # [result of each (seed, implementation)]
+
+Runs go seed by seed, and within a seed implementation by implementation, so that a slow drift
+of the machine's speed touches every implementation alike. Each worker's output goes to
+<output_dir>/logs/<implementation>_seed<seed>.log.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+from typing import Optional
+
+from experiments.peers import IMPLEMENTATIONS, inputs
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+class WorkerError(RuntimeError):
+    """A worker process failed; the message names the run, its exit status and its log."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """Everything the runs share (the flags of experiments/compare_pretraining.py); a size of
+    None in `sizes` is the preset's."""
+
+    corpus: str
+    data_dir: str
+    output_dir: str
+    preset: str
+    sizes: dict  # hidden_size, num_hidden_layers, num_attention_heads, intermediate_size
+    vocab_size: int
+    budget_seconds: float
+    batch_size: int
+    learning_rate: float
+    warmup_fraction: float
+    seeds: tuple[int, ...]
+    implementations: tuple[str, ...]
+    eval_points: int
+    eval_rows: int
+    explicit: tuple[str, ...] = ()  # of batch_size, learning_rate, warmup_fraction: given by flag
+    torch_threads: int = 0  # hf_torch's CPU threads; 0: torch's default
+
+    def __post_init__(self):
+        unknown = [name for name in self.implementations if name not in IMPLEMENTATIONS]
+        if unknown or not self.implementations:
+            raise ValueError(f"implementations {list(self.implementations)}: choose one or more "
+                             f"of {list(IMPLEMENTATIONS)}")
+        if len(set(self.implementations)) != len(self.implementations):
+            raise ValueError(f"an implementation is named twice in {list(self.implementations)}")
+        if not self.seeds or len(set(self.seeds)) != len(self.seeds):
+            raise ValueError(f"seeds {list(self.seeds)}: give one or more distinct seeds")
+        for name, least in (("budget_seconds", 0), ("batch_size", 0), ("learning_rate", 0),
+                            ("eval_points", 0)):
+            if not getattr(self, name) > least:
+                raise ValueError(f"{name}={getattr(self, name)} must be positive")
+        if not 0.0 <= self.warmup_fraction <= 1.0:
+            raise ValueError(f"warmup_fraction={self.warmup_fraction} must be in [0, 1]")
+        if self.torch_threads < 0:
+            raise ValueError(f"torch_threads={self.torch_threads} must be >= 0 (0: torch's "
+                             "default)")
+        if self.eval_rows < 0:
+            raise ValueError(f"eval_rows={self.eval_rows} must be >= 0 (0: every held-out row)")
+
+
+def model_config(settings: Settings, vocab_size: int):
+    """The classic BertConfig of the comparison's size (the peers' model, ours_classic's)."""
+    from bert_jax.config import BertConfig  # pylint: disable=import-outside-toplevel
+    sizes = {k: v for k, v in settings.sizes.items() if v is not None}
+    return BertConfig.preset(settings.preset, vocab_size=vocab_size, **sizes)
+
+
+def train_settings() -> dict:
+    """The optimizer every classic recipe shares: the project's AdamW block (BERT's values)."""
+    from experiments.configs import common  # pylint: disable=import-outside-toplevel
+    block = common.optimizer_block().to_dict()
+    return {k: block[k] for k in ("b1", "b2", "eps", "weight_decay", "clip_norm")}
+
+
+def prepare_shared(settings: Settings) -> dict:
+    """The vocabulary, held-out rows and blocks; returns what the specs and the report need."""
+    from bert_jax.data import tokenizer  # pylint: disable=import-outside-toplevel
+
+    model_config(settings, settings.vocab_size)  # a bad size fails before anything long runs
+    shared_dir = os.path.join(settings.output_dir, "shared")
+    os.makedirs(shared_dir, exist_ok=True)
+    vocab_path = inputs.prepare_vocabulary(settings.corpus, settings.data_dir,
+                                           settings.vocab_size)
+    vocab_size = tokenizer.load_tokenizer(vocab_path).vocab_size
+    cfg = model_config(settings, vocab_size)
+    heldout = inputs.write_heldout(settings.corpus, settings.data_dir, vocab_path,
+                                   os.path.join(shared_dir, "heldout.npz"), settings.eval_rows)
+    blocks = {}
+    if {"hf_flax", "hf_torch"} & set(settings.implementations):
+        blocks = inputs.write_blocks(settings.corpus, settings.data_dir, vocab_path,
+                                     os.path.join(shared_dir, "blocks.npy"))
+    return {"vocab_path": vocab_path, "vocab_size": vocab_size, "heldout": heldout,
+            "blocks": blocks, "model": {k: getattr(cfg, k) for k in (
+                "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")},
+            "hf_config": {k: v for k, v in cfg.to_hf_dict().items() if k != "architectures"}}
+
+
+def run_spec(settings: Settings, shared: dict, implementation: str, seed: int) -> dict:
+    """The SPEC.json of one run (experiments/peers/worker.py)."""
+    name = f"{implementation}_seed{seed}"
+    run_dir = os.path.join(os.path.abspath(settings.output_dir), "runs", name)
+    return {
+        "implementation": implementation, "seed": seed, "run_dir": run_dir,
+        "result_path": os.path.join(run_dir, "result.json"),
+        "calibration_path": os.path.join(run_dir, "calibration.json"),
+        "torch_threads": settings.torch_threads,
+        "budget_seconds": settings.budget_seconds, "eval_points": settings.eval_points,
+        "corpus": settings.corpus, "data_dir": os.path.abspath(settings.data_dir),
+        "vocab_path": shared["vocab_path"], "vocab_size": shared["vocab_size"],
+        "heldout_path": shared["heldout"]["path"], "heldout_sha256": shared["heldout"]["sha256"],
+        "blocks_path": shared["blocks"].get("path", ""),
+        "model": {"preset": settings.preset, **shared["model"]},
+        "hf_config": shared["hf_config"],
+        "train": {"batch_size": settings.batch_size, "learning_rate": settings.learning_rate,
+                  "warmup_fraction": settings.warmup_fraction, "optimizer": train_settings()},
+        "explicit": list(settings.explicit),
+    }
+
+
+def run_one(spec: dict, log_path: str, timeout: Optional[float] = None) -> dict:
+    """Runs one worker process to the end and returns its result (WorkerError if it fails)."""
+    os.makedirs(spec["run_dir"], exist_ok=True)
+    spec_path = os.path.join(spec["run_dir"], "spec.json")
+    with open(spec_path, "w", encoding="utf-8") as f:
+        json.dump(spec, f, indent=1)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        p for p in (ROOT, os.environ.get("PYTHONPATH", "")) if p))
+    run = f"{spec['implementation']} (seed {spec['seed']})"
+    with open(log_path, "w", encoding="utf-8") as log:
+        for mode in ("calibrate", "run"):
+            log.write(f"----- {mode}\n")
+            log.flush()
+            try:
+                done = subprocess.run(
+                    [sys.executable, "-m", "experiments.peers.worker", mode, spec_path],
+                    stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, env=env, timeout=timeout,
+                    check=False)
+            except subprocess.TimeoutExpired as e:
+                raise WorkerError(f"{run}: the {mode} process was still running after "
+                                  f"{timeout:.0f} s and was stopped (its log: {log_path})") from e
+            if done.returncode != 0:
+                raise WorkerError(f"{run}: the {mode} process failed with exit status "
+                                  f"{done.returncode}: {_last_line(log_path)} (its log: "
+                                  f"{log_path})")
+    with open(spec["result_path"], encoding="utf-8") as f:
+        return json.load(f)
+
+
+def _last_line(path: str) -> str:
+    with open(path, encoding="utf-8", errors="replace") as f:
+        lines = [line.strip() for line in f if line.strip()]
+    return lines[-1] if lines else "(no output)"
+
+
+def run_all(settings: Settings, shared: dict, report=print) -> list[dict]:
+    """Every (seed, implementation) run, one process at a time; `report` gets a line per run."""
+    log_dir = os.path.join(settings.output_dir, "logs")
+    os.makedirs(log_dir, exist_ok=True)
+    results = []
+    for seed in settings.seeds:
+        for implementation in settings.implementations:
+            spec = run_spec(settings, shared, implementation, seed)
+            log_path = os.path.join(log_dir, f"{implementation}_seed{seed}.log")
+            result = run_one(spec, log_path, timeout=_timeout(settings))
+            last = result["evaluations"][-1]
+            report(f"{implementation} seed {seed}: accuracy {last['accuracy']:.4f}, loss "
+                   f"{last['loss']:.4f} after {last['steps']} steps in {last['seconds']:.1f} s")
+            results.append(result)
+    return results
+
+
+def _timeout(settings: Settings) -> float:
+    """A worker that runs this long is stuck: the budget, calibration, evaluations and start-up
+    fit well inside it."""
+    return 10 * settings.budget_seconds + 900

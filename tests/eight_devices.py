@@ -1,0 +1,28 @@
+"""Tests that need 8 devices run their own file as a script in a subprocess, where
+XLA_FLAGS=--xla_force_host_platform_device_count=8 is set before jax is imported; the script
+writes its findings as JSON, which the test process reads back."""
+
+import json
+import os
+import subprocess
+import sys
+
+RESULTS = "results.json"
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def run(test_file: str, out_dir: str, timeout: int = 900) -> dict:
+    """Run `python test_file out_dir` on 8 CPU devices; return what it wrote with `write`."""
+    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=ROOT,
+               XLA_FLAGS="--xla_force_host_platform_device_count=8")
+    done = subprocess.run([sys.executable, os.path.abspath(test_file), out_dir], env=env,
+                          capture_output=True, text=True, timeout=timeout)
+    assert done.returncode == 0, done.stderr[-4000:]
+    with open(os.path.join(out_dir, RESULTS)) as f:
+        return json.load(f)
+
+
+def write(out_dir: str, results: dict) -> None:
+    """In the subprocess: the findings the test process reads back."""
+    with open(os.path.join(out_dir, RESULTS), "w") as f:
+        json.dump(results, f)

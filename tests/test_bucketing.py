@@ -1,0 +1,347 @@
+"""Length buckets for fine-tuning batches (bert_jax.data.batches.Buckets, data.bucket_lengths).
+
+A batch is cut to the smallest bucket that holds its longest row. What must hold: the bucket
+choice; rows in == rows out, each row whole (only padding columns go); the same rows in the
+same batches as without buckets (and resumable); held-out predictions and a training run's
+losses equal to the unbucketed ones up to float rounding; and XLA compiles one program per
+bucket at most, not one per batch. Length-grouped batching (an option, off by default) only
+redistributes the rows of a window of batches.
+"""
+
+import json
+import logging
+import os
+
+import flax.linen as nn
+import jax
+import ml_collections
+import numpy as np
+import pytest
+
+from bert_jax.data import batches
+from bert_jax.recipes import common as recipe_common
+from bert_jax.recipes.finetune import data as data_lib
+from bert_jax.recipes.finetune import recipe
+from bert_jax.train import evaluation
+from finetune_runs import tiny_finetune_config
+
+WORDS = ["john", "mary", "paris", "berlin", "acme", "globex", "book", "car", "visited", "met",
+         "works", "at", "in", "the", "today", "and", "is", "old", "red", "where", "who", "."]
+ENTITIES = {"john": "PER", "mary": "PER", "paris": "LOC", "berlin": "LOC", "acme": "ORG",
+            "globex": "ORG"}
+MAX_LEN = 64
+BUCKETS = (16, 32, 64)
+BUCKETED = ",".join(map(str, BUCKETS))  # the data.bucket_lengths of the bucketed runs
+
+
+# ----- the bucket choice -----------------------------------------------------------------------
+
+def test_bucket_choice_and_row_lengths():
+    buckets = batches.Buckets(BUCKETS, ("input_ids", "attention_mask"))
+    assert [buckets.length_for(n, 64) for n in (0, 1, 16, 17, 32, 33, 64)] == [
+        16, 16, 16, 32, 32, 64, 64]
+    assert batches.Buckets((16, 32), ("attention_mask",)).length_for(40, 64) == 64  # fits none
+    assert batches.Buckets((16, 128), ("attention_mask",)).length_for(40, 64) == 64  # > full
+    mask = np.zeros((3, 8), np.int32)
+    mask[0, :5], mask[2, :8] = 1, 1
+    assert batches.row_lengths(mask).tolist() == [5, 0, 8]
+    assert batches.power_of_two_lengths(64) == (16, 32, 64)
+    assert batches.power_of_two_lengths(100) == (16, 32, 64, 100)
+    assert batches.power_of_two_lengths(16) == (16,)
+    with pytest.raises(ValueError, match="ascending"):
+        batches.Buckets((32, 16), ("attention_mask",))
+    with pytest.raises(ValueError, match="attention_mask"):
+        batches.Buckets((16,), ("input_ids",))
+
+
+def test_cut_keeps_rows_whole_and_leaves_other_arrays():
+    mask = np.zeros((2, 64), np.int32)
+    mask[0, :17], mask[1, :3] = 1, 1
+    batch = {"attention_mask": mask, "input_ids": mask * 7, "labels": np.arange(2),
+             "tags": np.zeros((2, 64, 3))}
+    cut = batches.Buckets(BUCKETS, ("attention_mask", "input_ids")).cut(batch)
+    assert cut["attention_mask"].shape == cut["input_ids"].shape == (2, 32)
+    assert cut["attention_mask"].sum() == mask.sum()  # every real token kept
+    assert cut["labels"] is batch["labels"] and cut["tags"].shape == (2, 64, 3)
+    assert batches.Buckets(BUCKETS, ("attention_mask",)).cut(batch, longest=40)[
+        "attention_mask"].shape == (2, 64)  # the global batch's longest row decides
+    with pytest.raises(ValueError, match="labels"):
+        batches.Buckets(BUCKETS, ("attention_mask", "labels")).cut(batch)
+
+
+@pytest.mark.parametrize("spec,expected", [
+    ("auto", (32, 64)), ("none", ()), ("", ()), ("48, 16", (16, 48, 64)), ("16,64", (16, 64)),
+    ((8, 24), (8, 24, 64)), ((), ())])
+def test_config_bucket_lengths(spec, expected):
+    config = tiny_finetune_config("classification", "", max_seq_len=64)
+    config.data.bucket_lengths = spec if isinstance(spec, str) else ",".join(map(str, spec))
+    assert data_lib.bucket_lengths(config) == expected
+
+
+def test_bad_bucket_configs_are_errors_and_an_old_config_pads_to_max_seq_len():
+    config = tiny_finetune_config("classification", "", max_seq_len=64)
+    for bad in ("16,x", "0,32", "128"):
+        config.data.bucket_lengths = bad
+        with pytest.raises(ValueError, match="bucket_lengths"):
+            data_lib.check_batching(config)
+    config.data.bucket_lengths, config.data.group_by_length = "auto", -1
+    with pytest.raises(ValueError, match="group_by_length"):
+        data_lib.check_batching(config)
+    old = config.to_dict()
+    del old["data"]["bucket_lengths"]  # the config.json of a run recorded before the key
+    assert data_lib.bucket_lengths(ml_collections.ConfigDict(old)) == ()
+
+
+# ----- rows in == rows out -----------------------------------------------------------------------
+
+def random_rows(rng, count, max_len=MAX_LEN):
+    """input_ids / attention_mask [count, max_len] of rows of random lengths (mostly short), a
+    per-token target, a row id."""
+    lengths = np.where(rng.random(count) < 0.7, rng.integers(3, 15, count),
+                       rng.integers(3, max_len + 1, count))
+    mask = (np.arange(max_len)[None, :] < lengths[:, None]).astype(np.int32)
+    ids = rng.integers(5, 100, (count, max_len)).astype(np.int32) * mask
+    return {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids),
+            "tags": np.where(mask == 1, ids % 3, -100).astype(np.int32),
+            "row": np.arange(count, dtype=np.int32)}
+
+
+TOKEN_KEYS = ("input_ids", "attention_mask", "token_type_ids", "tags")
+
+
+def check_whole_rows(batch, features):
+    """Each row of the cut batch is its feature row with only padding columns removed."""
+    length = batch["attention_mask"].shape[1]
+    for key in TOKEN_KEYS:
+        full = features[key][batch["row"]]
+        np.testing.assert_array_equal(batch[key], full[:, :length])
+    assert not features["attention_mask"][batch["row"], length:].any()  # nothing real cut
+
+
+@pytest.mark.parametrize("group_by_length", [0, 4])
+def test_train_batches_rows_in_equal_rows_out_and_resume(group_by_length):
+    rng = np.random.default_rng(0)
+    features = random_rows(rng, 50)
+    buckets = batches.Buckets(BUCKETS, TOKEN_KEYS)
+    plain = batches.train_batches(features, 5, seed=1)
+    cut = batches.train_batches(features, 5, seed=1, buckets=buckets,
+                                group_by_length=group_by_length)
+    seen, shapes = [], set()
+    for _ in range(40):  # 4 epochs of 10 batches
+        a, b = next(plain), next(cut)
+        check_whole_rows(b, features)
+        shapes.add(b["input_ids"].shape)
+        if not group_by_length:  # the same rows in the same batches as without buckets
+            np.testing.assert_array_equal(a["row"], b["row"])
+        seen.append(b["row"])
+    rows = np.concatenate(seen)
+    assert np.bincount(rows, minlength=50).tolist() == [4] * 50  # every row once an epoch
+    assert shapes <= {(5, n) for n in BUCKETS} and len(shapes) >= 2
+    state = cut.get_state()
+    after = [next(cut) for _ in range(7)]
+    resumed = batches.train_batches(features, 5, seed=1, buckets=buckets,
+                                    group_by_length=group_by_length)
+    resumed.set_state(state)
+    for expected in after:
+        got = next(resumed)
+        assert all(np.array_equal(got[k], expected[k]) for k in expected)
+
+
+def test_grouping_by_length_redistributes_rows_within_each_window():
+    features = random_rows(np.random.default_rng(1), 64)
+    lengths = batches.row_lengths(features["attention_mask"])
+    plain = batches.train_batches(features, 8, seed=2)
+    grouped = batches.train_batches(features, 8, seed=2, group_by_length=4)
+    padded = {"plain": 0, "grouped": 0}
+    for _ in range(3):  # windows of 4 batches: the same rows, other batches
+        a = [next(plain)["row"] for _ in range(4)]
+        b = [next(grouped)["row"] for _ in range(4)]
+        assert sorted(np.concatenate(a).tolist()) == sorted(np.concatenate(b).tolist())
+        padded["plain"] += sum(8 * lengths[r].max() for r in a)
+        padded["grouped"] += sum(8 * lengths[r].max() for r in b)
+        spans = sorted((lengths[r].min(), lengths[r].max()) for r in b)
+        assert all(hi <= lo_next for (_, hi), (lo_next, _) in zip(spans, spans[1:]))
+    assert padded["grouped"] < padded["plain"]
+
+
+def test_process_shares_form_the_global_batch_at_one_length():
+    features = random_rows(np.random.default_rng(2), 40)
+    buckets = batches.Buckets(BUCKETS, TOKEN_KEYS)
+    whole = batches.train_batches(features, 8, seed=3, buckets=buckets)
+    shares = [batches.train_batches(features, 8, seed=3, process_index=p, process_count=2,
+                                    buckets=buckets) for p in range(2)]
+    for _ in range(10):
+        global_batch, parts = next(whole), [next(s) for s in shares]
+        assert parts[0]["input_ids"].shape == parts[1]["input_ids"].shape == (
+            4, global_batch["input_ids"].shape[1])
+        assert sorted(np.concatenate([p["row"] for p in parts]).tolist()) == sorted(
+            global_batch["row"].tolist())
+    for p in range(2):
+        evaluated = list(batches.eval_batches(features, 8, p, 2, buckets))
+        for batch in evaluated:
+            real = batch["example_weights"] > 0
+            check_whole_rows({k: v[real] for k, v in batch.items()}, features)
+
+
+def test_eval_batches_rows_in_equal_rows_out():
+    features = random_rows(np.random.default_rng(3), 37)
+    features["row"].sort()
+    evaluated = list(batches.eval_batches(features, 8,
+                                          buckets=batches.Buckets(BUCKETS, TOKEN_KEYS)))
+    rows = np.concatenate([b["row"][b["example_weights"] > 0] for b in evaluated])
+    assert rows.tolist() == list(range(37))  # each row once, in order
+    for batch in evaluated:
+        real = batch["example_weights"] > 0
+        check_whole_rows({k: v[real] for k, v in batch.items()}, features)
+    assert len({b["input_ids"].shape for b in evaluated}) >= 2
+
+
+# ----- the same results with and without buckets ------------------------------------------------
+
+def write_vocab(path) -> str:
+    path.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + WORDS) + "\n",
+                    encoding="utf-8")
+    return str(path)
+
+
+def sentence(rng, length):
+    return [str(w) for w in rng.choice(WORDS, length)]
+
+
+def lengths_short_to_long():
+    """24 word counts rising along the set, so that in-order batches of 4 fall in every bucket
+    (the longest cut to max_seq_len)."""
+    return [int(n) for part in (np.linspace(2, 6, 8), np.linspace(12, 24, 8),
+                                np.linspace(30, MAX_LEN + 10, 8)) for n in part]
+
+
+def write_task_files(root, task, rng):
+    """(train, eval) files of `task`: texts whose lengths span every bucket."""
+    train_lengths = [int(n) for n in np.where(rng.random(48) < 0.7, rng.integers(3, 12, 48),
+                                              rng.integers(3, MAX_LEN, 48))]
+    paths = []
+    for name, lengths in (("train", train_lengths), ("eval", lengths_short_to_long())):
+        sentences = [sentence(rng, n) for n in lengths]
+        if task == "classification":
+            path = root / f"{name}.tsv"
+            path.write_text("text\tlabel\n" + "".join(
+                f"{' '.join(s)}\t{'a' if len(s) % 2 else 'b'}\n" for s in sentences))
+        elif task == "token_classification":
+            path = root / f"{name}.conll"
+            path.write_text("".join("".join(f"{w} {'B-' + ENTITIES[w] if w in ENTITIES else 'O'}"
+                                            "\n" for w in s) + "\n" for s in sentences))
+        else:
+            path = root / f"{name}.json"
+            paragraphs = []
+            for i, s in enumerate(sentences):
+                context = " ".join(s + ["paris"])
+                paragraphs.append({"context": context, "qas": [{
+                    "id": f"{name}{i}", "question": "where is",
+                    "answers": [{"text": "paris", "answer_start": context.rindex("paris")}]}]})
+            path.write_text(json.dumps({"data": [{"paragraphs": paragraphs}]}))
+        paths.append(str(path))
+    return paths
+
+
+def task_config(tmp_path, task, **changes):
+    train, evaluation_path = write_task_files(tmp_path, task, np.random.default_rng(4))
+    return tiny_finetune_config(
+        task, write_vocab(tmp_path / "vocab.txt"), hidden_size=32, num_hidden_layers=2,
+        max_position_embeddings=MAX_LEN, max_seq_len=MAX_LEN, eval_batch_size=4,
+        **{"data.train_path": train, "data.eval_path": evaluation_path,
+           "squad.doc_stride": 16, "squad.max_query_len": 8, "model.initializer_range": 0.2,
+           **changes})
+
+
+class CompileCounter(logging.Handler):
+    """Counts XLA compilations of jitted functions by name (JAX's jax_log_compiles records)."""
+
+    def __init__(self):
+        super().__init__(logging.DEBUG)
+        self.names: list[str] = []
+
+    def emit(self, record):
+        message = record.getMessage()
+        if message.startswith("Finished XLA compilation of jit("):
+            self.names.append(message[len("Finished XLA compilation of jit("):].split(")")[0])
+
+    def __enter__(self):
+        self.previous = jax.config.jax_log_compiles
+        jax.config.update("jax_log_compiles", True)
+        logging.getLogger("jax").addHandler(self)
+        return self
+
+    def __exit__(self, *exc):
+        logging.getLogger("jax").removeHandler(self)
+        jax.config.update("jax_log_compiles", self.previous)
+
+    def count(self, name):
+        return self.names.count(name)
+
+
+@pytest.mark.parametrize("task", ["classification", "token_classification", "span_qa"])
+def test_heldout_predictions_equal_with_and_without_buckets(task, tmp_path):
+    config = task_config(tmp_path, task)
+    tokenizer = recipe_common.load_tokenizer(config)
+    data = data_lib.build_task_data(config, tokenizer)
+    cfg = recipe_common.model_config(config, tokenizer.vocab_size)
+    model = data.kind.make_model(cfg, data.labels)
+    params = nn.meta.unbox(recipe.make_init_fn(model, MAX_LEN)(jax.random.PRNGKey(0)))
+    mesh = recipe_common.make_mesh(config)
+    inputs = {k: data.eval_features[k] for k in ("input_ids", "token_type_ids",
+                                                  "attention_mask")}
+    results = {}
+    for spec in (BUCKETED, "none"):
+        config.data.bucket_lengths = spec
+        predict = jax.jit(recipe.make_predict_fn(data.kind, model, MAX_LEN))
+        with CompileCounter() as compiled:
+            outputs = evaluation.predict_rows(predict, params, inputs, 4, mesh,
+                                              data_lib.eval_buckets(config))
+        evaluator = recipe.make_evaluator(config, cfg, data, mesh)
+        results[spec] = outputs, evaluator(params), evaluator.last_records
+        assert 1 <= compiled.count("predict") <= (len(BUCKETS) if spec == BUCKETED else 1)
+    (bucketed, metrics, records), (plain, plain_metrics, plain_records) = (
+        results[BUCKETED], results["none"])
+    real = batches.row_lengths(inputs["attention_mask"])
+    assert len(set(batches.Buckets(BUCKETS, ("attention_mask",)).length_for(
+        real[i:i + 4].max(), MAX_LEN) for i in range(0, len(real), 4))) == 3  # every bucket
+    for name, value in plain.items():
+        assert bucketed[name].shape == value.shape  # token outputs padded back to max_seq_len
+        if name in data.kind.token_outputs:  # every real position agrees
+            for row, length in enumerate(real):
+                np.testing.assert_allclose(bucketed[name][row, :length], value[row, :length],
+                                           atol=1e-5)
+        else:
+            np.testing.assert_allclose(bucketed[name], value, atol=1e-5)
+    assert metrics == pytest.approx(plain_metrics, abs=1e-6)
+    if task == "classification":
+        assert [r["prediction"] for r in records] == [r["prediction"] for r in plain_records]
+    elif task == "token_classification":
+        assert [tags for _, tags in records] == [tags for _, tags in plain_records]
+    else:
+        assert {q: a.text for q, a in records.items()} == {
+            q: a.text for q, a in plain_records.items()}
+
+def read_losses(workdir):
+    with open(os.path.join(workdir, "metrics.jsonl")) as f:
+        return [json.loads(line)["loss"] for line in f]
+
+
+@pytest.mark.parametrize("task", ["classification", "token_classification"])
+def test_training_losses_equal_with_and_without_buckets(task, tmp_path):
+    runs = {}
+    for spec in (BUCKETED, "none"):
+        config = task_config(tmp_path, task, batch_size=4, total_steps=12, log_every_steps=1,
+                             learning_rate=1e-3, **{"data.bucket_lengths": spec})
+        workdir = str(tmp_path / spec)
+        with CompileCounter() as compiled:
+            result = recipe.train_and_evaluate(config, workdir)
+        runs[spec] = read_losses(workdir), result.last_eval_metrics
+        limit = len(BUCKETS) if spec == BUCKETED else 1
+        assert 1 <= compiled.count("train_step") <= limit  # not one per batch
+        if spec == BUCKETED:
+            assert compiled.count("train_step") >= 2  # the batches really were cut
+    (losses, metrics), (plain_losses, plain_metrics) = runs[BUCKETED], runs["none"]
+    assert len(losses) == len(plain_losses) == 12
+    np.testing.assert_allclose(losses, plain_losses, atol=1e-5, rtol=0)
+    assert metrics == pytest.approx(plain_metrics, abs=1e-5)
