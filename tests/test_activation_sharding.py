@@ -88,7 +88,8 @@ def _worker(out_dir: str) -> None:
 
 @pytest.fixture(scope="module")
 def gathers(tmp_path_factory):
-    return eight_devices.run(__file__, str(tmp_path_factory.mktemp("activation_sharding")), timeout=900)
+    out_dir = str(tmp_path_factory.mktemp("activation_sharding"))
+    return eight_devices.run(__file__, out_dir, timeout=900)
 
 
 def _with_layers(shapes):

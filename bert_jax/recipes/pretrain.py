@@ -8,9 +8,9 @@
 
 Config keys beyond the shared ones (bert_jax.recipes.common): `data.corpus` ("demo",
 "text:GLOB", a TFDS name, or "synthetic": random tokens, no files), `data.data_dir` (default
-<workdir>/data), `data.max_predictions`, `data.mask_rate`, `data.eval_mask_rate` (the held-out rows' rate,
-default 0.15 whatever the training rate, so runs that train at other rates stay comparable),
-`data.whole_word_masking`,
+<workdir>/data), `data.max_predictions`, `data.mask_rate`, `data.eval_mask_rate` (the
+held-out rows' rate, default 0.15 whatever the training rate, so runs that train at other rates
+stay comparable), `data.whole_word_masking`,
 `data.sentence_pairs` (NSP pairs and the NSP head, as in the paper), `data.num_workers`,
 `tokenizer.vocab_size` (of the vocabulary trained for the demo when tokenizer.path is empty),
 `total_steps`, `eval_batches` (0: the whole held-out split).
