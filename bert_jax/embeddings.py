@@ -43,7 +43,7 @@ from bert_jax.config import BertConfig
 from bert_jax.data import tokenizer as tokenizer_lib
 from bert_jax.data import unlabelled
 from bert_jax.data.textfiles import DataError
-from bert_jax.train import workdir as workdir_lib
+from bert_jax import paths
 
 POOLINGS = ("mean", "cls")
 FORMATS = ("auto", "text", "jsonl", "csv", "tsv")
@@ -252,21 +252,21 @@ def write_outputs(prefix: str, vectors: np.ndarray, rows: Sequence[Row]) -> tupl
     input line, "text": ...}); each is written aside, then renamed (the .npy first)."""
     if len(vectors) != len(rows):
         raise ValueError(f"{len(vectors)} vectors for {len(rows)} rows")
-    paths = output_paths(prefix)
+    files = output_paths(prefix)
     array = io.BytesIO()
     np.save(array, np.asarray(vectors, np.float32))
     contents = [array.getvalue(), "".join(
         json.dumps({"index": index, "line": row.line, "text": row.text}, ensure_ascii=False)
         + "\n" for index, row in enumerate(rows)).encode("utf-8")]
-    if workdir_lib.is_remote(prefix):  # gs://: one object write each, whole or not at all
-        for path, content in zip(paths, contents):
+    if paths.is_remote(prefix):  # gs://: one object write each, whole or not at all
+        for path, content in zip(files, contents):
             epath.Path(path).write_bytes(content)
-        return paths
+        return files
     os.makedirs(os.path.dirname(os.path.abspath(prefix)), exist_ok=True)
-    temporary = [f"{path}.{os.getpid()}.tmp" for path in paths]
+    temporary = [f"{path}.{os.getpid()}.tmp" for path in files]
     for path, content in zip(temporary, contents):
         with open(path, "wb") as f:
             f.write(content)
-    for source, target in zip(temporary, paths):
+    for source, target in zip(temporary, files):
         os.replace(source, target)
-    return paths
+    return files

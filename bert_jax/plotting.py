@@ -30,7 +30,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from bert_jax.train import metrics_writer
-from bert_jax.train import workdir as workdir_lib
+from bert_jax import paths
 
 X_AXES = ("step", "seconds")
 DEFAULT_METRICS = ("loss", "mlm_accuracy")
@@ -55,7 +55,7 @@ class Run:
 def load_run(workdir: str, name: Optional[str] = None) -> Run:
     """The records of `workdir`; name defaults to its basename. FileNotFoundError if the folder
     does not exist, ValueError if it holds no record in either metrics file."""
-    folder = workdir_lib.path(workdir)  # a local folder or gs://
+    folder = paths.path(workdir)  # a local folder or gs://
     if not folder.is_dir():
         raise FileNotFoundError(f"workdir {workdir!r} does not exist")
     records = []
@@ -183,7 +183,7 @@ def plot_runs(runs: Sequence[Run], output: str, metrics: Optional[Sequence[str]]
             legend.setdefault(label, handle)
     figure.legend(list(legend.values()), list(legend), loc="outside upper center",
                   ncols=min(len(legend), 4), fontsize="small")
-    target = workdir_lib.path(output)  # a local file or gs://
+    target = paths.path(output)  # a local file or gs://
     target.parent.mkdir(parents=True, exist_ok=True)
     with target.open("wb") as f:
         figure.savefig(f, format="png", dpi=100)
@@ -195,5 +195,5 @@ def plot_workdirs(workdirs: Sequence[str], output: str,
     """load_runs + plot_runs; returns {"output", "runs", "metrics", "x"} for the script to print."""
     runs = load_runs(workdirs)
     drawn = plot_runs(runs, output, metrics, x)
-    return {"output": os.fspath(workdir_lib.path(output)), "runs": [run.name for run in runs],
+    return {"output": os.fspath(paths.path(output)), "runs": [run.name for run in runs],
             "metrics": drawn, "x": x}

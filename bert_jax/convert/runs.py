@@ -24,7 +24,7 @@ from etils import epath
 from bert_jax.convert import hf, hf_layout
 from bert_jax.recipes import common
 from bert_jax.train import checkpointing
-from bert_jax.train import workdir as workdir_lib
+from bert_jax import paths
 
 
 # task kind (task.json) -> config.json problem_type of its sequence-classification head
@@ -61,7 +61,7 @@ def hf_to_ours(hf_dir: str, checkpoint_dir: str, encoder_only: bool) -> None:
             raise OutputFolderError(f"--checkpoint_dir={checkpoint_dir} already holds checkpoints; "
                                 "give an empty or new folder")
         checkpointing.save(manager, 0, {"params": params}, model_config=cfg,
-                           extra_metadata={"converted_from": os.fspath(workdir_lib.path(hf_dir)),
+                           extra_metadata={"converted_from": os.fspath(paths.path(hf_dir)),
                                            "heads": list(hf.heads_of(params))})
         manager.wait_until_finished()
     finally:
@@ -84,7 +84,7 @@ def _is_file(location: str) -> bool:
 def find_workdir(checkpoint_dir: str) -> str | None:
     """The run that `checkpoint_dir` (<workdir>/checkpoints, or one step folder in it) belongs
     to: the folder above it that holds the run's config.json; None if there is none."""
-    path = workdir_lib.path(checkpoint_dir)  # a local folder or gs://
+    path = paths.path(checkpoint_dir)  # a local folder or gs://
     candidates = [path.parent]
     if path.name.isdigit():  # a step folder
         candidates.append(path.parent.parent)
@@ -120,7 +120,7 @@ def ours_to_hf(checkpoint_dir: str, hf_dir: str, step: int | None, encoder_only:
         cfg, params = checkpointing.load_params(checkpoint_dir, step=step)
     except ValueError as e:  # some (Orbax's JSON metadata) name no file: say which checkpoint
         if os.path.normpath(checkpoint_dir) in str(e) or os.fspath(
-                workdir_lib.path(checkpoint_dir)) in str(e):
+                paths.path(checkpoint_dir)) in str(e):
             raise
         raise ValueError(f"--checkpoint_dir={checkpoint_dir}: cannot read the checkpoint "
                          f"({type(e).__name__}: {e})") from e

@@ -51,7 +51,7 @@ import tensorflow_datasets as tfds
 from etils import epath
 
 from bert_jax import progress
-from bert_jax.train import workdir as workdir_lib
+from bert_jax import paths
 
 DEMO = "demo"
 TEXT_PREFIX = "text:"
@@ -133,11 +133,11 @@ def _text_features() -> tfds.features.FeaturesDict:
 
 def matched_files(pattern: str) -> list[str]:
     """Sorted files matched by `pattern` ("**" recurses); ValueError naming the glob if none."""
-    paths = sorted(p for p in globlib.glob(os.path.expanduser(pattern), recursive=True)
+    files = sorted(p for p in globlib.glob(os.path.expanduser(pattern), recursive=True)
                    if os.path.isfile(p))
-    if not paths:
+    if not files:
         raise ValueError(f"text corpus: the glob {pattern!r} matches no file")
-    return paths
+    return files
 
 
 def read_text_documents(pattern: str, document_delimiter: str = "blank_line",
@@ -352,7 +352,7 @@ def exclusive(data_dir: str):
     """Holds an advisory lock on data_dir, so that processes of one job (e.g. several local
     hosts) prepare a corpus or vocabulary once instead of racing on the same files. On object
     storage (gs://), which has no advisory locks: `_object_lock`."""
-    if workdir_lib.is_remote(data_dir):
+    if paths.is_remote(data_dir):
         with _object_lock(epath.Path(data_dir) / LOCK_FILE):
             yield
         return
@@ -372,7 +372,7 @@ def _object_lock(lock: epath.Path, poll_seconds: float = 2.0):
     so once, naming the object to remove."""
     holder = json.dumps({"pid": os.getpid(), "host": socket.gethostname()})
     waited = False
-    while not workdir_lib.create_exclusively(lock, holder):
+    while not paths.create_exclusively(lock, holder):
         if not waited:
             logging.warning("waiting for %s (another process prepares this data); remove it if "
                             "no process does", lock)

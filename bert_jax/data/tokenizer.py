@@ -28,7 +28,7 @@ from etils import epath
 from tokenizers import decoders, models, normalizers, pre_tokenizers, processors, trainers
 
 from bert_jax import progress
-from bert_jax.train import workdir as workdir_lib
+from bert_jax import paths
 
 PAD, UNK, CLS, SEP, MASK = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
 SPECIAL_TOKENS = (PAD, UNK, CLS, SEP, MASK)
@@ -230,7 +230,7 @@ def train_wordpiece(texts: Iterable[str], vocab_size: int, out_dir: str, lowerca
     vocab_path = os.path.join(out_dir, "vocab.txt")
     (epath.Path(out_dir) / "tokenizer.json").write_text(tokenizer.to_str(pretty=True))
     # vocab.txt last, written whole: its presence means the folder is complete.
-    workdir_lib.write_text_atomically(vocab_path, "".join(
+    paths.write_text_atomically(vocab_path, "".join(
         token + "\n" for token, _ in sorted(vocab.items(), key=lambda item: item[1])))
     return vocab_path
 
@@ -320,10 +320,10 @@ def save_hf(tokenizer: WordPieceTokenizer, directory: str, model_max_length: int
               "never_split": None, "model_max_length": int(model_max_length),
               "clean_up_tokenization_spaces": True, **SPECIAL_TOKENS_MAP}
     epath.Path(directory).mkdir(parents=True, exist_ok=True)  # a local folder or gs://
-    paths = [os.path.join(directory, name) for name in HF_TOKENIZER_FILES]
+    files = [os.path.join(directory, name) for name in HF_TOKENIZER_FILES]
     texts = ["".join(token + "\n" for token in tokens), backend.to_str(pretty=True),
              *(json.dumps(content, indent=2, ensure_ascii=False) + "\n"
                for content in (config, SPECIAL_TOKENS_MAP))]
-    for path, text in zip(paths, texts):
+    for path, text in zip(files, texts):
         epath.Path(path).write_bytes(text.encode("utf-8"))  # "\n" line ends on any system
-    return paths
+    return files

@@ -10,13 +10,9 @@ change is meant.
 stops at once, naming the process that holds it. A lock left by a process that died is taken
 over when its host is this host and its PID is gone.
 
-A workdir (and every path a run reads: init weights, vocabularies) is a local folder or an
-object-storage URI such as `gs://bucket/run`: every file goes through etils.epath (as Orbax's and
-TFDS's do), which reads `gs://` through gcsfs. `path` is the one spelling of either. Object
-storage has no rename and no append, but an object is written whole or not at all, so a file
-written "atomically" there is one object write. The lock is created with a generation
-precondition (`ifGenerationMatch=0` through gcsfs): of two runs that start together on a bucket,
-exactly one creates run.lock, as `os.link` decides it on a local disk.
+A workdir is a local folder or an object-storage URI such as `gs://bucket/run`; its paths go
+through `bert_jax.paths` (re-exported here). On a bucket the lock is created with a generation
+precondition, so of two runs that start together exactly one holds it.
 """
 
 from __future__ import annotations
@@ -34,6 +30,8 @@ from absl import logging
 from etils import epath
 
 from bert_jax import multiprocess, pytree
+from bert_jax.paths import (create_exclusively, is_remote, path,  # noqa: F401 (re-exported)
+                            read_json, write_text_atomically)
 
 CONFIG_FILE = "config.json"
 LOCK_FILE = "run.lock"
@@ -60,7 +58,7 @@ class ConfigChangedError(ValueError):
 
 def _flat(config: Any) -> dict[str, Any]:
     tree = config.to_dict() if isinstance(config, ml_collections.ConfigDict) else config
-    return {".".join(path): value for path, value in pytree.flatten_dict(tree).items()}
+    return {".".join(keys): value for keys, value in pytree.flatten_dict(tree).items()}
 
 
 def config_differences(saved: dict, config: ml_collections.ConfigDict) -> list[str]:
@@ -86,18 +84,6 @@ def record_config(config: ml_collections.ConfigDict, workdir: str) -> None:
                        f"recording the config in {workdir}")
 
 
-def is_remote(location: str | os.PathLike) -> bool:
-    """True for an object-storage URI (`gs://bucket/run`), False for a local path."""
-    return "://" in os.fspath(location)
-
-
-def path(location: str | os.PathLike) -> epath.Path:
-    """The one spelling of a run's paths: a URI as it is, a local path made absolute."""
-    if is_remote(location):
-        return epath.Path(os.fspath(location))
-    return epath.Path(os.path.abspath(os.fspath(location)))
-
-
 def _has_checkpoint(workdir: str) -> bool:
     directory = epath.Path(workdir) / "checkpoints"
     return directory.is_dir() and any(p.name.isdigit() for p in directory.iterdir())
@@ -121,28 +107,6 @@ def _record(config: ml_collections.ConfigDict, workdir: str) -> None:
     write_text_atomically(config_path, json.dumps(config.to_dict(), indent=2, sort_keys=True))
 
 
-def write_text_atomically(file: str | os.PathLike, text: str) -> None:
-    """Write a whole file so that a reader (or a crash) never sees a part: locally a temporary
-    file renamed into place; on object storage one object write, which is all or nothing."""
-    if is_remote(file):
-        epath.Path(file).write_text(text)
-        return
-    file = os.fspath(file)
-    os.makedirs(os.path.dirname(os.path.abspath(file)), exist_ok=True)
-    temporary = f"{file}.tmp-{os.getpid()}"
-    with open(temporary, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.replace(temporary, file)
-
-
-def read_json(file: str | os.PathLike) -> dict:
-    """A JSON file's content; ValueError naming the file when it is not valid JSON."""
-    try:
-        return json.loads(epath.Path(file).read_bytes().decode("utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ValueError(f"{file} is not valid JSON ({e})") from None
-
-
 def load_config(workdir: str) -> ml_collections.ConfigDict:
     """<workdir>/config.json as a ConfigDict (every key of the run's resolved config)."""
     config_path = epath.Path(workdir) / CONFIG_FILE
@@ -164,31 +128,6 @@ def _holder_is_gone(holder: dict) -> bool:
     except (PermissionError, ValueError, OverflowError):
         return False
     return False
-
-
-def create_exclusively(file: epath.Path, text: str) -> bool:
-    """Create `file` holding `text` unless it exists; False if it did. Of several processes that
-    try at once, exactly one creates it: locally a temporary file is linked into place (the file
-    never exists half-written); on object storage the write carries a precondition that the
-    object does not exist yet (gcsfs mode="create": `ifGenerationMatch=0` on gs://)."""
-    if is_remote(file):
-        import fsspec  # the filesystem epath itself reads gs:// through
-        filesystem, inner = fsspec.core.url_to_fs(os.fspath(file))
-        try:
-            filesystem.pipe_file(inner, text.encode("utf-8"), mode="create")
-            return True
-        except FileExistsError:
-            return False
-    temporary = f"{file}.tmp-{os.getpid()}"
-    with open(temporary, "w", encoding="utf-8") as f:
-        f.write(text)
-    try:
-        os.link(temporary, file)
-        return True
-    except FileExistsError:
-        return False
-    finally:
-        os.remove(temporary)
 
 
 def _acquire(workdir: str) -> dict:

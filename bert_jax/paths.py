@@ -1,0 +1,75 @@
+"""One spelling of every path a run reads or writes: a local path or an object-storage URI.
+
+A workdir (and every path a run reads: init weights, vocabularies, data) is a local folder or a
+URI such as `gs://bucket/run`. Every file goes through etils.epath (as Orbax's and TFDS's do),
+which reads `gs://` through gcsfs. Object storage has no rename and no append, but an object is
+written whole or not at all, so a file written "atomically" there is one object write; an
+exclusive create carries a generation precondition (`ifGenerationMatch=0`), so of several
+processes exactly one creates the file, as `os.link` decides it on a local disk.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+from etils import epath
+
+
+def is_remote(location: str | os.PathLike) -> bool:
+    """True for an object-storage URI (`gs://bucket/run`), False for a local path."""
+    return "://" in os.fspath(location)
+
+
+def path(location: str | os.PathLike) -> epath.Path:
+    """The one spelling of a run's paths: a URI as it is, a local path made absolute."""
+    if is_remote(location):
+        return epath.Path(os.fspath(location))
+    return epath.Path(os.path.abspath(os.fspath(location)))
+
+
+def write_text_atomically(file: str | os.PathLike, text: str) -> None:
+    """Write a whole file so that a reader (or a crash) never sees a part: locally a temporary
+    file renamed into place; on object storage one object write, which is all or nothing."""
+    if is_remote(file):
+        epath.Path(file).write_text(text)
+        return
+    file = os.fspath(file)
+    os.makedirs(os.path.dirname(os.path.abspath(file)), exist_ok=True)
+    temporary = f"{file}.tmp-{os.getpid()}"
+    with open(temporary, "w", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(temporary, file)
+
+
+def read_json(file: str | os.PathLike) -> dict:
+    """A JSON file's content; ValueError naming the file when it is not valid JSON."""
+    try:
+        return json.loads(epath.Path(file).read_bytes().decode("utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ValueError(f"{file} is not valid JSON ({e})") from None
+
+
+def create_exclusively(file: epath.Path, text: str) -> bool:
+    """Create `file` holding `text` unless it exists; False if it did. Of several processes that
+    try at once, exactly one creates it: locally a temporary file is linked into place (the file
+    never exists half-written); on object storage the write carries a precondition that the
+    object does not exist yet (gcsfs mode="create": `ifGenerationMatch=0` on gs://)."""
+    if is_remote(file):
+        import fsspec  # the filesystem epath itself reads gs:// through
+        filesystem, inner = fsspec.core.url_to_fs(os.fspath(file))
+        try:
+            filesystem.pipe_file(inner, text.encode("utf-8"), mode="create")
+            return True
+        except FileExistsError:
+            return False
+    temporary = f"{file}.tmp-{os.getpid()}"
+    with open(temporary, "w", encoding="utf-8") as f:
+        f.write(text)
+    try:
+        os.link(temporary, file)
+        return True
+    except FileExistsError:
+        return False
+    finally:
+        os.remove(temporary)
