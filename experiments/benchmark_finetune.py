@@ -115,14 +115,11 @@ def _cut(batch: dict, length: int, buckets) -> dict:
 
 def _our_state_and_step(config, task, mesh):
     """A fresh TrainState (loop's create_or_restore over an empty checkpoint folder) and the
-    train step jitted as loop.train jits it (shardings in and out, state donated)."""
+    train step the loop compiles (loop.compile_train_step)."""
     import tempfile
 
-    import jax
-
-    from bert_jax import sharding, xla_options
     from bert_jax.recipes import common as recipe_common
-    from bert_jax.train import checkpointing, optimizer, state as state_lib, steps
+    from bert_jax.train import checkpointing, loop, optimizer, state as state_lib
 
     opt_config = recipe_common.optimizer_config(config, config.total_steps)
     tx = optimizer.make_optimizer(opt_config)
@@ -132,13 +129,9 @@ def _our_state_and_step(config, task, mesh):
             task.init_fn, task.initial_params, tx, mesh, config.seed, manager,
             task.model_config, None)
         manager.close()
-    batch_sharding = sharding.batch_sharding(mesh)
-    train_step = jax.jit(
-        steps.make_train_step(task.loss_fn, tx, config.accumulation_steps,
-                              optimizer.learning_rate_schedule(opt_config), batch_sharding),
-        in_shardings=(shardings, batch_sharding),
-        out_shardings=(shardings, sharding.replicated(mesh)),
-        donate_argnums=(0,), compiler_options=xla_options.memory_lean())
+    train_step = loop.compile_train_step(
+        task, tx, recipe_common.loop_config(config, config.total_steps), mesh, shardings,
+        optimizer.learning_rate_schedule(opt_config))
     return state, train_step
 
 

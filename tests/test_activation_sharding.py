@@ -5,7 +5,7 @@ Weights split over fsdp and tensor are expected to be all-gathered over fsdp bef
 FSDP: [hidden, intermediate / tensor] for the FFN's first kernel), never over tensor: an
 all-gather whose result holds a tensor-split dimension whole ([hidden, intermediate],
 [vocab, hidden / fsdp], ...) would mean every device computes the whole matmul. The step is the
-loop's own (`loop._compile_train_step`), unrolled and scanned. Without the constraints, XLA
+loop's own (`loop.compile_train_step`), unrolled and scanned. Without the constraints, XLA
 gathers the whole vocabulary of the word-embedding table for its lookup ([vocab, hidden / fsdp]
 on every device), which this test refuses.
 
@@ -68,7 +68,7 @@ def _compiled_text(cfg: BertConfig) -> str:
                                                    sharding=batch_sharding)
     task = loop.Task(model_config=cfg, init_fn=init_fn, loss_fn=pretrain.make_loss(model))
     loop_config = loop.LoopConfig(total_steps=10, global_batch_size=BATCH)
-    train_step = loop._compile_train_step(  # pylint: disable=protected-access
+    train_step = loop.compile_train_step(
         task, opt, loop_config, mesh, shardings, optimizer.learning_rate_schedule(opt_config))
     return train_step.lower(abstract_state, batch).compile().as_text()
 

@@ -185,7 +185,7 @@ class Pieces:
                 self.loop_config.seed, manager, self.task.model_config, self.train_iterator)
         finally:
             manager.close()
-        train_step = loop._compile_train_step(  # pylint: disable=protected-access
+        train_step = loop.compile_train_step(
             self.task, self.optimizer, self.loop_config, self.mesh, shardings,
             self.learning_rate_fn)
         return state, train_step

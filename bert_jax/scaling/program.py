@@ -3,7 +3,7 @@
 The step is the one `loop.train` runs for `bert_jax.recipes.pretrain`: the recipe's task (model,
 masked-LM loss), its optimizer and learning-rate schedule, the TrainState shardings of
 `train/state.py` (moments sharded like their parameters) and the loop's own jit
-(`loop._compile_train_step`: in/out shardings, donated state, compiler options). Its inputs are
+(`loop.compile_train_step`: in/out shardings, donated state, compiler options). Its inputs are
 `jax.ShapeDtypeStruct`s carrying their shardings: abstract parameters from `jax.eval_shape`, a
 batch in the pre-training batch contract (`data.synthetic.RandomTokenBatches` keys and dtypes)
 of `config.batch_size` rows.
@@ -86,7 +86,7 @@ def compile_pretrain_step(config: ml_collections.ConfigDict, mesh: Mesh) -> Comp
         nn.meta.unbox(abstract_boxed))
     state = jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
                          abstract_state, shardings)
-    train_step = loop._compile_train_step(  # pylint: disable=protected-access
+    train_step = loop.compile_train_step(
         task, optimizer, common.loop_config(config, total_steps), mesh, shardings,
         optimizer_lib.learning_rate_schedule(opt_config))
     compiled = train_step.lower(state, abstract_batch(config, cfg.vocab_size, mesh)).compile()

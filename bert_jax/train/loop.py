@@ -234,9 +234,9 @@ def _preemption_sync_manager() -> Any:
 
 # ----- the loop --------------------------------------------------------------------------------
 
-def _compile_train_step(task: Task, optimizer: optax.GradientTransformation, config: LoopConfig,
-                        mesh: Mesh, shardings: steps.TrainState,
-                        learning_rate_fn: Optional[optax.Schedule]) -> steps.TrainStep:
+def compile_train_step(task: Task, optimizer: optax.GradientTransformation, config: LoopConfig,
+                       mesh: Mesh, shardings: steps.TrainState,
+                       learning_rate_fn: Optional[optax.Schedule]) -> steps.TrainStep:
     """The jitted step: state donated, batch an argument, sharded in and out on `mesh`, its
     activations pinned by their logical axes (sharding.with_activation_sharding)."""
     batch_sharding = sharding.batch_sharding(mesh)
@@ -288,8 +288,8 @@ class _Run:
             task.init_fn, task.initial_params, optimizer, mesh, config.seed, self.manager,
             task.model_config, train_iterator)
         self.start_step, self.checked_step = self.step, self.step
-        self.train_step = _compile_train_step(task, optimizer, config, mesh, shardings,
-                                              learning_rate_fn)
+        self.train_step = compile_train_step(task, optimizer, config, mesh, shardings,
+                                             learning_rate_fn)
         self.writer = MetricsWriter(workdir, self.step)
         self.throughput = _Throughput(task, config, self.step)
         self.metrics: Mapping[str, jax.Array] = {}
