@@ -70,6 +70,10 @@ flags.DEFINE_string("bucket_lengths", "auto", "finetune, ours: config.data.bucke
                     "(auto: 32, 64, ... max_seq_len; none; or lengths such as 16,32,48).")
 flags.DEFINE_integer("group_by_length", 0, "finetune: config.data.group_by_length (0: off; G: "
                      "rows of similar length batched together, over windows of G batches).")
+flags.DEFINE_integer("pack_examples", 0, "finetune, ours: config.data.pack_examples (0: off; "
+                     "K: up to K examples packed into one training row).")
+flags.DEFINE_enum("dropout_rng", "threefry", ["threefry", "rbg"], "finetune, ours: "
+                  "config.dropout_rng, the generator of the dropout bits.")
 flags.DEFINE_integer("torch_threads", 0, "finetune, hf_torch: torch threads (0: torch's default).")
 flags.DEFINE_float("dropout", None, "finetune: hidden and attention dropout of every "
                    "implementation (default: the model's), e.g. 0 to see what dropout costs.")
@@ -124,8 +128,10 @@ def _runs() -> list[tuple[str, str]]:
 
 def _check_finetune_inputs(settings: dict) -> None:
     """One-line errors for a missing folder or unreadable texts, before any worker starts."""
-    if settings["profile_dir"] and settings["bucket_lengths"] != "none":
-        raise app.UsageError("--profile_dir profiles one program: add --bucket_lengths=none")
+    if settings["profile_dir"] and (settings["bucket_lengths"] != "none"
+                                    or settings["pack_examples"]):
+        raise app.UsageError("--profile_dir profiles one program: add --bucket_lengths=none "
+                             "(and no --pack_examples)")
     if settings["hf_dir"] and not os.path.isfile(os.path.join(settings["hf_dir"], "config.json")):
         raise app.UsageError(f"--hf_dir={settings['hf_dir']}: no config.json there (a Hugging "
                              "Face BERT folder is needed)")

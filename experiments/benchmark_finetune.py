@@ -14,7 +14,8 @@ experiments/benchmark_finetune_peers.py):
   ours      the recipe's step: recipe.make_task (the kind's loss), the config's optimizer,
             steps.make_train_step jitted as the loop jits it (state donated), fed by the
             recipe's batches (data.training_batches: every batch cut to its length bucket,
-            --bucket_lengths); each bucket's program is compiled before the timing.
+            --bucket_lengths, or with --pack_examples=K the batch's examples packed up to K
+            to a row); each batch shape's program is compiled before the timing.
   hf_torch  AutoModelFor<task> (from --hf_dir, or the preset's config), AdamW with weight decay
             off biases and LayerNorm, linear schedule, clipping at 1.0, each batch padded to
             its longest row (DataCollatorWithPadding): Trainer with run_glue's dynamic padding;
@@ -47,6 +48,7 @@ def settings(flags) -> dict:
             "steps": flags.steps, "warmup": flags.warmup, "texts": flags.texts or "",
             "texts_format": flags.texts_format, "texts_encoding": flags.texts_encoding,
             "bucket_lengths": flags.bucket_lengths, "group_by_length": flags.group_by_length,
+            "pack_examples": flags.pack_examples, "dropout_rng": flags.dropout_rng,
             "torch_threads": flags.torch_threads, "dropout": flags.dropout,
             "profile_dir": flags.profile_dir or ""}
 
@@ -70,16 +72,14 @@ def run_ours(settings: dict) -> dict:
     mesh = recipe_common.make_mesh(config)
     state, train_step = _our_state_and_step(
         config, recipe.make_task(config, cfg, data, initial_params), mesh)
-    probe = data_lib.training_batches(config, data)  # for compiling: timing draws its own
     compiled, compile_seconds = set(), 0.0
-    for length in data_lib.bucket_lengths(config) or (config.max_seq_len,):
+    for batch in _one_batch_per_shape(config, data, rows.kind, settings):
         start = time.perf_counter()  # the first call of each batch shape: its compilation
-        state, metrics = train_step(state, sharding.device_put_batch(
-            _cut(next(probe), length, data_lib.train_buckets(config, rows.kind)), mesh))
+        state, metrics = train_step(state, sharding.device_put_batch(batch, mesh))
         jax.block_until_ready(metrics)
         compile_seconds += time.perf_counter() - start
-        compiled.add(length)
-    batch = sharding.device_put_batch(next(probe), mesh)
+        compiled.add(batch["attention_mask"].shape)
+    batch = sharding.device_put_batch(batch, mesh)
     with jax.transfer_guard("disallow"):  # no hidden host<->device copies inside the step
         state, metrics = train_step(state, batch)
     holder = {"state": state, "metrics": metrics}
@@ -87,9 +87,9 @@ def run_ours(settings: dict) -> dict:
 
     def run_step():  # what loop._Run.next_step does: next batch -> global arrays -> step
         host = next(iterator)
-        if host["attention_mask"].shape[1] not in compiled:
-            raise RuntimeError(f"a batch of length {host['attention_mask'].shape[1]} outside "
-                               f"the compiled buckets {sorted(compiled)}")
+        if host["attention_mask"].shape not in compiled:
+            raise RuntimeError(f"a batch of shape {host['attention_mask'].shape} outside the "
+                               f"compiled ones {sorted(compiled)}")
         holder["state"], holder["metrics"] = train_step(
             holder["state"], sharding.device_put_batch(host, mesh))
         mask = host["attention_mask"]
@@ -107,10 +107,21 @@ def run_ours(settings: dict) -> dict:
     return {**result, "compile_seconds": compile_seconds, "programs": len(compiled)}
 
 
-def _cut(batch: dict, length: int, buckets) -> dict:
-    """A batch of `length` columns (rows cut if need be): only to compile that shape."""
+def _one_batch_per_shape(config, data, kind, settings: dict) -> list[dict]:
+    """A batch of every shape the timed steps will see, to compile before the timing: each
+    bucket length (a batch cut to it), or with packing each row count the batches drawn."""
+    from bert_jax.recipes.finetune import data as data_lib
+    probe = data_lib.training_batches(config, data)
+    if settings["pack_examples"]:
+        shapes = {}
+        for _ in range(settings["warmup"] + settings["steps"] + 1):
+            batch = next(probe)
+            shapes.setdefault(batch["attention_mask"].shape, batch)
+        return list(shapes.values())
+    buckets, first = data_lib.train_buckets(config, kind), next(probe)
     keys = buckets.token_keys if buckets else ()
-    return {k: v[:, :length] if k in keys else v for k, v in batch.items()}
+    return [{k: v[:, :length] if k in keys else v for k, v in first.items()}
+            for length in data_lib.bucket_lengths(config) or (config.max_seq_len,)]
 
 
 def _our_state_and_step(config, task, mesh):
@@ -147,7 +158,8 @@ def report(result: dict, settings: dict, peak_flops: Optional[float] = None) -> 
     examples = settings["batch_size"] * settings["steps"]
     hidden = ("texts_encoding", "profile_dir")
     hidden += ("torch_threads",) if result["impl"] != "hf_torch" else ()
-    hidden += ("bucket_lengths",) if result["impl"] != "ours" else ()  # only ours buckets
+    if result["impl"] != "ours":  # only ours buckets, packs and picks its dropout bits
+        hidden += ("bucket_lengths", "pack_examples", "dropout_rng")
     shown = {k: v for k, v in settings.items() if k not in hidden}
     return {**shown, **result, "examples_per_second": round(examples / seconds, 2),
             "tokens_per_second": round(result["real_tokens"] / seconds, 1),

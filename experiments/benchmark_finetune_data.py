@@ -71,6 +71,8 @@ def finetune_config(settings: dict):
     config.learning_rate = LEARNING_RATE
     config.data.bucket_lengths = settings["bucket_lengths"]
     config.data.group_by_length = settings["group_by_length"]
+    config.data.pack_examples = settings["pack_examples"]
+    config.dropout_rng = settings["dropout_rng"]
     if settings["dropout"] is not None:
         config.model.hidden_dropout_prob = settings["dropout"]
         config.model.attention_probs_dropout_prob = settings["dropout"]

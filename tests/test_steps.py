@@ -5,6 +5,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 
 from bert_jax import BertConfig
@@ -158,3 +159,26 @@ def test_dropout_depends_on_the_step(setup):
     _, later = step(state.replace(step=state.step + 1), batch)
     assert float(first["loss"]) == float(again["loss"])  # same step: same masks
     assert float(first["loss"]) != float(later["loss"])  # next step: new masks
+
+
+def test_rbg_dropout_bits_are_reproducible_and_change_with_the_step():
+    """dropout_rng="rbg": the same base key and step give the same mask (so a resumed run
+    draws what an uninterrupted one does); another step or base key another one; about the
+    dropout rate of the units are dropped, as with threefry."""
+    base = jnp.asarray(jax.random.PRNGKey(3), jnp.uint32)
+    layer = nn.Dropout(0.25)
+
+    def mask(key):
+        return np.asarray(layer.apply({}, jnp.ones((64, 256)), False, rngs={"dropout": key}) == 0)
+
+    first = mask(steps.dropout_key(base, jnp.int32(5), "rbg"))
+    assert jax.dtypes.issubdtype(steps.dropout_key(base, 5, "rbg").dtype, jax.dtypes.prng_key)
+    np.testing.assert_array_equal(first, mask(steps.dropout_key(base, jnp.int32(5), "rbg")))
+    assert (first != mask(steps.dropout_key(base, jnp.int32(6), "rbg"))).any()
+    other = jnp.asarray(jax.random.PRNGKey(4), jnp.uint32)
+    assert (first != mask(steps.dropout_key(other, jnp.int32(5), "rbg"))).any()
+    assert abs(first.mean() - 0.25) < 0.01
+    threefry = mask(steps.dropout_key(base, jnp.int32(5)))
+    assert abs(threefry.mean() - 0.25) < 0.01 and (threefry != first).any()
+    with pytest.raises(ValueError, match="dropout_rng='philox'"):
+        steps.make_train_step(lambda *a: None, optax.sgd(0.1), dropout_rng="philox")

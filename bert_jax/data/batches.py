@@ -18,12 +18,15 @@ Rows are left-aligned: a row's length is one past its last attention_mask 1 (`ro
 from __future__ import annotations
 
 import dataclasses
-from typing import Iterator, Mapping, Optional
+from typing import TYPE_CHECKING, Iterator, Mapping, Optional
 
 import grain
 import numpy as np
 
 from bert_jax.data.readers import DataError
+
+if TYPE_CHECKING:
+    from bert_jax.data.example_packing import Packer
 
 EXAMPLE_WEIGHTS = "example_weights"
 MASK_KEY = "attention_mask"
@@ -134,8 +137,8 @@ def _grouped(rows: grain.MapDataset, lengths: np.ndarray, batch_size: int, group
 
 def train_batches(features: Mapping[str, np.ndarray], global_batch_size: int, seed: int,
                   process_index: int = 0, process_count: int = 1,
-                  buckets: Optional[Buckets] = None, group_by_length: int = 0
-                  ) -> grain.DatasetIterator:
+                  buckets: Optional[Buckets] = None, group_by_length: int = 0,
+                  packer: Optional["Packer"] = None) -> grain.DatasetIterator:
     """Endless host-local batches of rows, reshuffled every epoch; get_state/set_state resume.
 
     Global batch k holds rows k * B .. (k + 1) * B - 1 of the shuffled stream (B the global batch
@@ -143,7 +146,9 @@ def train_batches(features: Mapping[str, np.ndarray], global_batch_size: int, se
     form one global batch of distinct rows. buckets: token arrays cut to the bucket of the global
     batch's longest row (all processes agree). group_by_length > 1: batches of rows of similar
     length, grouped over windows of that many batches (`_grouped`; changes which rows go
-    together, so it is off by default); needs features[attention_mask].
+    together, so it is off by default); needs features[attention_mask]. packer: each global
+    batch packed into rows of several examples (bert_jax.data.example_packing; instead of
+    buckets), each process taking its contiguous share of the rows.
     """
     num_rows = len(next(iter(features.values())))
     if num_rows == 0:
@@ -160,6 +165,11 @@ def train_batches(features: Mapping[str, np.ndarray], global_batch_size: int, se
         global_batches = rows.batch(global_batch_size, drop_remainder=True)
 
     def host_batch(indices: np.ndarray) -> dict[str, np.ndarray]:
+        if packer is not None:
+            packed = packer.pack({k: v[indices] for k, v in features.items()})
+            share = len(packed[MASK_KEY]) // process_count
+            return {k: v[process_index * share:(process_index + 1) * share]
+                    for k, v in packed.items()}
         mine = indices[process_index::process_count]
         batch = {k: v[mine] for k, v in features.items()}
         return batch if buckets is None else buckets.cut(batch, int(lengths[indices].max()))

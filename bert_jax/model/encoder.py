@@ -35,7 +35,9 @@ REMAT_POLICIES = {
 @flax.struct.dataclass
 class BertOutput:
     sequence_output: Array  # [batch, seq, hidden], the last layer
-    pooled_output: Optional[Array]  # [batch, hidden], tanh(dense(first token)); None without pooler
+    # [batch, hidden], tanh(dense(first token)); [batch, k, hidden] at pool_positions [batch, k];
+    # None without pooler
+    pooled_output: Optional[Array]
 
 
 def attention_mask_from(attention_mask: Optional[Array], segment_ids: Optional[Array],
@@ -127,14 +129,16 @@ class Encoder(nn.Module):
 
 
 class Pooler(nn.Module):
-    """tanh(dense(first token)): [batch, seq, hidden] -> [batch, hidden]."""
+    """tanh(dense(first token)): [batch, seq, hidden] -> [batch, hidden]; with positions
+    [batch, k] (the first tokens of k sequences packed in each row) -> [batch, k, hidden]."""
 
     cfg: BertConfig
 
     @nn.compact
-    def __call__(self, sequence_output: Array) -> Array:
-        return jnp.tanh(dense(self.cfg, self.cfg.hidden_size, ("embed", None), "dense")(
-            sequence_output[:, 0]))
+    def __call__(self, sequence_output: Array, positions: Optional[Array] = None) -> Array:
+        first = (sequence_output[:, 0] if positions is None else jnp.take_along_axis(
+            sequence_output, positions[:, :, None].astype(jnp.int32), axis=1))
+        return jnp.tanh(dense(self.cfg, self.cfg.hidden_size, ("embed", None), "dense")(first))
 
 
 class BertModel(nn.Module):
@@ -143,7 +147,9 @@ class BertModel(nn.Module):
     input_ids: [batch, seq] int. Optional, all [batch, seq] int: token_type_ids (default 0),
     attention_mask (1 = real token; default all 1), segment_ids (packed rows; see module doc),
     position_ids (default 0..seq-1, or restarting per segment when segment_ids are given).
-    Returns BertOutput(sequence_output [batch, seq, hidden], pooled_output [batch, hidden]).
+    pool_positions [batch, k] int: pool the first token of each of k packed sequences instead.
+    Returns BertOutput(sequence_output [batch, seq, hidden], pooled_output [batch, hidden] or
+    [batch, k, hidden]).
     """
 
     cfg: BertConfig
@@ -158,7 +164,8 @@ class BertModel(nn.Module):
     def __call__(self, input_ids: Array, token_type_ids: Optional[Array] = None,
                  attention_mask: Optional[Array] = None, deterministic: bool = True, *,
                  segment_ids: Optional[Array] = None,
-                 position_ids: Optional[Array] = None) -> BertOutput:
+                 position_ids: Optional[Array] = None,
+                 pool_positions: Optional[Array] = None) -> BertOutput:
         input_ids = jnp.asarray(input_ids)
         if input_ids.ndim != 2:
             raise ValueError(f"input_ids must be [batch, seq], got shape {input_ids.shape}")
@@ -178,7 +185,7 @@ class BertModel(nn.Module):
 
         x = self.embeddings(input_ids, position_ids, token_type_ids, deterministic)
         x = self.encoder(x, mask, deterministic, rotary)
-        pooled = self.pooler(x) if self.add_pooler else None
+        pooled = self.pooler(x, pool_positions) if self.add_pooler else None
         return BertOutput(sequence_output=x, pooled_output=pooled)
 
     def attend(self, hidden: Array) -> Array:

@@ -95,15 +95,23 @@ class BertForPreTraining(nn.Module):
 
 
 class BertForSequenceClassification(nn.Module):
-    """Pooled output -> dropout -> dense: logits [batch, num_labels] (num_labels=1: regression)."""
+    """Pooled output -> dropout -> dense: logits [batch, num_labels] (num_labels=1: regression).
+
+    Packed rows (several examples per row): segment_ids [batch, seq] tell the examples apart
+    (1, 2, ...; 0 padding) and example_positions [batch, k] point at each one's first token;
+    the logits are then [batch, k, num_labels], each example's as if it were alone in its row.
+    """
 
     cfg: BertConfig
     num_labels: int
 
     @nn.compact
     def __call__(self, input_ids, token_type_ids=None, attention_mask=None,
-                 deterministic: bool = True) -> Array:
-        out = BertModel(self.cfg, name="bert")(input_ids, token_type_ids, attention_mask, deterministic)
+                 deterministic: bool = True, *, segment_ids=None,
+                 example_positions=None) -> Array:
+        out = BertModel(self.cfg, name="bert")(input_ids, token_type_ids, attention_mask,
+                                               deterministic, segment_ids=segment_ids,
+                                               pool_positions=example_positions)
         return ClassifierHead(self.cfg, self.num_labels, name="classifier")(
             out.pooled_output, deterministic)
 

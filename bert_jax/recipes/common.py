@@ -172,7 +172,8 @@ def loop_config(config: Config, total_steps: int) -> loop.LoopConfig:
         keep_checkpoints=config.keep_checkpoints, async_checkpoints=config.async_checkpoints,
         accumulation_steps=config.accumulation_steps, seed=config.seed,
         peak_flops_per_device=config.peak_flops_per_device, nonfinite=config.nonfinite,
-        max_nonfinite_in_a_row=config.max_nonfinite_in_a_row)
+        max_nonfinite_in_a_row=config.max_nonfinite_in_a_row,
+        dropout_rng=config.get("dropout_rng", "threefry"))
 
 
 def check_run(config: Config, mesh, total_steps: int, cfg: BertConfig) -> None:

@@ -77,6 +77,7 @@ class LoopConfig:
     # stops when, at a log step or save, the last max_nonfinite_in_a_row steps were all such.
     nonfinite: str = "stop"
     max_nonfinite_in_a_row: int = 10
+    dropout_rng: str = "threefry"  # steps.DROPOUT_RNGS: the generator of the dropout bits
 
     def __post_init__(self):
         for name, least in (("total_steps", 1), ("global_batch_size", 1), ("log_every_steps", 1),
@@ -90,6 +91,9 @@ class LoopConfig:
         if self.nonfinite not in NONFINITE_POLICIES:
             raise ValueError(f"config.nonfinite={self.nonfinite!r}: choose one of "
                              f"{NONFINITE_POLICIES}")
+        if self.dropout_rng not in steps.DROPOUT_RNGS:
+            raise ValueError(f"config.dropout_rng={self.dropout_rng!r}: choose one of "
+                             f"{steps.DROPOUT_RNGS}")
 
 
 NONFINITE_POLICIES = ("stop", "skip")
@@ -243,7 +247,7 @@ def compile_train_step(task: Task, optimizer: optax.GradientTransformation, conf
     return jax.jit(
         sharding.with_activation_sharding(
             steps.make_train_step(task.loss_fn, optimizer, config.accumulation_steps,
-                                  learning_rate_fn, batch_sharding), mesh),
+                                  learning_rate_fn, batch_sharding, config.dropout_rng), mesh),
         in_shardings=(shardings, batch_sharding),
         out_shardings=(shardings, sharding.replicated(mesh)),
         donate_argnums=(0,), compiler_options=xla_options.memory_lean())

@@ -40,6 +40,10 @@ Weighted = tuple[Array, Array]  # (sum over the batch, weight it was summed over
 LossFn = Callable[[Params, Batch, Array, bool],
                   tuple[dict[str, Weighted], dict[str, Weighted]]]
 TrainStep = Callable[["TrainState", Batch], tuple["TrainState", dict[str, Array]]]
+# Random-bit generators for dropout: "threefry" (JAX's default: the same bits on any mesh and
+# backend) or "rbg" (XLA's RngBitGenerator: cheaper bits; the same bits for the same program,
+# so resumption stays exact, but not necessarily under another sharding or backend).
+DROPOUT_RNGS = ("threefry", "rbg")
 
 
 @flax.struct.dataclass
@@ -137,10 +141,22 @@ def _accumulated_gradients(loss_fn: LossFn, params: Params, batch: Batch, rng: A
     return grads, sums
 
 
+def dropout_key(base: Array, step: Array, dropout_rng: str = "threefry") -> Array:
+    """The dropout key of `step`: fold_in(base, step) (threefry, uint32[2]), or for "rbg" a
+    typed rbg key whose 4 words are drawn from that threefry key (see DROPOUT_RNGS)."""
+    key = jax.random.fold_in(base, step)
+    if dropout_rng == "threefry":
+        return key
+    if dropout_rng == "rbg":
+        return jax.random.wrap_key_data(jax.random.bits(key, (4,), jnp.uint32), impl="rbg")
+    raise ValueError(f"dropout_rng={dropout_rng!r}: choose one of {DROPOUT_RNGS}")
+
+
 def make_train_step(loss_fn: LossFn, optimizer: optax.GradientTransformation,
                     accumulation_steps: int = 1,
                     learning_rate_fn: Optional[optax.Schedule] = None,
-                    batch_sharding: Optional[NamedSharding] = None) -> TrainStep:
+                    batch_sharding: Optional[NamedSharding] = None,
+                    dropout_rng: str = "threefry") -> TrainStep:
     """train_step(state, batch) -> (new state, metrics) for any loss_fn (see module docstring).
 
     With accumulation_steps = k > 1 the batch is split into k micro-batches whose gradients are
@@ -149,12 +165,15 @@ def make_train_step(loss_fn: LossFn, optimizer: optax.GradientTransformation,
     `grad_norm` (before clipping), `learning_rate` when learning_rate_fn is given, and the
     non-finite step counts of an optimizer from bert_jax.train.optimizer.
     `batch_sharding` (rows over the data axes) keeps each micro-batch sharded like the batch.
+    `dropout_rng` picks the generator of the dropout bits (DROPOUT_RNGS).
     """
     if accumulation_steps < 1:
         raise ValueError(f"accumulation_steps={accumulation_steps} must be >= 1")
+    if dropout_rng not in DROPOUT_RNGS:
+        raise ValueError(f"dropout_rng={dropout_rng!r}: choose one of {DROPOUT_RNGS}")
 
     def train_step(state: TrainState, batch: Batch):
-        rng = jax.random.fold_in(state.rng, state.step)
+        rng = dropout_key(state.rng, state.step, dropout_rng)
         if accumulation_steps == 1:
             grad_fn = jax.value_and_grad(_weighted_objective(loss_fn), has_aux=True)
             (_, (terms, metrics)), grads = grad_fn(state.params, batch, rng, None)

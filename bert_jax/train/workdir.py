@@ -46,6 +46,8 @@ RUN_NEUTRAL_KEYS = frozenset({
 # A key the saved config lacks (it was written before the key existed) and the new config sets
 # to one of these "off" values keeps the behaviour the run had without it.
 OFF_VALUES = (None, False, 0, "")
+# Keys added later whose behaviour before they existed is a value other than "off".
+VALUES_BEFORE_THE_KEY = {"dropout_rng": "threefry"}
 
 
 class WorkdirInUseError(ValueError):
@@ -68,7 +70,8 @@ def config_differences(saved: dict, config: ml_collections.ConfigDict) -> list[s
     missing = object()
     return [f"{k}: {old.get(k, '(absent)')!r} -> {new.get(k, '(absent)')!r}" for k in keys
             if old.get(k, missing) != new.get(k, missing)
-            and not (k not in old and new.get(k) in OFF_VALUES)]
+            and not (k not in old and (new.get(k) in OFF_VALUES
+                                       or new.get(k) == VALUES_BEFORE_THE_KEY.get(k, missing)))]
 
 
 def record_config(config: ml_collections.ConfigDict, workdir: str) -> None:

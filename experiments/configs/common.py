@@ -9,7 +9,7 @@ overrides; None keeps the preset's), dtype, remat, init.* (hf_dir | checkpoint, 
 tokenizer.* (path, lowercase), max_seq_len, batch_size, eval_batch_size, accumulation_steps,
 total_steps, learning_rate, warmup_fraction, optimizer.*, seed, log_every_steps,
 eval_every_steps, checkpoint_every_steps, keep_checkpoints, async_checkpoints, mesh.*,
-peak_flops_per_device, nonfinite, max_nonfinite_in_a_row, allow_config_change. Each recipe adds
+peak_flops_per_device, nonfinite, max_nonfinite_in_a_row, dropout_rng, allow_config_change. Each recipe adds
 its own `data` block (and fine-tuning `task`, `epochs`, `squad`).
 """
 
@@ -92,6 +92,9 @@ def base_config(recipe: str) -> ml_collections.ConfigDict:
     # the next log step or save; "skip": it goes on, stopping after max_nonfinite_in_a_row.
     config.nonfinite = "stop"
     config.max_nonfinite_in_a_row = 10
+    # Dropout's random bits: "threefry" (the same on any mesh) or "rbg" (cheaper; the same for
+    # the same program, so resumes stay exact; bert_jax.train.steps.DROPOUT_RNGS).
+    config.dropout_rng = "threefry"
     # A rerun on a workdir must have the config the run started with (keys that change what it
     # computes); true: the change is meant (the old config.json is kept beside the new one).
     config.allow_config_change = False
@@ -140,6 +143,9 @@ def finetune_config(task: str) -> ml_collections.ConfigDict:
         # (32, 64, ... max_seq_len), none (always max_seq_len), or e.g. "16,32,48".
         bucket_lengths="auto",
         group_by_length=0,  # G > 1: rows of similar length batched together, G-batch windows
+        # K >= 2: training packs up to K examples into one row (classification, regression,
+        # multi_label): the same batches of examples, almost no padding; 0: off
+        pack_examples=0,
     ))
     config.squad = ml_collections.ConfigDict(dict(
         doc_stride=128, max_query_len=64, n_best=20, max_answer_length=30, version_2=False,

@@ -13,7 +13,10 @@ prediction, is cut to the smallest bucket that holds its longest row (`batches.B
 short texts are not computed at max_seq_len; results agree with unbucketed batches up to float
 rounding, but dropout masks are drawn at the bucket's shape. `data.group_by_length` (0: off;
 G > 1: rows of similar length batched together over windows of G batches) changes which rows
-go together, for less padding still.
+go together, for less padding still. `data.pack_examples` (0: off; K >= 2: up to K examples in
+one row, bert_jax.data.example_packing) packs each training batch of examples into fewer rows,
+for kinds with a pooled output per example (classification, regression, multi-label): the same
+examples and loss, almost no padding; evaluation and prediction stay unpacked (bucketed).
 """
 
 from __future__ import annotations
@@ -27,11 +30,15 @@ import jax
 import numpy as np
 from etils import epath
 
-from bert_jax.data import batches, readers, tfds_tasks
+from bert_jax.data import batches, example_packing, readers, tfds_tasks
 from bert_jax.recipes.finetune import kinds
 from bert_jax.train import workdir as workdir_lib
 
 TASK_FILE = "task.json"
+# Packed training batches have a multiple of this many rows (and of the devices and processes),
+# at most one per 16 examples of the batch: the batches of a run then come in a few row counts,
+# each one compiled program, and a small batch still packs into fewer rows.
+PACKED_ROWS_MULTIPLE = 4
 # The smallest "auto" bucket: each bucket costs a compilation, and a batch whose longest row is
 # under 32 tokens is rare (all its rows must be that short).
 AUTO_SMALLEST_BUCKET = 32
@@ -97,7 +104,7 @@ def build_task_data(config, tokenizer, saved_task: Optional[Mapping[str, Any]] =
                     with_train_features: bool = True) -> TaskData:
     """Read, label and encode a run's data. `saved_task` (from task.json) fixes the labels."""
     kind = kinds.get(config.task)
-    check_batching(config)
+    check_batching(config, kind)
     if saved_task is not None and saved_task.get("task") != kind.name:
         raise ValueError(f"config.task={kind.name!r}, but the workdir's {TASK_FILE} was written "
                          f"for task {saved_task.get('task')!r}: use another --workdir")
@@ -165,13 +172,29 @@ def bucket_lengths(config) -> tuple[int, ...]:
     return tuple(n for n in lengths if n < max_len) + (max_len,) if lengths else ()
 
 
-def check_batching(config) -> None:
-    """ValueError naming a bad data.bucket_lengths or data.group_by_length."""
+def check_batching(config, kind: Optional[kinds.TaskKind] = None) -> None:
+    """ValueError naming a bad data.bucket_lengths, data.group_by_length or
+    data.pack_examples (packing a kind that cannot be packed, when `kind` is given)."""
     bucket_lengths(config)
-    group = config.data.get("group_by_length", 0)
-    if not isinstance(group, int) or group < 0:
-        raise ValueError(f"config.data.group_by_length={group!r} must be an integer >= 0 "
-                         "(0: off)")
+    for key in ("group_by_length", "pack_examples"):
+        value = config.data.get(key, 0)
+        if not isinstance(value, int) or value < 0:
+            raise ValueError(f"config.data.{key}={value!r} must be an integer >= 0 (0: off)")
+    pack = config.data.get("pack_examples", 0)
+    if pack and kind is not None and not kind.packable:
+        raise ValueError(f"config.data.pack_examples={pack}: task {kind.name!r} cannot be "
+                         "packed (only kinds with one pooled output per example: "
+                         "classification, regression, multi_label); set it to 0")
+
+
+def train_packer(config, kind: kinds.TaskKind, row_multiple: int
+                 ) -> Optional[example_packing.Packer]:
+    """The packer of training batches (data.pack_examples), or None. row_multiple: the packed
+    rows split evenly over it (the data-parallel devices and the processes)."""
+    pack = config.data.get("pack_examples", 0)
+    if not pack:
+        return None
+    return example_packing.Packer(pack, row_multiple, kind.target_keys)
 
 
 def train_buckets(config, kind: kinds.TaskKind) -> Optional[batches.Buckets]:
@@ -186,13 +209,18 @@ def eval_buckets(config) -> Optional[batches.Buckets]:
     return batches.Buckets(lengths, kinds.MODEL_INPUTS) if lengths else None
 
 
-def training_batches(config, data: TaskData, process_index: int = 0, process_count: int = 1
-                     ) -> Any:
+def training_batches(config, data: TaskData, process_index: int = 0, process_count: int = 1,
+                     row_multiple: int = 1) -> Any:
     """The run's endless, resumable iterator of host-local training batches: the model inputs
-    and the kind's targets, bucketed and grouped by length as config.data says."""
-    check_batching(config)
+    and the kind's targets, bucketed, grouped by length or packed as config.data says.
+    row_multiple: packed batches have a multiple of this many rows (and of process_count)."""
+    check_batching(config, data.kind)
     keys = kinds.MODEL_INPUTS + data.kind.target_keys
+    rounding = max(1, min(PACKED_ROWS_MULTIPLE, config.batch_size // 16))
+    packer = train_packer(config, data.kind,
+                          np.lcm.reduce([row_multiple, process_count, rounding]).item())
     return batches.train_batches({k: data.train_features[k] for k in keys}, config.batch_size,
                                  config.seed, process_index, process_count,
-                                 buckets=train_buckets(config, data.kind),
-                                 group_by_length=config.data.get("group_by_length", 0))
+                                 buckets=None if packer else train_buckets(config, data.kind),
+                                 group_by_length=config.data.get("group_by_length", 0),
+                                 packer=packer)

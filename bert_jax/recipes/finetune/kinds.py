@@ -65,6 +65,10 @@ class TaskKind:
     token_keys: tuple[str, ...] = ()
     token_outputs: tuple[str, ...] = ()
     stratify_by_label = False  # a held-out split keeps the share of each (single) label
+    # Training may pack several examples into one row (data.pack_examples): the model takes
+    # segment_ids and example_positions, and the outputs, targets and weights get a packed
+    # axis [rows, k, ...] that loss() must accept.
+    packable = False
 
     def read(self, path: str, config) -> list:
         raise NotImplementedError

@@ -23,7 +23,9 @@ import jax
 import jax.numpy as jnp
 from absl import logging
 
+from bert_jax import sharding
 from bert_jax.config import BertConfig
+from bert_jax.data import example_packing
 from bert_jax.recipes import common
 from bert_jax.recipes.finetune import kinds
 from bert_jax.recipes.finetune.data import (TaskData, build_task_data, eval_buckets,
@@ -33,9 +35,14 @@ from bert_jax.train import evaluation, flops, loop, steps
 from bert_jax.train import workdir as workdir_lib
 
 
+# The inputs only packed training batches have (bert_jax.data.example_packing).
+PACKED_INPUTS = (example_packing.SEGMENT_IDS, example_packing.EXAMPLE_POSITIONS)
+
+
 def _forward(model: nn.Module, params, batch, rng, deterministic: bool):
+    packed = {k: batch[k] for k in PACKED_INPUTS if k in batch}  # packed training batches
     return model.apply({"params": params}, batch["input_ids"], batch["token_type_ids"],
-                       batch["attention_mask"], deterministic,
+                       batch["attention_mask"], deterministic, **packed,
                        rngs=None if deterministic else {"dropout": rng})
 
 
@@ -142,7 +149,8 @@ def _train(config, workdir: str, cfg: BertConfig, data: TaskData, initial_params
     evaluator = make_evaluator(config, cfg, data, mesh)
     train_features = {k: data.train_features[k]
                       for k in kinds.MODEL_INPUTS + data.kind.target_keys}
-    iterator = training_batches(config, data, jax.process_index(), jax.process_count())
+    iterator = training_batches(config, data, jax.process_index(), jax.process_count(),
+                                row_multiple=sharding.data_parallel_size(mesh))
     logging.info("%s: %d train rows (%d examples), %d eval examples; %d steps; labels %s",
                  data.kind.name, len(train_features["input_ids"]), len(data.train_examples), len(data.eval_examples),
                  total_steps, data.labels.get("label_map"))

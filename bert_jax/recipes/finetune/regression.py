@@ -24,7 +24,7 @@ class Regression(TextTask):
                                              source)
 
     def loss(self, outputs, batch, rows):
-        error = outputs[:, 0].astype(jnp.float32) - batch["labels"]
+        error = outputs[..., 0].astype(jnp.float32) - batch["labels"]  # [B] (packed: [R, K])
         return {"squared_error": (jnp.sum(error ** 2 * rows), jnp.sum(rows))}, {}
 
     def score(self, data, outputs, config):

@@ -17,6 +17,7 @@ class TextTask(TaskKind):
     """Base of classification, regression and multi-label classification."""
 
     regression = False  # labels are numbers, not class names
+    packable = True  # a pooled output per example: BertForSequenceClassification packs
 
     def read(self, path: str, config) -> list:
         data = config.data
