@@ -90,9 +90,9 @@ def load_encoder(hf_dir: Optional[str] = None, workdir: Optional[str] = None,
         tokenizer, source = tokenizer_lib.load_tokenizer(hf_dir), hf_dir
     else:
         from bert_jax.recipes import common  # pylint: disable=import-outside-toplevel
-        from bert_jax.train import checkpointing  # pylint: disable=import-outside-toplevel
+        from bert_jax.train import checkpointing, params_loading  # pylint: disable=import-outside-toplevel
         source = checkpointing.checkpoint_dir(workdir)
-        cfg, params = checkpointing.load_params(source, step=step)
+        cfg, params = params_loading.load_params(source, step=step)
         tokenizer = common.run_tokenizer(workdir)
         if tokenizer is None:
             raise ValueError(f"{workdir}: the run has no vocabulary (synthetic corpus), so there "

@@ -13,6 +13,7 @@ import pytest
 from bert_jax import BertConfig
 from bert_jax.model import BertForPreTraining
 from bert_jax.train import checkpointing, loop, optimizer, steps
+from bert_jax.train import params_loading
 from bert_jax.train import state as state_lib
 
 
@@ -120,19 +121,19 @@ def test_load_params_latest_and_named_step(tmp_path):
     checkpointing.save(manager, 5, later, model_config=cfg)
     manager.close()
 
-    loaded_cfg, params = checkpointing.load_params(tmp_path)
+    loaded_cfg, params = params_loading.load_params(tmp_path)
     assert loaded_cfg == cfg
     jax.tree.map(np.testing.assert_array_equal, jax.device_get(params), jax.device_get(later.params))
-    _, params_3 = checkpointing.load_params(tmp_path, step=3)
+    _, params_3 = params_loading.load_params(tmp_path, step=3)
     jax.tree.map(np.testing.assert_array_equal, jax.device_get(params_3),
                  jax.device_get(state.params))
-    _, from_step_dir = checkpointing.load_params(os.path.join(tmp_path, "3"))
+    _, from_step_dir = params_loading.load_params(os.path.join(tmp_path, "3"))
     jax.tree.map(np.testing.assert_array_equal, jax.device_get(from_step_dir),
                  jax.device_get(state.params))
     with pytest.raises(FileNotFoundError, match=r"no checkpoint for step 4; it has \[3, 5\]"):
-        checkpointing.load_params(tmp_path, step=4)
+        params_loading.load_params(tmp_path, step=4)
     with pytest.raises(FileNotFoundError, match="no checkpoint directory"):
-        checkpointing.load_params(tmp_path / "nowhere")
+        params_loading.load_params(tmp_path / "nowhere")
 
 
 def test_restoring_an_iterator_from_a_checkpoint_without_one_is_an_error(tmp_path):

@@ -9,6 +9,9 @@ packed batch equal the unpacked batch's (no dropout); a training run's losses an
 metrics equal an unpacked run's. Kinds that cannot be packed are refused in one line.
 """
 
+import json
+import os
+
 import numpy as np
 import pytest
 
@@ -87,7 +90,7 @@ def test_kinds_that_cannot_be_packed_are_refused(tmp_path):
 
 @pytest.mark.parametrize("task", ["classification"])
 def test_training_losses_and_metrics_equal_packed_and_unpacked(task, tmp_path):
-    runs = {}
+    runs, tokens = {}, {}
     for pack in (4, 0):
         config = task_config(tmp_path, task, batch_size=8, total_steps=10, log_every_steps=1,
                              learning_rate=1e-3, **{"data.pack_examples": pack,
@@ -96,7 +99,13 @@ def test_training_losses_and_metrics_equal_packed_and_unpacked(task, tmp_path):
         with CompileCounter() as compiled:
             result = recipe.train_and_evaluate(config, workdir)
         runs[pack] = read_losses(workdir), result.last_eval_metrics, compiled.count("train_step")
+        with open(os.path.join(workdir, "metrics.jsonl")) as f:
+            tokens[pack] = [r["tokens_per_second"] * r["seconds_per_step"]
+                            for r in map(json.loads, f)]
     (losses, metrics, programs), (plain_losses, plain_metrics, _) = runs[4], runs[0]
+    # The logged throughput counts real tokens: the same examples, the same count per step.
+    np.testing.assert_allclose(tokens[4], tokens[0], rtol=1e-6)
+    assert all(0 < t < 8 * 64 for t in tokens[0])  # under a full batch of padded rows
     assert len(losses) == len(plain_losses) == 10
     np.testing.assert_allclose(losses, plain_losses, atol=2e-5, rtol=0)
     assert metrics == pytest.approx(plain_metrics, abs=2e-5)

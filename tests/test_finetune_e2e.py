@@ -236,7 +236,7 @@ def test_init_from_a_pretraining_checkpoint_keeps_only_the_head_fresh(tmp_path):
     from bert_jax.data.synthetic import RandomTokenBatches
     from bert_jax.model import BertForPreTraining
     from bert_jax.recipes import pretrain
-    from bert_jax.train import checkpointing, loop, optimizer, state
+    from bert_jax.train import loop, optimizer, params_loading, state
 
     cfg = BertConfig.preset("tiny", vocab_size=100, hidden_size=32, num_attention_heads=2,
                             intermediate_size=64, max_position_embeddings=32)
@@ -265,7 +265,7 @@ def test_init_from_a_pretraining_checkpoint_keeps_only_the_head_fresh(tmp_path):
         lambda: recipe.make_init_fn(model, 16)(jax.random.PRNGKey(0)), mesh)
     params, kept_fresh, unused = state.overlay_params(fresh, initial, shardings)
     assert kept_fresh == ["classifier/dense/bias", "classifier/dense/kernel"] and unused == []
-    _, saved = checkpointing.load_params(os.path.join(pre_dir, "checkpoints"))
+    _, saved = params_loading.load_params(os.path.join(pre_dir, "checkpoints"))
     np.testing.assert_array_equal(
         params["bert"]["embeddings"]["word_embeddings"]["embedding"],
         saved["bert"]["embeddings"]["word_embeddings"]["embedding"])

@@ -34,6 +34,7 @@ from bert_jax.data import corpora, encoding, readers
 from bert_jax.data import tokenizer as tok
 from bert_jax.recipes.finetune import recipe
 from bert_jax.train import checkpointing
+from bert_jax.train import params_loading
 from experiments.configs import common
 from finetune_runs import tiny_finetune_config
 
@@ -82,7 +83,7 @@ def tiny_config(task, **changes):
 
 
 def load_run_params(workdir):
-    cfg, params = checkpointing.load_params(checkpointing.checkpoint_dir(workdir))
+    cfg, params = params_loading.load_params(checkpointing.checkpoint_dir(workdir))
     return cfg, jax.device_get(params)
 
 

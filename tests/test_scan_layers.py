@@ -34,6 +34,7 @@ from bert_jax.model import BertForPreTraining, scan
 from bert_jax.recipes import common as recipe_common
 from bert_jax.recipes import pretrain
 from bert_jax.train import checkpointing, optimizer, steps
+from bert_jax.train import params_loading
 from experiments.configs import common as config_common
 from experiments.configs import demo
 
@@ -184,10 +185,10 @@ def eval_loss(cfg, params):
 
 
 def test_scanned_checkpoint_loads_unrolled_and_evaluates_the_same(scanned_run):
-    scanned_cfg, scanned = checkpointing.load_params(checkpoints(scanned_run))
+    scanned_cfg, scanned = params_loading.load_params(checkpoints(scanned_run))
     assert scanned_cfg.scan_layers and set(scanned["bert"]["encoder"]) == {"layers"}
 
-    cfg, params = checkpointing.load_params(checkpoints(scanned_run), scan_layers=False)
+    cfg, params = params_loading.load_params(checkpoints(scanned_run), scan_layers=False)
     assert not cfg.scan_layers
     assert cfg == scanned_cfg.replace(scan_layers=False)
     assert set(params["bert"]["encoder"]) == {"layer_0", "layer_1"}
@@ -200,7 +201,7 @@ def test_scanned_checkpoint_loads_unrolled_and_evaluates_the_same(scanned_run):
     abstract = jax.eval_shape(
         lambda: model.init(jax.random.PRNGKey(0), ids, ids[:, :PREDICTIONS])["params"])
     mesh = sharding.make_mesh(1, 1, 1, devices=jax.devices()[:1])
-    by_tree_cfg, by_tree = checkpointing.load_params(
+    by_tree_cfg, by_tree = params_loading.load_params(
         checkpoints(scanned_run), shardings=sharding.param_shardings(abstract, mesh))
     assert not by_tree_cfg.scan_layers
     assert_trees_close(jax.device_get(by_tree), unstacked, atol=0)
@@ -235,12 +236,12 @@ def test_resuming_a_scanned_run_unrolled_is_refused(scanned_run, tmp_path):
     last_line = done.stderr.strip().splitlines()[-1]
     assert "pretrain.py: error:" in last_line and "scan_layers=True" in last_line
     assert "Traceback" not in done.stderr
-    assert checkpointing.resolve_step(checkpoints(workdir)) == 4  # nothing was trained
+    assert params_loading.resolve_step(checkpoints(workdir)) == 4  # nothing was trained
 
 
 def test_hugging_face_export_of_scanned_params_is_the_unrolled_one(scanned_run, tmp_path):
-    scanned_cfg, scanned = checkpointing.load_params(checkpoints(scanned_run))
-    cfg, params = checkpointing.load_params(checkpoints(scanned_run), scan_layers=False)
+    scanned_cfg, scanned = params_loading.load_params(checkpoints(scanned_run))
+    cfg, params = params_loading.load_params(checkpoints(scanned_run), scan_layers=False)
     hf.save(scanned_cfg, jax.device_get(scanned), tmp_path / "scanned")
     hf.save(cfg, jax.device_get(params), tmp_path / "unrolled")
     for name in ("config.json",):

@@ -26,7 +26,7 @@ def _worker(out_dir: str) -> None:
 
     from bert_jax import BertConfig, sharding
     from bert_jax.model import BertForPreTraining
-    from bert_jax.train import checkpointing, loop, optimizer, steps
+    from bert_jax.train import checkpointing, loop, optimizer, params_loading, steps
     from bert_jax.train import state as state_lib
 
     assert jax.device_count() == 8
@@ -91,7 +91,7 @@ def _worker(out_dir: str) -> None:
     manager.close()
     restored_params = restored.params
     leaves = jax.tree.leaves(restored_params)
-    _, loaded = checkpointing.load_params(os.path.join(out_dir, "2x2x2", "checkpoints"))
+    _, loaded = params_loading.load_params(os.path.join(out_dir, "2x2x2", "checkpoints"))
     results["restore_on_one_device"] = {
         "devices": sorted({len(x.sharding.device_set) for x in leaves}),
         "step": int(restored.step),

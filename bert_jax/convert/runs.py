@@ -24,6 +24,7 @@ from etils import epath
 from bert_jax.convert import hf, hf_layout
 from bert_jax.recipes import common
 from bert_jax.train import checkpointing
+from bert_jax.train import params_loading
 from bert_jax import paths
 
 
@@ -66,7 +67,7 @@ def hf_to_ours(hf_dir: str, checkpoint_dir: str, encoder_only: bool) -> None:
         manager.wait_until_finished()
     finally:
         manager.close()
-    cfg_back, params_back = checkpointing.load_params(checkpoint_dir, step=0)
+    cfg_back, params_back = params_loading.load_params(checkpoint_dir, step=0)
     if cfg_back != cfg:
         raise RuntimeError(f"{checkpoint_dir}: the config read back differs: {cfg_back} vs {cfg}")
     _assert_same(params, params_back, checkpoint_dir)
@@ -117,7 +118,7 @@ def ours_to_hf(checkpoint_dir: str, hf_dir: str, step: int | None, encoder_only:
         raise FileNotFoundError(f"--workdir={workdir} holds no config.json: it is not the workdir "
                                 "of a training run")
     try:
-        cfg, params = checkpointing.load_params(checkpoint_dir, step=step)
+        cfg, params = params_loading.load_params(checkpoint_dir, step=step)
     except ValueError as e:  # some (Orbax's JSON metadata) name no file: say which checkpoint
         if os.path.normpath(checkpoint_dir) in str(e) or os.fspath(
                 paths.path(checkpoint_dir)) in str(e):

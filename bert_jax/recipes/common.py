@@ -24,6 +24,7 @@ from bert_jax import sharding
 from bert_jax.config import SHAPE_FIELDS, BertConfig
 from bert_jax.model import scan
 from bert_jax.train import checkpointing, loop, optimizer
+from bert_jax.train import params_loading
 from bert_jax.train import workdir as workdir_lib
 
 Config = ml_collections.ConfigDict
@@ -91,7 +92,7 @@ def initial_weights(config: Config, workdir: Optional[str] = None
         raise ValueError("set config.init.hf_dir or config.init.checkpoint, not both")
     if (init.hf_dir or init.checkpoint) and workdir is not None:
         try:
-            cfg = checkpointing.load_model_config(checkpointing.checkpoint_dir(workdir))
+            cfg = params_loading.load_model_config(checkpointing.checkpoint_dir(workdir))
             logging.info("resuming %s: the initial weights are not read again", workdir)
             return cfg, None
         except (FileNotFoundError, checkpointing.CheckpointUnreadableError):
@@ -100,7 +101,7 @@ def initial_weights(config: Config, workdir: Optional[str] = None
         from bert_jax.convert import hf
         cfg, params = hf.load(init.hf_dir, with_heads=bool(init.with_heads))
     elif init.checkpoint:
-        cfg, params = checkpointing.load_params(init.checkpoint)
+        cfg, params = params_loading.load_params(init.checkpoint)
         params = jax.device_get(params)
     else:
         return None, None
@@ -208,9 +209,9 @@ def load_checkpoint(workdir: str, step: Optional[int],
     """(step, BertConfig, params) of a saved step of a run (default: the newest), each parameter
     read straight into its shards on `mesh`; make_init_fn(cfg) builds the model's init_fn."""
     directory = checkpointing.checkpoint_dir(workdir)
-    step = checkpointing.resolve_step(directory, step)
-    cfg = checkpointing.load_model_config(directory, step)
+    step = params_loading.resolve_step(directory, step)
+    cfg = params_loading.load_model_config(directory, step)
     abstract = jax.eval_shape(make_init_fn(cfg), jax.random.PRNGKey(0))
-    _, params = checkpointing.load_params(directory, step,
+    _, params = params_loading.load_params(directory, step,
                                           shardings=sharding.param_shardings(abstract, mesh))
     return step, cfg, params

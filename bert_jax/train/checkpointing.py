@@ -13,9 +13,8 @@ checkpoint written on (2, 2, 2) devices restores onto one device, or any other m
 The directory is a local folder or an object-storage URI (`gs://bucket/run/checkpoints`, see
 `workdir.path`): tensorstore writes the arrays, etils.epath every other file.
 
-Public API: `load_params(checkpoint_dir, step=None, shardings=None) -> (BertConfig, params)`
-reads the parameters of the newest (or a named) step, for fine-tuning or evaluation, straight onto
-the given shardings (e.g. `sharding.param_shardings(...)` of the current mesh).
+Another run's parameters alone (for fine-tuning, evaluation, export) are read by
+bert_jax.train.params_loading (`load_params`, `load_model_config`, `resolve_step`).
 
 Errors (bert_jax.train.checkpoint_errors, importable from here too) say which step and which
 item: CheckpointMismatchError (readable, but does not fit this run), CheckpointUnreadableError
@@ -35,14 +34,12 @@ import os
 from typing import Any, Mapping, Optional
 
 import jax
-import numpy as np
 import orbax.checkpoint as ocp
 from etils import epath
 from grain import checkpoint as grain_checkpoint
 
 from bert_jax import pytree
 from bert_jax.config import SHAPE_FIELDS, BertConfig
-from bert_jax.model import scan
 from bert_jax.train import workdir as workdir_lib
 from bert_jax.train.checkpoint_errors import (CheckpointMismatchError,  # noqa: F401 (public)
                                               CheckpointUnreadableError, CheckpointWriteError,
@@ -89,10 +86,10 @@ def make_manager(directory: str | os.PathLike, keep: int = 3,
     options = ocp.CheckpointManagerOptions(
         max_to_keep=keep, create=True, enable_async_checkpointing=async_saves)
     return _Manager(workdir_lib.path(directory), options=options,
-                    item_handlers=_item_handlers(ocp.StandardCheckpointHandler()))
+                    item_handlers=item_handlers(ocp.StandardCheckpointHandler()))
 
 
-def _item_handlers(state_handler) -> dict[str, Any]:
+def item_handlers(state_handler) -> dict[str, Any]:
     """Handlers by item, so that a fresh manager can read metadata before any save/restore."""
     return {STATE: state_handler, DATA: grain_checkpoint.CheckpointHandler(),
             METADATA: ocp.JsonCheckpointHandler()}
@@ -154,7 +151,8 @@ def save(manager: ocp.CheckpointManager, step: int, state: Any, *,
 
 # ----- reading a step --------------------------------------------------------------------------
 
-def _where(manager: ocp.CheckpointManager, step: int) -> str:
+def step_name(manager: ocp.CheckpointManager, step: int) -> str:
+    """How errors name a step: its folder."""
     return f"{manager.directory}/{step}"
 
 
@@ -171,12 +169,12 @@ def _read_metadata_item(step_dir: epath.Path, where: str) -> dict:
 
 def read_metadata(manager: ocp.CheckpointManager, step: int) -> dict:
     """The metadata JSON of `step` (model_config and the task's extra keys)."""
-    return _read_metadata_item(manager.directory / str(step), _where(manager, step))
+    return _read_metadata_item(manager.directory / str(step), step_name(manager, step))
 
 
-def _state_metadata(manager: ocp.CheckpointManager, step: int) -> Any:
+def state_metadata(manager: ocp.CheckpointManager, step: int) -> Any:
     """The saved TrainState's tree of array metadata (shapes, dtypes), without reading arrays."""
-    where = _where(manager, step)
+    where = step_name(manager, step)
     if not (manager.directory / str(step) / STATE).exists():
         raise unreadable(where, f"{STATE} is missing (no folder {where}/{STATE})")
     with Reading(where, STATE):
@@ -195,7 +193,7 @@ def _data_iterator_file(manager: ocp.CheckpointManager, step: int) -> Optional[e
     Raises CheckpointUnreadableError if the step was saved with one that is gone, and
     CheckpointMismatchError if it was saved by several other numbers of processes.
     """
-    where = _where(manager, step)
+    where = step_name(manager, step)
     folder = manager.directory / str(step) / DATA
     index, count = jax.process_index(), jax.process_count()
     if not folder.exists():
@@ -244,11 +242,11 @@ def check_readable(manager: ocp.CheckpointManager, step: int, *,
     Reads files only, without any collective, so that each process can check on its own; the
     arrays themselves are read only by restore (a truncated data file shows there).
     """
-    where = _where(manager, step)
+    where = step_name(manager, step)
     if not (manager.directory / str(step)).is_dir():
         raise unreadable(where, "the folder is missing")
     read_metadata(manager, step)
-    _state_metadata(manager, step)
+    state_metadata(manager, step)
     if data_iterator:
         path = _data_iterator_file(manager, step)
         if path is not None:
@@ -265,7 +263,7 @@ def check_compatible(manager: ocp.CheckpointManager, step: int, abstract_state: 
                      model_config: BertConfig) -> None:
     """Raise CheckpointMismatchError naming what differs between the checkpoint and this run
     (CheckpointUnreadableError if what it compares cannot be read)."""
-    where = _where(manager, step)
+    where = step_name(manager, step)
     saved_config = read_metadata(manager, step).get("model_config", {})
     ours = dataclasses.asdict(model_config)
     _check_same_layout(where, saved_config.get("scan_layers", False), model_config.scan_layers)
@@ -280,7 +278,7 @@ def check_compatible(manager: ocp.CheckpointManager, step: int, abstract_state: 
             + "; ".join(differing) + "). Use another --workdir, or the model config it was "
             "trained with.")
     with Reading(where, STATE):
-        saved = _shapes_by_path(_state_metadata(manager, step))
+        saved = _shapes_by_path(state_metadata(manager, step))
     wanted = _shapes_by_path(abstract_state)
     missing = sorted(set(wanted) - set(saved))
     unexpected = sorted(set(saved) - set(wanted))
@@ -318,7 +316,7 @@ def restore(manager: ocp.CheckpointManager, step: int, abstract_state: Any, *,
     allgather that every process reaches, as bert_jax.train.state does), which is also the
     barrier.
     """
-    where = _where(manager, step)
+    where = step_name(manager, step)
     step_dir = manager.directory / str(step)
     check_readable(manager, step, data_iterator=data_iterator is not None)
     check_compatible(manager, step, abstract_state, model_config)
@@ -360,120 +358,3 @@ def set_aside(directory: str | os.PathLike, step: int) -> epath.Path:
         target = aside / f"{step}.{n}"
     source.rename(target)
     return target
-
-
-# ----- parameters only (the public API) --------------------------------------------------------
-
-def _resolve_step_dir(checkpoint_dir: str | os.PathLike, step: Optional[int]) -> tuple[epath.Path, int]:
-    root = workdir_lib.path(checkpoint_dir)
-    if not root.exists():
-        raise FileNotFoundError(f"no checkpoint directory at {root}")
-    steps = sorted(int(p.name) for p in root.iterdir() if p.name.isdigit() and p.is_dir())
-    if not steps and (root / STATE).exists() and root.name.isdigit():
-        return root.parent, int(root.name)  # a step folder itself was given
-    if not steps:
-        raise FileNotFoundError(f"{root} holds no checkpoint steps (expected folders named by step)")
-    if step is None:
-        return root, steps[-1]
-    if step not in steps:
-        raise FileNotFoundError(f"{root} has no checkpoint for step {step}; it has {steps}")
-    return root, step
-
-
-def resolve_step(checkpoint_dir: str | os.PathLike, step: Optional[int] = None) -> int:
-    """`step` if `checkpoint_dir` holds it, else the newest step there; errors name the folder.
-
-    It only lists the folder: reading the step (load_model_config, load_params) says whether it
-    can be read.
-    """
-    return _resolve_step_dir(checkpoint_dir, step)[1]
-
-
-def _read_only_manager(root: epath.Path) -> ocp.CheckpointManager:
-    return ocp.CheckpointManager(  # the PyTree handler reads Standard saves, and partially
-        root, item_handlers=_item_handlers(ocp.PyTreeCheckpointHandler()),
-        options=ocp.CheckpointManagerOptions(read_only=True))
-
-
-def _model_config(manager: ocp.CheckpointManager, step: int) -> BertConfig:
-    metadata = read_metadata(manager, step)
-    if "model_config" not in metadata:
-        raise ValueError(f"{manager.directory}/{step}/{METADATA} has no model_config")
-    try:
-        return BertConfig(**metadata["model_config"])
-    except TypeError as e:  # a field this version does not know
-        raise ValueError(f"{manager.directory}/{step}/{METADATA}: the model config does not fit "
-                         f"this version of bert_jax ({e})") from None
-
-
-def load_model_config(checkpoint_dir: str | os.PathLike, step: Optional[int] = None
-                      ) -> BertConfig:
-    """The BertConfig saved with the newest (or the given) step, without reading any array."""
-    root, step = _resolve_step_dir(checkpoint_dir, step)
-    manager = _read_only_manager(root)
-    try:
-        return _model_config(manager, step)
-    finally:
-        manager.close()
-
-
-def load_params(checkpoint_dir: str | os.PathLike, step: Optional[int] = None,
-                shardings: Any = None, scan_layers: Optional[bool] = None
-                ) -> tuple[BertConfig, Any]:
-    """(BertConfig, params) of the newest (or the given) step in `checkpoint_dir`.
-
-    checkpoint_dir: `<workdir>/checkpoints` (or one step folder in it), written on any mesh.
-    shardings: where the parameters land: None (the first local device), one Sharding for every
-    leaf, or a tree of Shardings shaped like the params (e.g. `sharding.param_shardings` of this
-    run's model on its mesh), in which case each leaf is read straight into its shards.
-    A step that cannot be read is a CheckpointUnreadableError naming it (no fallback: the caller
-    asked for this step, or for the newest).
-    scan_layers: the layout of the encoder layers returned (BertConfig.scan_layers, which the
-    returned config then holds): None keeps the checkpoint's, or takes that of a tree of
-    `shardings`; the other layout is converted (bert_jax.model.scan).
-    """
-    root, step = _resolve_step_dir(checkpoint_dir, step)
-    manager = _read_only_manager(root)
-    where = _where(manager, step)
-    try:
-        model_config = _model_config(manager, step)
-        saved = _state_metadata(manager, step)
-        if "params" not in saved:
-            raise ValueError(f"{root}/{step}/{STATE} holds no params")
-        saved_params = dict(saved["params"])
-        layers, saved_scanned = model_config.num_hidden_layers, bool(scan.is_scanned(saved_params))
-        scan_layers = scan.wanted_layout(scan_layers, shardings, saved_scanned)
-        target = jax.tree.map(
-            lambda m, s: jax.ShapeDtypeStruct(tuple(m.shape), np.dtype(m.dtype), sharding=s),
-            saved_params, _sharding_tree(scan.shardings_in_layout(shardings, saved_scanned, layers),
-                                         saved_params, where))
-        with Reading(where, STATE):
-            restored = manager.restore(step, args=ocp.args.Composite(**{
-                STATE: ocp.args.PyTreeRestore(
-                    item={"params": target}, restore_args=ocp.checkpoint_utils
-                    .construct_restore_args({"params": target}), partial_restore=True)}))
-        params = restored[STATE]["params"]
-        if scan_layers != saved_scanned:
-            params = scan.relayout(params, scan_layers, layers)
-            params = jax.device_put(params, _sharding_tree(shardings, params, where))
-        return model_config.replace(scan_layers=scan_layers), params
-    finally:
-        manager.close()
-
-
-def _sharding_tree(shardings: Any, saved_params: Any, where: str) -> Any:
-    """A Sharding per saved leaf: the one given, or the matching leaf of a tree of them."""
-    if shardings is None:
-        shardings = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
-    if isinstance(shardings, jax.sharding.Sharding):
-        return jax.tree.map(lambda _: shardings, saved_params)
-    given = {pytree.path_name(p): s for p, s in jax.tree_util.tree_flatten_with_path(
-        shardings, is_leaf=lambda x: isinstance(x, jax.sharding.Sharding))[0]}
-    stored = [pytree.path_name(p) for p, _ in jax.tree_util.tree_flatten_with_path(saved_params)[0]]
-    missing = sorted(set(given) ^ set(stored))
-    if missing:
-        raise CheckpointMismatchError(
-            f"the params in {where} do not match the model they are loaded into: "
-            + ", ".join(f"{p} ({'not in the checkpoint' if p in given else 'not in the model'})"
-                        for p in missing[:5]))
-    return jax.tree_util.tree_map_with_path(lambda p, _: given[pytree.path_name(p)], saved_params)

@@ -22,6 +22,7 @@ from bert_jax.data.synthetic import RandomTokenBatches
 from bert_jax.model import BertForPreTraining
 from bert_jax.recipes import pretrain
 from bert_jax.train import checkpointing, loop, optimizer
+from bert_jax.train import params_loading
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TOTAL_STEPS = 8  # checkpoints every 2 steps, the newest 3 kept: 4, 6, 8
@@ -163,16 +164,16 @@ def test_load_params_names_an_unreadable_step(run_copy):
     with pytest.raises(checkpointing.CheckpointUnreadableError,
                        match=rf"^checkpoint {directory}/8 cannot be read: metadata is missing "
                              rf"\(no folder {directory}/8/metadata\)"):
-        checkpointing.load_params(directory)
+        params_loading.load_params(directory)
     with pytest.raises(checkpointing.CheckpointUnreadableError, match=r"checkpoints/8 cannot"):
-        checkpointing.load_model_config(directory)
-    assert checkpointing.resolve_step(directory) == 8  # listing only: reading says the rest
+        params_loading.load_model_config(directory)
+    assert params_loading.resolve_step(directory) == 8  # listing only: reading says the rest
     truncate_manifest(directory / "6")  # (a truncated data file may hold only optimizer state)
     with pytest.raises(checkpointing.CheckpointUnreadableError,
                        match=rf"^checkpoint {directory}/6 cannot be read: state: ValueError: "
                              r"DATA_LOSS: "):
-        checkpointing.load_params(directory, step=6)
-    config, params = checkpointing.load_params(directory, step=4)  # the others still load
+        params_loading.load_params(directory, step=6)
+    config, params = params_loading.load_params(directory, step=4)  # the others still load
     assert config.hidden_size == 32 and "bert" in params
 
 

@@ -26,11 +26,11 @@ def _error_line(done) -> str:
 def _finite_checkpoints(workdir):
     import jax
 
-    from bert_jax.train import checkpointing
+    from bert_jax.train import params_loading
     directory = os.path.join(workdir, "checkpoints")
     steps = sorted(int(s) for s in os.listdir(directory) if s.isdigit())
     for step in steps:
-        _, params = checkpointing.load_params(directory, step)
+        _, params = params_loading.load_params(directory, step)
         assert all(np.isfinite(np.asarray(leaf)).all() for leaf in jax.tree.leaves(params)), step
     return steps
 
@@ -185,11 +185,13 @@ def test_an_intended_config_change_keeps_the_previous_config(finished, tmp_path)
 
 
 def test_two_fresh_workdirs_give_the_same_run(tmp_path):
-    """The demo's corpus, vocabulary and batches are prepared anew in each workdir: a run is a
-    function of its config, so the losses are equal."""
+    """A run is a function of its config: two fresh workdirs train the demo with equal losses.
+    The second reads the corpus and vocabulary the first prepared (that every preparation writes
+    the same bytes is tests/faults/test_input_faults.py's test)."""
     demo = ["--config=" + os.path.join(ROOT, "experiments", "configs", "demo.py"),
             "--config.total_steps=30", "--config.log_every_steps=10",
-            "--config.eval_every_steps=0"]
+            "--config.eval_every_steps=0",
+            "--config.data.data_dir=" + str(tmp_path / "data")]
     results = []
     for name in ("a", "b"):
         workdir = str(tmp_path / name)
@@ -198,6 +200,4 @@ def test_two_fresh_workdirs_give_the_same_run(tmp_path):
                               text=True, timeout=600)
         assert done.returncode == 0, done.stderr[-2000:]
         results.append(losses(workdir))
-    assert results[0] == results[1]
-    assert _files(str(tmp_path / "a"), "data/demo_vocab_1024_uncased/vocab.txt") == \
-        _files(str(tmp_path / "b"), "data/demo_vocab_1024_uncased/vocab.txt")
+    assert len(results[0]) == 3 and results[0] == results[1]

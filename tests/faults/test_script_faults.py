@@ -15,6 +15,7 @@ import pytest
 from bert_jax import BertConfig, BertModel, ConfigError
 from bert_jax.convert import hf
 from bert_jax.train import checkpointing, metrics_writer
+from bert_jax.train import params_loading
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -208,12 +209,12 @@ def test_more_damaged_files_raise_errors_naming_the_file(hf_folder, tmp_path):
 
 def test_a_failed_read_back_is_still_a_bug_not_a_user_error(hf_folder, tmp_path, monkeypatch):
     from bert_jax.convert import runs
-    real = checkpointing.load_params
+    real = params_loading.load_params
 
     def corrupted(*args, **kwargs):
         cfg, params = real(*args, **kwargs)
         return cfg, jax.tree.map(lambda x: np.asarray(x) + 1, params)
 
-    monkeypatch.setattr(runs.checkpointing, "load_params", corrupted)
+    monkeypatch.setattr(runs.params_loading, "load_params", corrupted)
     with pytest.raises(RuntimeError, match="differs after reading back"):
         runs.hf_to_ours(hf_folder, str(tmp_path / "ours"), encoder_only=False)

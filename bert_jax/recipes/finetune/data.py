@@ -36,8 +36,8 @@ from bert_jax.train import workdir as workdir_lib
 
 TASK_FILE = "task.json"
 # Packed training batches have a multiple of this many rows (and of the devices and processes),
-# at most one per 16 examples of the batch: the batches of a run then come in a few row counts,
-# each one compiled program, and a small batch still packs into fewer rows.
+# at most one per 32 examples of the batch: the batches of a run come in a few row counts (each
+# one compiled program, a one-off cost), and few rows are all padding.
 PACKED_ROWS_MULTIPLE = 4
 # The smallest "auto" bucket: each bucket costs a compilation, and a batch whose longest row is
 # under 32 tokens is rare (all its rows must be that short).
@@ -216,7 +216,7 @@ def training_batches(config, data: TaskData, process_index: int = 0, process_cou
     row_multiple: packed batches have a multiple of this many rows (and of process_count)."""
     check_batching(config, data.kind)
     keys = kinds.MODEL_INPUTS + data.kind.target_keys
-    rounding = max(1, min(PACKED_ROWS_MULTIPLE, config.batch_size // 16))
+    rounding = max(1, min(PACKED_ROWS_MULTIPLE, config.batch_size // 32))
     packer = train_packer(config, data.kind,
                           np.lcm.reduce([row_multiple, process_count, rounding]).item())
     return batches.train_batches({k: data.train_features[k] for k in keys}, config.batch_size,
