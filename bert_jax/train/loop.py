@@ -14,7 +14,7 @@ What varies between pre-training and fine-tuning is a `Task`:
                                        #   match (an imported HF checkpoint, or load_params of a
                                        #   pre-training run); the rest (a new head) stays fresh
          flops_per_step, tokens_per_step,   # of a full batch, for MFU (bert_jax.train.flops);
-                                       #   tokens/s counts the batches' real tokens (_Throughput)
+                                       #   tokens/s counts the batches' real tokens (throughput.py)
          checkpoint_metadata={})       # extra JSON kept with each checkpoint (labels, task kind)
 
 `evaluate(params) -> dict[str, float]` is called every `eval_every_steps` and at the end
@@ -41,7 +41,6 @@ import dataclasses
 import math
 import os
 import signal
-import time
 from typing import Any, Callable, Iterator, Mapping, Optional
 
 import jax
@@ -53,10 +52,11 @@ from jax.sharding import Mesh
 
 from bert_jax import sharding, xla_options
 from bert_jax.config import BertConfig
-from bert_jax.train import checkpointing, flops, steps
+from bert_jax.train import checkpointing, steps
 from bert_jax.train import state as state_lib
 from bert_jax.train.evaluation import Evaluator
 from bert_jax.train.metrics_writer import MetricsWriter, format_log_line, read_metrics
+from bert_jax.train.throughput import Throughput
 
 
 @dataclasses.dataclass(frozen=True)
@@ -254,54 +254,6 @@ def compile_train_step(task: Task, optimizer: optax.GradientTransformation, conf
         donate_argnums=(0,), compiler_options=xla_options.memory_lean())
 
 
-class _Throughput:
-    """seconds_per_step, tokens_per_second and MFU between two log points (evaluation excluded).
-
-    Tokens are counted from the batches as they go by: the real tokens (attention_mask, or
-    segment_ids of packed rows, non-zero) and the positions computed (the batch's shape), this
-    process's share times the process count. tokens_per_second counts real tokens only, so
-    padding, length buckets and packed rows do not inflate it; MFU scales the task's
-    flops_per_step (stated for tokens_per_step positions) by the positions computed. A batch
-    with neither key counts tokens_per_step for both.
-    """
-
-    def __init__(self, task: Task, config: LoopConfig, start_step: int):
-        self.task, self.step, self.time = task, start_step, time.perf_counter()
-        self.peak = config.peak_flops_per_device or flops.peak_flops_per_device()
-        # Forced host devices share the same cores: the CPU peak is per process, not per device.
-        self.num_peak_devices = (jax.process_count() if jax.devices()[0].platform == "cpu"
-                                 else jax.device_count())
-        self.real = self.computed = 0
-
-    def restart(self) -> None:
-        self.time = time.perf_counter()
-
-    def count(self, host_batch: Mapping[str, Any]) -> None:
-        """Adds one step's batch (this process's rows) to the counts."""
-        tokens = host_batch.get("attention_mask", host_batch.get("segment_ids"))
-        if tokens is None:
-            self.real += self.task.tokens_per_step
-            self.computed += self.task.tokens_per_step
-            return
-        self.real += int(np.count_nonzero(tokens)) * jax.process_count()
-        self.computed += int(np.size(tokens)) * jax.process_count()
-
-    def measure(self, step: int) -> dict[str, float]:
-        now = time.perf_counter()
-        steps_done = max(step - self.step, 1)
-        seconds = now - self.time
-        seconds_per_step = seconds / steps_done
-        computed_share = (self.computed / (steps_done * self.task.tokens_per_step)
-                          if self.task.tokens_per_step and self.computed else 1.0)
-        result = {"seconds_per_step": seconds_per_step,
-                  "tokens_per_second": (self.real or self.task.tokens_per_step * steps_done)
-                  / seconds,
-                  "mfu": flops.mfu(self.task.flops_per_step * computed_share, seconds_per_step,
-                                   self.num_peak_devices, self.peak)}
-        self.step, self.time, self.real, self.computed = step, now, 0, 0
-        return result
-
-
 class _Run:
     """One invocation of `train`: the state and everything around it that steps, logs,
     evaluates, checks finiteness and saves."""
@@ -321,7 +273,8 @@ class _Run:
         self.train_step = compile_train_step(task, optimizer, config, mesh, shardings,
                                              learning_rate_fn)
         self.writer = MetricsWriter(workdir, self.step)
-        self.throughput = _Throughput(task, config, self.step)
+        self.throughput = Throughput(task.flops_per_step, task.tokens_per_step,
+                                     config.peak_flops_per_device, self.step)
         self.metrics: Mapping[str, jax.Array] = {}
         self.last_train: dict[str, float] = {}
         self.last_eval: Optional[dict[str, float]] = None
