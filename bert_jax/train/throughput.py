@@ -54,10 +54,9 @@ class Throughput:
         seconds = now - self.time
         seconds_per_step = seconds / steps_done
         computed_share = (self.computed / (steps_done * self.tokens_per_step)
-                          if self.tokens_per_step and self.computed else 1.0)
+                          if self.tokens_per_step else 1.0)
         result = {"seconds_per_step": seconds_per_step,
-                  "tokens_per_second": (self.real or self.tokens_per_step * steps_done)
-                  / seconds,
+                  "tokens_per_second": self.real / seconds,
                   "mfu": flops.mfu(self.flops_per_step * computed_share, seconds_per_step,
                                    self.num_peak_devices, self.peak)}
         self.step, self.time, self.real, self.computed = step, now, 0, 0
