@@ -9,6 +9,13 @@ Exit status: 0 done; 1 with one line `<script>: error: <what is wrong>` for bad 
 key, a file, a checkpoint that does not fit, a run that diverged, a workdir in use); 143 after
 SIGTERM and 130 after Ctrl-C (SIGINT), the state saved first: run the same command again to
 continue (a second Ctrl-C aborts at once, without saving). A bug still shows its traceback.
+
+Compiled XLA programs are kept on disk (JAX's persistent compilation cache), so a second run of
+the same shapes (a resume, the next fold or seed, evaluate.py after training) loads them instead
+of compiling again: in $JAX_COMPILATION_CACHE_DIR when that is set (empty: no cache), else in
+$XDG_CACHE_HOME/bert_jax/xla (~/.cache/bert_jax/xla). A cached program is keyed by the program,
+the compiler options, the devices and the jax/jaxlib versions, so it computes what a fresh
+compilation would.
 """
 
 from __future__ import annotations
@@ -66,11 +73,40 @@ def quiet_orbax_logs() -> None:
     logging.get_absl_handler().addFilter(_DropOrbaxInfo())
 
 
-def start(argv: list[str]) -> None:
-    """First lines of a script's main: no stray arguments, join the job, quiet Orbax."""
+COMPILATION_CACHE_VARIABLE = "JAX_COMPILATION_CACHE_DIR"
+
+
+def default_compilation_cache_dir() -> str:
+    cache_home = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"),
+                                                                  ".cache")
+    return os.path.join(cache_home, "bert_jax", "xla")
+
+
+def use_compilation_cache(enabled: bool = True) -> None:
+    """Keep compiled programs on disk (module docstring; JAX reads the variable itself), or,
+    with enabled=False, compile every program afresh whatever the environment says."""
+    import jax
+    if not enabled:
+        jax.config.update("jax_enable_compilation_cache", False)
+        return
+    if COMPILATION_CACHE_VARIABLE in os.environ:
+        return
+    folder = default_compilation_cache_dir()
+    try:
+        os.makedirs(folder, exist_ok=True)
+    except OSError as e:  # a read-only home: run without the cache rather than fail
+        logging.warning("not keeping compiled programs: cannot create %s (%s)", folder, e)
+        return
+    jax.config.update("jax_compilation_cache_dir", folder)
+
+
+def start(argv: list[str], compilation_cache: bool = True) -> None:
+    """First lines of a script's main: no stray arguments, join the job, quiet Orbax, keep
+    compiled programs on disk (off for a script that measures compilation)."""
     script = os.path.basename(argv[0])
     if len(argv) > 1:
         sys.exit(f"{script}: error: unexpected arguments {argv[1:]}")
+    use_compilation_cache(compilation_cache)
     try:
         distributed.initialize_from_flags()
     except flags.ValidationError as e:

@@ -14,8 +14,10 @@ shared: the random init of the new classifier and the dropout masks.
 To make the comparison less noisy than one held-out set of 50 sentences, the 200 sentences are cut
 into `--folds` stratified folds; each fold is held out once, so the accuracy is over all 200.
 Our side runs `experiments/finetune.py` in a subprocess per fold (torch and JAX in one process
-slow each other down), the torch side runs here. Prints and writes one JSON summary
-(docs/results.md has the measured figures).
+slow each other down), the torch side runs here. Our runs share a compilation cache that starts
+empty with each invocation (in --workdir): the first run compiles its programs, later runs of the
+same shapes load them, as a user's second run would; torch compiles nothing. Prints and writes
+one JSON summary (docs/results.md has the measured figures).
 
 `--mode=parity` removes the two sources of difference on the first fold: dropout is off, and our
 run starts from torch's randomly initialised classifier (saved as an HF folder, loaded with
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -74,7 +77,7 @@ def write_fasttext(path: str, examples) -> None:
 
 
 def run_ours(config, train_path: str, eval_path: str, workdir: str,
-             extra: tuple[str, ...] = ()) -> dict:
+             extra: tuple[str, ...] = (), compilation_cache: str = "") -> dict:
     command = [sys.executable, os.path.join(REPO, "experiments", "finetune.py"),
                f"--config={CONFIG}", f"--workdir={workdir}",
                f"--config.data.train_path={train_path}", f"--config.data.eval_path={eval_path}",
@@ -82,7 +85,8 @@ def run_ours(config, train_path: str, eval_path: str, workdir: str,
                f"--config.batch_size={config.batch_size}",
                f"--config.learning_rate={config.learning_rate}",
                f"--config.epochs={config.epochs}", f"--config.seed={config.seed}", *extra]
-    completed = subprocess.run(command, capture_output=True, text=True, cwd=REPO)
+    env = {**os.environ, "JAX_COMPILATION_CACHE_DIR": compilation_cache}
+    completed = subprocess.run(command, capture_output=True, text=True, cwd=REPO, env=env)
     if completed.returncode != 0:
         raise RuntimeError(f"our fine-tuning failed:\n{completed.stderr[-3000:]}")
     return json.loads(completed.stdout.strip().splitlines()[-1])["metrics"]
@@ -196,6 +200,8 @@ def main(argv):
                                         encoding=config.data.encoding)
     folds = stratified_folds(examples, FLAGS.folds, config.data.split_seed)
     root = FLAGS.workdir or tempfile.mkdtemp(prefix="compare_polarity_")
+    compilation_cache = os.path.join(root, "compilation_cache")
+    shutil.rmtree(compilation_cache, ignore_errors=True)  # the first run compiles
     per_fold = []
     for k, held in enumerate(folds[:1] if FLAGS.mode == "parity" else folds):
         held_set = set(held)
@@ -217,7 +223,8 @@ def main(argv):
             seeded.seed = seed
             start = time.time()
             ours = run_ours(seeded, train_path, eval_path,
-                            os.path.join(fold_dir, f"ours_seed{seed}"))
+                            os.path.join(fold_dir, f"ours_seed{seed}"),
+                            compilation_cache=compilation_cache)
             ours_seconds = time.time() - start
             start = time.time()
             reference = run_torch(seeded, train, evaluation)

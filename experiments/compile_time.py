@@ -120,7 +120,7 @@ def run() -> list[dict]:
 
 
 def main(argv):
-    cli.start(argv)
+    cli.start(argv, compilation_cache=False)  # it measures compilation
     cli.run_or_exit("compile_time.py", run)
 
 

@@ -98,7 +98,7 @@ def test_bad_settings_are_one_line_errors(tmp_path):
 @pytest.mark.slow
 def test_smoke_run_of_all_four_implementations(demo, tmp_path):
     data_dir, _ = demo
-    budget, points, targets = 8.0, 2, (0.01, 0.99)
+    budget, points, targets = 4.0, 2, (0.01, 0.99)
     done = subprocess.run(
         [sys.executable, SCRIPT, f"--output_dir={tmp_path}", f"--data_dir={data_dir}",
          *TINY_MODEL, f"--budget_seconds={budget}", f"--eval_points={points}", "--batch_size=8",

@@ -489,7 +489,7 @@ def test_pretraining_run_in_bert_for_masked_lm(tmp_path):
     done = subprocess.run(
         [sys.executable, os.path.join(ROOT, "experiments", "pretrain.py"),
          "--config=" + os.path.join(ROOT, "experiments", "configs", "demo.py"),
-         f"--workdir={workdir}", "--config.total_steps=300", "--config.eval_batches=2",
+         f"--workdir={workdir}", "--config.total_steps=60", "--config.eval_batches=2",
          "--config.model.layer_norm_position=post",  # BERT as published: exportable
          "--config.model.position_embedding_type=absolute", "--config.data.mask_rate=0.15",
          "--config.max_seq_len=16", "--config.data.max_predictions=3",
