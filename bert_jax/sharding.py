@@ -23,7 +23,7 @@ import numpy as np
 from jax.experimental import mesh_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from bert_jax import xla_options
+from bert_jax import platform, xla_options
 
 MESH_AXES = ("data", "fsdp", "tensor")
 
@@ -65,7 +65,9 @@ def make_mesh(data: int = -1, fsdp: int = 1, tensor: int = 1,
     """A Mesh with axes (data, fsdp, tensor) over all devices (of every process) by default."""
     devices = list(jax.devices() if devices is None else devices)
     shape = mesh_shape(data, fsdp, tensor, len(devices))
-    if len(devices) == jax.device_count():
+    # All devices, or a whole TPU slice described by jax.experimental.topologies: laid out by
+    # the interconnect (neighbouring mesh positions on neighbouring chips).
+    if len(devices) == jax.device_count() or platform.platform_of(devices) == "tpu":
         device_grid = mesh_utils.create_device_mesh(shape, devices=devices)
     else:
         device_grid = np.asarray(devices).reshape(shape)
@@ -122,8 +124,9 @@ def init_sharded(init_fn: Callable[[], Any], mesh: Mesh) -> tuple[Any, Any]:
     # XLA:CPU keeps an executable's scratch buffers for as long as the executable lives (hundreds
     # of MB for BERT-base's initialiser), so the one-off initialiser is dropped once it has run:
     # wait for it, then collect the reference cycles that hold it.
+    options = xla_options.compiler_options(platform.platform_of(mesh))
     initialize = jax.jit(lambda: nn.meta.unbox(init_fn()), out_shardings=shardings,
-                         compiler_options=xla_options.memory_lean())
+                         compiler_options=options)
     params = jax.block_until_ready(initialize())
     del initialize
     gc.collect()
@@ -172,8 +175,10 @@ def constrain(x: jax.Array, logical_axes: Sequence[str | None]) -> jax.Array:
 @contextlib.contextmanager
 def activation_sharding(mesh: Mesh, rules: Sequence[tuple[str, Any]] = LOGICAL_AXIS_RULES
                         ) -> Iterator[None]:
-    """While open (also inside jit), `constrain` pins activations to `mesh` by `rules`."""
-    with jax.sharding.use_abstract_mesh(mesh.abstract_mesh), nn.logical_axis_rules(rules):
+    """While open (also inside jit), `constrain` pins activations to `mesh` by `rules`, and
+    platform-dependent choices follow the mesh's devices (`bert_jax.platform.current`)."""
+    with (jax.sharding.use_abstract_mesh(mesh.abstract_mesh), nn.logical_axis_rules(rules),
+          platform.compiling_for(platform.platform_of(mesh))):
         yield
 
 

@@ -79,7 +79,7 @@ def run_ours(settings: dict) -> list[float]:
     optimizer = optimizer_lib.make_optimizer(optimizer_lib.OptimizerConfig(
         learning_rate=1e-4, total_steps=1000, warmup_steps=10))
     train_step = jax.jit(steps.make_train_step(pretrain.make_loss(model), optimizer),
-                         donate_argnums=(0,), compiler_options=xla_options.memory_lean())
+                         donate_argnums=(0,), compiler_options=xla_options.compiler_options())
     batch = {"input_ids": input_ids, "token_type_ids": np.zeros_like(input_ids),
              "segment_ids": np.ones_like(input_ids),
              "position_ids": np.broadcast_to(np.arange(input_ids.shape[1], dtype=np.int32),

@@ -61,7 +61,7 @@ def _train_step(cfg: BertConfig, mesh, max_predictions: int):
         steps.make_train_step(pretrain.make_loss(model), opt), mesh),
         in_shardings=(shardings, batch_sharding),
         out_shardings=(shardings, sharding.replicated(mesh)),
-        donate_argnums=(0,), compiler_options=xla_options.memory_lean())
+        donate_argnums=(0,), compiler_options=xla_options.compiler_options())
     return step, init_fn, opt, shardings
 
 

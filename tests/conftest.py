@@ -1,6 +1,11 @@
 """Shared pytest setup. Tests run on one CPU device; multi-device tests start subprocesses with
 XLA_FLAGS=--xla_force_host_platform_device_count=8 (the flag must be set before jax is imported).
 
+JAX_PLATFORMS=cpu unless the environment sets it, here before anything imports jax, and inherited
+by every script a test starts: with libtpu installed (the `test` extra brings it), a JAX process
+on a host without a TPU otherwise tries the TPU backend and prints libtpu's start-up warnings to
+stderr, and many tests assert that a script's stderr is one line.
+
 Every program compiled in the session, in this process or in the scripts the tests start, goes to
 one compilation cache that starts empty (JAX_COMPILATION_CACHE_DIR, however quick the compilation):
 tests that build the same program again, and every resumed run, load it instead of compiling it.
@@ -19,9 +24,23 @@ os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", _CACHE)
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 
 
+# Modules whose DeprecationWarnings are errors: ours. A warning is attributed to the module of the
+# frame `stacklevel` above its warn() call: jax's deprecations (stacklevel 2) name the module that
+# calls the deprecated API, so calling one from bert_jax, experiments or a test fails that test.
+# The regex is matched at the start of the module's __name__; test files are imported by their
+# basename (rootdir `prepend` mode: test_model, faults.test_run_faults, pretrain_runs) or, with
+# --import-mode=importlib, under tests. Warnings that a library attributes to itself (flax's
+# stacklevel-1 warnings, for one) are not ours and keep pytest's default (shown in the summary).
+OWN_MODULES = (r"(bert_jax|experiments|tests|faults|test_\w+|conftest|eight_devices|pretrain_runs"
+               r"|finetune_runs)(\.|$)")
+
+
 def pytest_configure(config):
     config.addinivalue_line(
         "markers", "slow: an end-to-end run of minutes (deselect with -m 'not slow')")
+    # No ini file configures pytest here: the filter is added as if it were one (-W and
+    # PYTHONWARNINGS still take precedence, e.g. -W default::DeprecationWarning to list them).
+    config.addinivalue_line("filterwarnings", f"error::DeprecationWarning:{OWN_MODULES}")
 
 
 def pytest_unconfigure(config):

@@ -39,7 +39,7 @@ HF_BERT_FIELDS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attenti
                   "initializer_range", "layer_norm_eps", "pad_token_id")
 # BertConfig fields that say how we compute, not what: the export is float32 weights whatever
 # they are, and transformers picks its own precision and memory policy.
-RUNTIME_FIELDS = ("dtype", "param_dtype", "remat_policy", "scan_layers")
+RUNTIME_FIELDS = ("dtype", "param_dtype", "remat_policy", "scan_layers", "attention")
 # config.json "problem_type" values of BertForSequenceClassification.
 PROBLEM_TYPES = ("single_label_classification", "regression", "multi_label_classification")
 

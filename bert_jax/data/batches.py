@@ -20,12 +20,13 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, Iterator, Mapping, Optional
 
-import grain
 import numpy as np
 
 from bert_jax.data.readers import DataError
 
 if TYPE_CHECKING:
+    import grain
+
     from bert_jax.data.example_packing import Packer
 
 EXAMPLE_WEIGHTS = "example_weights"
@@ -123,6 +124,7 @@ def _grouped(rows: grain.MapDataset, lengths: np.ndarray, batch_size: int, group
     """Global batches of `rows` grouped by length: each window of `group` consecutive batches
     of the stream is sorted by row length, cut into batches, and those are put in a seeded
     random order. The same rows as ungrouped batches, only redistributed inside a window."""
+    import grain  # pylint: disable=import-outside-toplevel (see train_batches)
     windows = rows.batch(group * batch_size, drop_remainder=True)
 
     def batch(number: int) -> np.ndarray:
@@ -150,6 +152,9 @@ def train_batches(features: Mapping[str, np.ndarray], global_batch_size: int, se
     batch packed into rows of several examples (bert_jax.data.example_packing; instead of
     buckets), each process taking its contiguous share of the rows.
     """
+    # grain is imported here, not with the module: evaluation (pad_rows, eval_batches) and so the
+    # train loop import this module without needing grain.
+    import grain  # pylint: disable=import-outside-toplevel
     num_rows = len(next(iter(features.values())))
     if num_rows == 0:
         raise DataError("no training rows")

@@ -8,6 +8,10 @@ Packed rows: several sequences may share one row, told apart by `segment_ids` (1
 sequences, 0 for padding). A token then attends only to tokens of its own segment, and positions
 restart at 0 at the start of every segment, so each packed sequence is computed exactly as if it
 were alone in its row.
+
+The padding mask and the segment ids reach every layer's attention as they are (an
+attention.Mask), not as a [seq, seq] matrix: each attention kernel takes them in its own form
+(bert_jax.model.attention).
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import jax
 import jax.numpy as jnp
 
 from bert_jax.config import BertConfig
+from bert_jax.model.attention import Mask
 from bert_jax.model.layers import Embeddings, EncoderLayer, dense, layer_norm, rotary_angles
 from bert_jax.model.scan import LAYERS, layer_name
 
@@ -40,23 +45,6 @@ class BertOutput:
     pooled_output: Optional[Array]
 
 
-def attention_mask_from(attention_mask: Optional[Array], segment_ids: Optional[Array],
-                        input_shape: tuple[int, int]) -> Array:
-    """Boolean mask broadcastable to [batch, heads, seq, seq]: True where query i may attend key j.
-
-    attention_mask: [batch, seq], 1 for real tokens, 0 for padding.
-    segment_ids: [batch, seq], same id = same packed sequence; 0 = padding.
-    """
-    batch, seq = input_shape
-    mask = jnp.ones((batch, 1, 1, seq), dtype=bool)
-    if attention_mask is not None:
-        mask = mask & (attention_mask.astype(bool)[:, None, None, :])
-    if segment_ids is not None:
-        same_segment = segment_ids[:, :, None] == segment_ids[:, None, :]  # [batch, seq, seq]
-        mask = mask & (same_segment & (segment_ids != 0)[:, None, :])[:, None, :, :]
-    return mask
-
-
 def positions_from_segments(segment_ids: Array) -> Array:
     """Positions that restart at 0 where a new segment begins: [batch, seq] -> [batch, seq]."""
     seq = segment_ids.shape[1]
@@ -72,7 +60,7 @@ class ScanStep(EncoderLayer):
     """EncoderLayer in the signature nn.scan wants: (carry, *broadcast) -> (carry, no output)."""
 
     @nn.compact
-    def __call__(self, x: Array, mask: Array, deterministic: bool,
+    def __call__(self, x: Array, mask: Mask, deterministic: bool,
                  rotary: Optional[tuple[Array, Array]] = None) -> tuple[Array, None]:
         return super().__call__(x, mask, deterministic, rotary), None
 
@@ -107,6 +95,8 @@ def scanned_layers(cfg: BertConfig) -> type[nn.Module]:
 class Encoder(nn.Module):
     """num_hidden_layers EncoderLayers, each optionally rematerialised: [batch, seq, hidden] -> same.
 
+    mask: the attention.Mask of the batch (padding, packed rows), the same for every layer.
+
     Unrolled (`layer_0`, ...) or, with cfg.scan_layers, one scanned stack (`layers`; see
     bert_jax.model.scan). Pre-LN (cfg.layer_norm_position="pre"): then `final_layer_norm`.
     rotary: see SelfAttention.
@@ -115,7 +105,7 @@ class Encoder(nn.Module):
     cfg: BertConfig
 
     @nn.compact
-    def __call__(self, x: Array, mask: Array, deterministic: bool,
+    def __call__(self, x: Array, mask: Mask, deterministic: bool,
                  rotary: Optional[tuple[Array, Array]] = None) -> Array:
         if self.cfg.scan_layers:
             x, _ = scanned_layers(self.cfg)(self.cfg, name=LAYERS)(x, mask, deterministic, rotary)
@@ -178,7 +168,8 @@ class BertModel(nn.Module):
         if position_ids is None:
             position_ids = (positions_from_segments(segment_ids) if segment_ids is not None
                             else jnp.broadcast_to(jnp.arange(seq, dtype=jnp.int32), (batch, seq)))
-        mask = attention_mask_from(attention_mask, segment_ids, (batch, seq))
+        mask = Mask(attention_mask=None if attention_mask is None else jnp.asarray(attention_mask),
+                    segment_ids=None if segment_ids is None else jnp.asarray(segment_ids))
 
         rotary = (rotary_angles(position_ids, self.cfg.head_dim)
                   if self.cfg.position_embedding_type == "rotary" else None)

@@ -19,6 +19,7 @@ import jax
 import jax.numpy as jnp
 
 from bert_jax.config import BertConfig
+from bert_jax.model import attention
 from bert_jax.model.activations import ACTIVATION_FNS
 from bert_jax.model.precision import Dense, matmul_transposed
 from bert_jax.sharding import constrain
@@ -147,14 +148,15 @@ def apply_rotary(x: Array, rotary: tuple[Array, Array]) -> Array:
 class SelfAttention(nn.Module):
     """Multi-head self-attention: softmax(Q K^T / sqrt(head_dim)) V per head, then an output projection.
 
-    x: [batch, seq, hidden]; mask: boolean, broadcastable to [batch, heads, seq, seq], True = may attend.
+    x: [batch, seq, hidden]; mask: an attention.Mask (padding, packed rows) -> [batch, seq, hidden].
     rotary: None, or rotary_angles(position_ids) to rotate queries and keys (RoPE).
+    The kernel is cfg.attention's (bert_jax.model.attention.choose).
     """
 
     cfg: BertConfig
 
     @nn.compact
-    def __call__(self, x: Array, mask: Array, deterministic: bool,
+    def __call__(self, x: Array, mask: attention.Mask, deterministic: bool,
                  rotary: tuple[Array, Array] | None = None) -> Array:
         cfg = self.cfg
         heads, head_dim = cfg.num_attention_heads, cfg.head_dim
@@ -167,26 +169,10 @@ class SelfAttention(nn.Module):
         query, key, value = (constrain(t, HEAD_AXES) for t in (query, key, value))
 
         dropout_rate = cfg.attention_probs_dropout_prob
-        with_dropout = not deterministic and dropout_rate > 0.0
-        if (jax.default_backend() == "gpu" and not with_dropout
-                and query.dtype in (jnp.bfloat16, jnp.float16)):
-            # cuDNN's fused (flash) attention. Asked for by name: jax's default implementation
-            # is XLA's composition. (Not covered by the tests, which run on CPU.)
-            context = jax.nn.dot_product_attention(query, key, value, mask=mask,
-                                                   implementation="cudnn")
-        else:
-            # Per-head products with operands in the compute dtype and fp32 sums (XLA:CPU runs
-            # bf16 x bf16 -> fp32 on its fast kernel, and widens bf16 -> bf16 products to fp32
-            # operands); softmax in fp32; attention-probability dropout, as published.
-            scores = jnp.einsum("bqnh,bknh->bnqk", query, key,
-                                preferred_element_type=jnp.float32) / jnp.sqrt(jnp.float32(head_dim))
-            scores = jnp.where(mask, scores, jnp.finfo(jnp.float32).min)
-            probs = jax.nn.softmax(scores, axis=-1)
-            if with_dropout:
-                probs = nn.Dropout(dropout_rate)(probs, deterministic=False)
-            context = jnp.einsum("bnqk,bknh->bqnh", probs.astype(query.dtype), value,
-                                 preferred_element_type=jnp.float32).astype(query.dtype)
-
+        dropout = (functools.partial(nn.Dropout(dropout_rate), deterministic=False)
+                   if not deterministic and dropout_rate > 0.0 else None)
+        context = attention.attend(query, key, value, mask, implementation=cfg.attention,
+                                   dropout=dropout)
         return dense(cfg, cfg.hidden_size, ("heads", "kv", "embed"), "output", num_contract=2)(
             constrain(context, HEAD_AXES))  # [batch, seq, hidden]
 
@@ -221,13 +207,13 @@ class EncoderLayer(nn.Module):
 
     post-LN (BERT): x = LN(x + Attn(x)); x = LN(x + FFN(x)).
     pre-LN: x = x + Attn(LN(x)); x = x + FFN(LN(x)) (the Encoder adds a final LayerNorm).
-    x: [batch, seq, hidden] -> [batch, seq, hidden]; rotary: see SelfAttention.
+    x: [batch, seq, hidden] -> [batch, seq, hidden]; mask, rotary: see SelfAttention.
     """
 
     cfg: BertConfig
 
     @nn.compact
-    def __call__(self, x: Array, mask: Array, deterministic: bool,
+    def __call__(self, x: Array, mask: attention.Mask, deterministic: bool,
                  rotary: tuple[Array, Array] | None = None) -> Array:
         cfg = self.cfg
         dropout = functools.partial(nn.Dropout(cfg.hidden_dropout_prob),

@@ -37,10 +37,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from bert_jax import platform
+
 Array = jax.Array
 
 
-def transpose_row_major(x: Array) -> Array:
+def transpose_row_major(x: Array, row_major: bool | None = None) -> Array:
     """x [a, b] -> x.T [b, a], on CPU as a materialised row-major array (see the module doc).
 
     A plain transpose is free in XLA: it becomes a layout change or is folded into the consuming
@@ -49,9 +51,13 @@ def transpose_row_major(x: Array) -> Array:
     (On a CPU device mesh, where a shard of dim 1 has odd width, e.g. vocab 30522 split over
     tensor=2, the 3-D view costs extra collectives; values are unaffected. Meshes of CPU devices
     are for tests; GPU/TPU take the plain transpose.)
+    row_major: materialise the transpose (default: when the program is for a CPU,
+    `bert_jax.platform.current()`).
     """
     a, b = x.shape
-    if jax.default_backend() != "cpu" or b % 2:
+    if row_major is None:
+        row_major = platform.current() == "cpu"
+    if not row_major or b % 2:
         return x.T
     return x.reshape(a, b // 2, 2).transpose(1, 2, 0).reshape(b, a)
 
@@ -78,32 +84,36 @@ def _as_matrices(lhs: Array, rhs: Array, num_contract: int,
     return lhs.reshape(-1, k), (rhs.reshape(-1, k) if transposed else rhs.reshape(k, -1))
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(2, 3))
-def _matmul_f32_accumulate(lhs: Array, rhs: Array, num_contract: int, transposed: bool) -> Array:
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2, 3, 4))
+def _matmul_f32_accumulate(lhs: Array, rhs: Array, num_contract: int, transposed: bool,
+                           row_major: bool) -> Array:
     """The last `num_contract` dims of lhs against rhs's first (`transposed`: last) ones: operands
     in lhs.dtype, fp32 sums, result rounded to lhs.dtype. rhs may be stored in a wider dtype (it is
-    rounded inside)."""
+    rounded inside). row_major: transposed operands materialised (transpose_row_major).
+
+    row_major is an argument, not read inside, because JAX caches the traces of a custom_vjp's
+    rules by their arguments: a rule traced for one platform must not be reused for another."""
     x, w = _as_matrices(lhs, rhs, num_contract, transposed)
     w = w.astype(lhs.dtype)
-    out = _product(x, transpose_row_major(w) if transposed else w, lhs.dtype)
+    out = _product(x, transpose_row_major(w, row_major) if transposed else w, lhs.dtype)
     features = rhs.shape[:rhs.ndim - num_contract] if transposed else rhs.shape[num_contract:]
     return out.reshape(lhs.shape[:lhs.ndim - num_contract] + features)
 
 
-def _forward(lhs, rhs, num_contract, transposed):
-    return _matmul_f32_accumulate(lhs, rhs, num_contract, transposed), (lhs, rhs)
+def _forward(lhs, rhs, num_contract, transposed, row_major):
+    return _matmul_f32_accumulate(lhs, rhs, num_contract, transposed, row_major), (lhs, rhs)
 
 
-def _backward(num_contract, transposed, residuals, grad_out):
+def _backward(num_contract, transposed, row_major, residuals, grad_out):
     lhs, rhs = residuals
     x, w = _as_matrices(lhs, rhs, num_contract, transposed)
     w = _fresh_rounding(w, lhs.dtype)
     dy = grad_out.reshape(x.shape[0], -1).astype(lhs.dtype)
     # dX [M, K] = dY [M, N] . W^T [N, K], where W^T is the stored table T itself when transposed.
-    grad_lhs = _product(dy, w if transposed else transpose_row_major(w), lhs.dtype)
+    grad_lhs = _product(dy, w if transposed else transpose_row_major(w, row_major), lhs.dtype)
     # The weight's gradient in its stored layout: dW [K, N] = X^T . dY, or dT [N, K] = dY^T . X.
     first, second = (dy, x) if transposed else (x, dy)
-    grad_rhs = _product(transpose_row_major(first), second, rhs.dtype)
+    grad_rhs = _product(transpose_row_major(first, row_major), second, rhs.dtype)
     return grad_lhs.reshape(lhs.shape), grad_rhs.reshape(rhs.shape)
 
 
@@ -119,7 +129,8 @@ def _matmul(x: Array, weight: Array, num_contract: int, transposed: bool,
         w_dims = (tuple(range(weight.ndim - num_contract, weight.ndim)) if transposed
                   else tuple(range(num_contract)))
         return jax.lax.dot_general(x, weight.astype(dtype), ((x_dims, w_dims), ((), ())))
-    return _matmul_f32_accumulate(x, weight, num_contract, transposed)
+    return _matmul_f32_accumulate(x, weight, num_contract, transposed,
+                                  platform.current() == "cpu")
 
 
 def matmul(x: Array, weight: Array, num_contract: int, dtype: jnp.dtype) -> Array:

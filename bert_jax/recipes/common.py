@@ -17,7 +17,6 @@ from __future__ import annotations
 from typing import Any, Callable, Optional
 
 import jax
-import ml_collections
 from absl import logging
 
 from bert_jax import sharding
@@ -27,7 +26,7 @@ from bert_jax.train import checkpointing, loop, optimizer
 from bert_jax.train import params_loading
 from bert_jax.train import workdir as workdir_lib
 
-Config = ml_collections.ConfigDict
+Config = Any  # an ml_collections.ConfigDict (imported where configs are read, not here)
 
 
 def make_mesh(config: Config):
@@ -48,9 +47,12 @@ def fit_mesh_to_devices(config: Config) -> None:
 
 
 def _model_overrides(config: Config) -> dict[str, Any]:
-    """The non-None fields of config.model (its preset aside), with dtype and remat."""
+    """The non-None fields of config.model (its preset aside), with dtype and remat, and the
+    attention kernel: like dtype and remat it is the run's (model.attention, default auto), not
+    that of the init weights, which may have been trained on another platform."""
     fields = {k: v for k, v in config.model.to_dict().items() if k != "preset" and v is not None}
-    return {**fields, "dtype": config.dtype, "remat_policy": config.remat}
+    return {**fields, "dtype": config.dtype, "remat_policy": config.remat,
+            "attention": config.model.get("attention") or "auto"}
 
 
 def model_config(config: Config, vocab_size: int, base: Optional[BertConfig] = None
@@ -59,7 +61,8 @@ def model_config(config: Config, vocab_size: int, base: Optional[BertConfig] = N
 
     Without init weights (`base` None): config.model.preset with the overrides, vocab_size
     defaulting to the tokenizer's. With init weights: their config (`base`); an override of a
-    shape field must agree with it, the others (dropout, initialisation, dtype, remat) apply.
+    shape field must agree with it, the others (dropout, initialisation, dtype, remat,
+    attention) apply.
     """
     overrides = _model_overrides(config)
     if base is None:

@@ -58,14 +58,21 @@ class Collective:
 
 
 def collectives(text: str, num_devices: int) -> tuple[list[Collective], hlo.HloModule]:
-    """Every collective of an HLO text (see the module docstring), and the parsed module."""
+    """Every collective of an HLO text (see the module docstring), and the parsed module.
+
+    XLA:TPU splits one asynchronous collective into a chain of "continuation" fusions, each
+    holding the whole collective instruction and passing its in-flight buffers on to the next
+    (`continuation_config`, operands aliased to outputs), so that the transfer overlaps the
+    computation fused beside it. A chain moves its bytes once: only its first fusion's
+    collective is counted."""
     module = hlo.parse_module(text)
     runs = hlo.executions_per_computation(module)
     reassociable = _reassociable_bytes(module, num_devices)
+    continued = _continuation_computations(module)
     found = []
     for computation, instruction in hlo.iter_instructions(module):
         kind = instruction.opcode.removesuffix("-start")
-        if kind not in KINDS or runs[computation] == 0:
+        if kind not in KINDS or runs[computation] == 0 or computation in continued:
             continue
         groups = parse_groups(instruction.attributes, num_devices)
         n = 2 if kind == "collective-permute" else len(groups[0])
@@ -84,6 +91,27 @@ def collectives(text: str, num_devices: int) -> tuple[list[Collective], hlo.HloM
             sliced_bytes=_sliced_bytes(module, instruction, n) if kind == "all-reduce" else 0.0,
             reassociable_bytes=reassociable.get(instruction.name, 0.0)))
     return found, module
+
+
+def _continuation_computations(module: hlo.HloModule) -> set[str]:
+    """The computations of continuation fusions that carry on a collective begun by another
+    fusion (see `collectives`): those whose operands, through tuple elements and bitcasts, are
+    another continuation fusion's outputs."""
+    fusions = {ins.name: ins for _, ins in hlo.iter_instructions(module)
+               if ins.opcode == "fusion" and "continuation_config" in ins.attributes}
+
+    def producer(name: str) -> str:
+        instruction = module.instructions.get(name)
+        while instruction is not None and instruction.opcode in ("get-tuple-element", "bitcast") \
+                and instruction.operands:
+            instruction = module.instructions.get(instruction.operands[0])
+        return instruction.name if instruction is not None else name
+
+    continued = set()
+    for fusion in fusions.values():
+        if any(producer(o) in fusions for o in fusion.operands):
+            continued.update(hlo.called_computations(fusion))
+    return continued
 
 
 def _elements(instruction: hlo.Instruction) -> dict[Optional[int], tuple[str, tuple[int, ...]]]:

@@ -30,14 +30,18 @@ def memory_per_device(compiled: Any) -> dict[str, int]:
     return {k: int(v) for k, v in out.items()}
 
 
-def hlo_flops_per_device(compiled: Any) -> Optional[float]:
-    """XLA's FLOP count of one device's program, or None where the backend has none."""
+def hlo_cost(compiled: Any) -> dict[str, float]:
+    """XLA's cost analysis of one device's program: {"flops", "bytes accessed"} where the
+    backend reports them ({} where it has none)."""
     try:
         cost = compiled.cost_analysis()
     except Exception:  # noqa: BLE001 - some backends raise instead of returning nothing
-        return None
+        return {}
     if isinstance(cost, (list, tuple)):
         cost = cost[0] if cost else None
-    if not cost or "flops" not in cost:
-        return None
-    return float(cost["flops"])
+    return {k: float(cost[k]) for k in ("flops", "bytes accessed") if cost and k in cost}
+
+
+def hlo_flops_per_device(compiled: Any) -> Optional[float]:
+    """XLA's FLOP count of one device's program, or None where the backend has none."""
+    return hlo_cost(compiled).get("flops")

@@ -1,6 +1,7 @@
-"""The pre-training train step, compiled ahead of time for a mesh: nothing is allocated or run.
+"""The train step, compiled ahead of time for a mesh: nothing is allocated or run.
 
-The step is the one `loop.train` runs for `bert_jax.recipes.pretrain`: the recipe's task (model,
+The step is the one `loop.train` runs for `bert_jax.recipes.pretrain` (or for fine-tuning a
+sequence classifier, `compile_finetune_step`): the recipe's task (model,
 masked-LM loss), its optimizer and learning-rate schedule, the TrainState shardings of
 `train/state.py` (moments sharded like their parameters) and the loop's own jit
 (`loop.compile_train_step`: in/out shardings, donated state, compiler options). Its inputs are
@@ -48,6 +49,10 @@ class CompiledStep:
     fsdp_param_bytes: int  # the whole (unsharded) bytes of the parameters split over `fsdp`
     fsdp_params: tuple[str, ...]  # their argument paths, "state.params['bert'][...]"
     word_embedding_bytes: int  # the tied embedding: its gradient has two contributions
+    # fsdp-split parameters whose shard does not fill whole TPU tiles along the split dimension
+    # (TPU_TILE): "path [shard shape]". XLA:TPU gathers those with all-reduces of full-size
+    # buffers instead of all-gathers (docs/results.md, "fsdp on 64 chips").
+    fsdp_untiled: tuple[str, ...]
     model_flops_per_step: float  # bert_jax.train.flops, the whole global batch
 
     @property
@@ -74,9 +79,38 @@ def compile_pretrain_step(config: ml_collections.ConfigDict, mesh: Mesh) -> Comp
     longer than the model's positions, or bad optimizer settings.
     """
     cfg = common.model_config(config, config.tokenizer.vocab_size)
+    return _compile(config, mesh, cfg, pretrain.make_task(config, cfg),
+                    abstract_batch(config, cfg.vocab_size, mesh))
+
+
+# The fine-tuning batch contract of sequence classification (recipes/finetune/classification).
+CLASSIFICATION_INPUTS = ("input_ids", "token_type_ids", "attention_mask")
+
+
+def compile_finetune_step(config: ml_collections.ConfigDict, mesh: Mesh,
+                          num_labels: int = 2) -> CompiledStep:
+    """AOT-compile the fine-tuning step of sequence classification (`num_labels` classes) for
+    `config` (a finetune config: model, dtype, remat, optimizer, batch and length) on `mesh`:
+    the recipe's task, loss and optimizer, padded rows of max_seq_len tokens."""
+    from bert_jax.recipes.finetune import data as data_lib
+    from bert_jax.recipes.finetune import kinds, recipe
+
+    cfg = common.model_config(config, config.tokenizer.vocab_size)
+    labels = {"label_map": [str(i) for i in range(num_labels)]}
+    data = data_lib.TaskData(kinds.get("classification"), labels, [], [], None, {})
+    rows = jax.sharding.NamedSharding(mesh, sharding.batch_sharding(mesh).spec)
+    batch = {key: jax.ShapeDtypeStruct((config.batch_size, config.max_seq_len), jax.numpy.int32,
+                                       sharding=rows) for key in CLASSIFICATION_INPUTS}
+    batch["labels"] = jax.ShapeDtypeStruct((config.batch_size,), jax.numpy.int32, sharding=rows)
+    return _compile(config, mesh, cfg, recipe.make_task(config, cfg, data), batch)
+
+
+def _compile(config: ml_collections.ConfigDict, mesh: Mesh, cfg: BertConfig, task: loop.Task,
+             batch: dict[str, jax.ShapeDtypeStruct]) -> CompiledStep:
+    """The loop's jitted step of `task` (loop.compile_train_step), lowered for abstract state
+    and `batch` and compiled for `mesh`."""
     total_steps = max(int(config.total_steps), 1)  # only the schedule's constants depend on it
     common.check_run(config, mesh, total_steps, cfg)
-    task = pretrain.make_task(config, cfg)
     opt_config = common.optimizer_config(config, total_steps)
     optimizer = optimizer_lib.make_optimizer(opt_config)
     abstract_boxed = jax.eval_shape(task.init_fn, jax.random.PRNGKey(config.seed))
@@ -89,12 +123,29 @@ def compile_pretrain_step(config: ml_collections.ConfigDict, mesh: Mesh) -> Comp
     train_step = loop.compile_train_step(
         task, optimizer, common.loop_config(config, total_steps), mesh, shardings,
         optimizer_lib.learning_rate_schedule(opt_config))
-    compiled = train_step.lower(state, abstract_batch(config, cfg.vocab_size, mesh)).compile()
+    compiled = train_step.lower(state, batch).compile()
     return CompiledStep(
         compiled=compiled, mesh=mesh, model_config=cfg, batch_size=config.batch_size,
         seq_len=config.max_seq_len, accumulation_steps=config.accumulation_steps,
         **_param_facts(state.params, param_shardings),
         model_flops_per_step=task.flops_per_step)
+
+
+# A TPU array is stored in tiles of 8 rows x 128 lanes over its two minor dimensions, and XLA's
+# layout assignment may make any dimension but the last the rows' one (e.g. {2,0,1} for a
+# [embed, heads, head_dim] kernel): a split dimension needs shards of 8 (128 if it is the last).
+TPU_TILE = {"last": 128, "other": 8}
+
+
+def _fills_tiles(shard_shape: tuple[int, ...], spec: tuple) -> bool:
+    """Whether every dimension split over `fsdp` has a shard of whole TPU tiles."""
+    for dim, axes in enumerate(spec):
+        names = (axes,) if isinstance(axes, str) else tuple(axes or ())
+        if "fsdp" in names:
+            tile = TPU_TILE["last" if dim == len(shard_shape) - 1 else "other"]
+            if shard_shape[dim] % tile:
+                return False
+    return True
 
 
 def _param_facts(params: Any, shardings: Any) -> dict[str, Any]:
@@ -106,7 +157,7 @@ def _param_facts(params: Any, shardings: Any) -> dict[str, Any]:
     leaves = jax.tree_util.tree_flatten_with_path(params)[0]
     shard_leaves = jax.tree.leaves(shardings, is_leaf=lambda s: isinstance(s, NamedSharding))
     facts = dict(param_bytes=0, param_bytes_per_device=0, fsdp_param_bytes=0, fsdp_params=(),
-                 word_embedding_bytes=0)
+                 word_embedding_bytes=0, fsdp_untiled=())
     for (path, leaf), leaf_sharding in zip(leaves, shard_leaves):
         size, name = nbytes(leaf.shape, leaf.dtype), jax.tree_util.keystr(path)
         facts["param_bytes"] += size
@@ -115,6 +166,9 @@ def _param_facts(params: Any, shardings: Any) -> dict[str, Any]:
         if "fsdp" in jax.tree.leaves(tuple(leaf_sharding.spec)):
             facts["fsdp_param_bytes"] += size
             facts["fsdp_params"] += (f"state.params{name}",)
+            shard = leaf_sharding.shard_shape(leaf.shape)
+            if not _fills_tiles(shard, tuple(leaf_sharding.spec)):
+                facts["fsdp_untiled"] += (f"{name} {list(shard)}",)
         if "word_embeddings" in name:
             facts["word_embedding_bytes"] += size
     return facts

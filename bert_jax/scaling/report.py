@@ -7,9 +7,10 @@ projected step time on each target. ASSUMPTIONS is printed with every report.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Optional, Sequence
 
-from bert_jax.scaling import collectives, memory, projection, targets, traffic
+from bert_jax.scaling import collectives, memory, projection, roofline, targets, traffic
+from bert_jax.scaling.chips import Chip
 from bert_jax.scaling.program import CompiledStep
 from bert_jax.sharding import MESH_AXES
 
@@ -33,8 +34,10 @@ Assumptions of the projections (bert_jax/scaling: targets.py, projection.py, tra
 """
 
 
-def analyse(step: CompiledStep, target_names: Sequence[str], mfu: float) -> dict[str, Any]:
-    """The record of one compiled step (module docstring)."""
+def analyse(step: CompiledStep, target_names: Sequence[str], mfu: float,
+            chip: Optional[Chip] = None) -> dict[str, Any]:
+    """The record of one compiled step (module docstring); with `chip`, the program is the
+    chip's own (compiled for its devices) and the record holds `chip_report`."""
     mesh_shape = tuple(step.mesh.devices.shape)
     found, module = collectives.collectives(step.compiled.as_text(), step.num_devices)
     rows = traffic.summarize(found, mesh_shape, MESH_AXES)
@@ -42,7 +45,7 @@ def analyse(step: CompiledStep, target_names: Sequence[str], mfu: float) -> dict
     flops_per_device = step.model_flops_per_step / step.num_devices
     tokens = step.batch_size * step.seq_len
     cfg = step.model_config
-    return {
+    record = {
         "model": {"hidden_size": cfg.hidden_size, "num_hidden_layers": cfg.num_hidden_layers,
                   "vocab_size": cfg.vocab_size, "dtype": cfg.dtype,
                   "remat_policy": cfg.remat_policy},
@@ -65,6 +68,31 @@ def analyse(step: CompiledStep, target_names: Sequence[str], mfu: float) -> dict
         "projections": {name: projection.project(
             targets.get(name), found, flops_per_device, tokens, memory_stats.get("peak", 0),
             mfu).to_dict() for name in target_names},
+    }
+    if chip is not None:
+        record["chip_report"] = chip_report(step, record, chip)
+    return record
+
+
+def chip_report(step: CompiledStep, record: dict[str, Any], chip: Chip) -> dict[str, Any]:
+    """Memory against HBM, XLA's cost analysis, the roofline bound and the fsdp traffic of a
+    program compiled for `chip`'s devices (bert_jax.scaling.roofline)."""
+    cost = memory.hlo_cost(step.compiled)
+    mesh = record["mesh"]
+    collective_bytes = record["wire_bytes_per_device"]  # as compiled: the chip's own program
+    loops = "while(" in step.compiled.as_text()
+    return {
+        "chip": chip.name, "source": chip.source,
+        "memory": roofline.memory_fit(record["memory_per_device"], chip),
+        "cost_analysis": {"flops": cost.get("flops"), "bytes_accessed": cost.get("bytes accessed"),
+                          "counts_loop_bodies_once": loops},
+        "roofline": roofline.bound(chip, record["flops"]["model_per_device"],
+                                   cost.get("bytes accessed"), collective_bytes,
+                                   step.batch_size * step.seq_len, loops),
+        "fsdp_traffic": roofline.fsdp_traffic(
+            record["collectives"], mesh["fsdp"], step.fsdp_param_bytes,
+            step.param_bytes - step.fsdp_param_bytes, mesh["data"] * mesh["fsdp"]),
+        "fsdp_untiled_params": list(step.fsdp_untiled),
     }
 
 
@@ -135,5 +163,59 @@ def markdown_table(records: Sequence[dict]) -> str:
             fits = "" if p["memory_fits"] else " (OOM)"
             cells.append(f"{p['step_s_full_overlap'] * 1e3:.1f}-"
                          f"{p['step_s_no_overlap'] * 1e3:.1f}{fits}")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def format_chip(record: dict) -> str:
+    """The text of a record's chip_report (empty without one)."""
+    c = record.get("chip_report")
+    if not c:
+        return ""
+    mem, roof, cost = c["memory"], c["roofline"], c["cost_analysis"]
+    lines = [f"on {c['chip']} ({c['source']}):",
+             f"  memory per chip {_gib(mem['peak_bytes'])} of {_gib(mem['hbm_bytes'])} HBM: "
+             + ("fits" if mem["fits"] else "DOES NOT FIT")
+             + f", headroom {_gib(mem['headroom_bytes'])}",
+             "  cost analysis: "
+             + (f"{cost['flops']:.3g} FLOPs, " if cost["flops"] is not None else "")
+             + (f"{cost['bytes_accessed'] / 1e9:.2f} GB accessed"
+                if cost["bytes_accessed"] is not None else "no bytes accessed")
+             + (" (loop bodies counted once)" if cost["counts_loop_bodies_once"] else ""),
+             f"  roofline: compute {roof['compute_s'] * 1e3:.2f} ms, "
+             f"HBM {roof['memory_s'] * 1e3:.2f} ms, ICI {roof['network_s'] * 1e3:.2f} ms -> "
+             f"limited by {roof['limited_by']}, "
+             f"MFU <= {roof['mfu_bound']:.0%}, <= {roof['tokens_per_s_bound']:,.0f} tokens/s"]
+    fsdp = c["fsdp_traffic"]
+    if fsdp:
+        kinds = ", ".join(f"{k} {_mb(v)}" for k, v in sorted(fsdp["by_kind"].items()))
+        lines.append(f"  fsdp traffic {_mb(fsdp['measured_bytes'])} per chip vs ideal "
+                     f"{_mb(fsdp['ideal_bytes'])} (all-gather + reduce-scatter): "
+                     f"{fsdp['ratio']:.2f}x" + (" FLAGGED" if fsdp["flagged"] else "")
+                     + f" [{kinds}]")
+    if c["fsdp_untiled_params"]:
+        lines.append(f"  {len(c['fsdp_untiled_params'])} fsdp-split parameters have shards of "
+                     "partial TPU tiles (8 rows x 128 lanes), e.g. "
+                     + "; ".join(c["fsdp_untiled_params"][:3]))
+    return "\n".join(lines)
+
+
+def chip_table(records: Sequence[dict]) -> str:
+    """One row per record compiled for a chip: memory against HBM, traffic and the bound."""
+    header = ["chip", "chips", "mesh", "batch x len", "peak/chip", "HBM used", "args/chip",
+              "temps/chip", "collective MB/chip", "fsdp vs ideal", "bound", "MFU bound"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for r in records:
+        c = r.get("chip_report")
+        if not c:
+            continue
+        mem, roof, fsdp = r["memory_per_device"], c["roofline"], c["fsdp_traffic"]
+        cells = [c["chip"], str(r["devices"]), mesh_label(r), f"{r['batch_size']} x {r['seq_len']}",
+                 _gib(mem.get("peak", 0)), f"{c['memory']['used_fraction']:.0%}"
+                 + ("" if c["memory"]["fits"] else " (OOM)"), _gib(mem.get("arguments", 0)),
+                 _gib(mem.get("temporaries", 0)),
+                 f"{r['wire_bytes_per_device'] / 1e6:,.0f}",
+                 f"{fsdp['ratio']:.2f}x" if fsdp else "-",
+                 roof["limited_by"], f"{roof['mfu_bound']:.0%}"]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)

@@ -36,11 +36,9 @@ from typing import Any, Mapping, Optional
 import jax
 import orbax.checkpoint as ocp
 from etils import epath
-from grain import checkpoint as grain_checkpoint
 
-from bert_jax import pytree
+from bert_jax import paths, pytree
 from bert_jax.config import SHAPE_FIELDS, BertConfig
-from bert_jax.train import workdir as workdir_lib
 from bert_jax.train.checkpoint_errors import (CheckpointMismatchError,  # noqa: F401 (public)
                                               CheckpointUnreadableError, CheckpointWriteError,
                                               Reading, describe, unreadable)
@@ -57,7 +55,7 @@ def checkpoint_dir(workdir: str | os.PathLike) -> str:
 
 def unreadable_dir(directory: str | os.PathLike) -> epath.Path:
     """Where set_aside moves unreadable steps: `<workdir>/checkpoints_unreadable`."""
-    directory = workdir_lib.path(directory)
+    directory = paths.path(directory)
     return directory.parent / (directory.name + UNREADABLE_SUFFIX)
 
 
@@ -85,13 +83,20 @@ def make_manager(directory: str | os.PathLike, keep: int = 3,
     """A CheckpointManager over `directory` that keeps the newest `keep` steps."""
     options = ocp.CheckpointManagerOptions(
         max_to_keep=keep, create=True, enable_async_checkpointing=async_saves)
-    return _Manager(workdir_lib.path(directory), options=options,
+    return _Manager(paths.path(directory), options=options,
                     item_handlers=item_handlers(ocp.StandardCheckpointHandler()))
+
+
+def _grain_checkpoint():
+    """grain's Orbax handler of iterator states, imported where a checkpoint is made or read, so
+    that importing this module (and the train state, the loop) does not load grain."""
+    from grain import checkpoint as grain_checkpoint  # pylint: disable=import-outside-toplevel
+    return grain_checkpoint
 
 
 def item_handlers(state_handler) -> dict[str, Any]:
     """Handlers by item, so that a fresh manager can read metadata before any save/restore."""
-    return {STATE: state_handler, DATA: grain_checkpoint.CheckpointHandler(),
+    return {STATE: state_handler, DATA: _grain_checkpoint().CheckpointHandler(),
             METADATA: ocp.JsonCheckpointHandler()}
 
 
@@ -136,7 +141,7 @@ def save(manager: ocp.CheckpointManager, step: int, state: Any, *,
     items = {STATE: ocp.args.StandardSave(state),
              METADATA: ocp.args.JsonSave(metadata_for(model_config, extra_metadata))}
     if data_iterator is not None:
-        items[DATA] = grain_checkpoint.CheckpointSave(_IteratorSnapshot(data_iterator))
+        items[DATA] = _grain_checkpoint().CheckpointSave(_IteratorSnapshot(data_iterator))
     try:  # Orbax's save first waits for the one in flight: _Manager names that one's step
         saved = manager.save(step, args=ocp.args.Composite(**items), force=force)
     except (OSError, ValueError) as e:
@@ -328,6 +333,7 @@ def restore(manager: ocp.CheckpointManager, step: int, abstract_state: Any, *,
                 f"checkpoint {where} has no data-iterator state to resume from")
         other_layout = _other_layout_state(data_iterator, path, where)
         if other_layout is None:
+            grain_checkpoint = _grain_checkpoint()
             with Reading(where, DATA):
                 grain_checkpoint.CheckpointHandler().restore(
                     step_dir / DATA, args=grain_checkpoint.CheckpointRestore(receiver))
@@ -349,7 +355,7 @@ def set_aside(directory: str | os.PathLike, step: int) -> epath.Path:
     """Move the step folder `<directory>/<step>` to `<directory>_unreadable/<step>` (with a
     suffix `.1`, `.2`, ... if that exists) and return where it went. Nothing is deleted; call it
     from one process only, and `manager.reload()` afterwards."""
-    source = workdir_lib.path(directory) / str(step)
+    source = paths.path(directory) / str(step)
     aside = unreadable_dir(directory)
     aside.mkdir(parents=True, exist_ok=True)
     target, n = aside / str(step), 0

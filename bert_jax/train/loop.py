@@ -50,7 +50,7 @@ from absl import logging
 from etils import epath
 from jax.sharding import Mesh
 
-from bert_jax import sharding, xla_options
+from bert_jax import platform, sharding, xla_options
 from bert_jax.config import BertConfig
 from bert_jax.train import checkpointing, steps
 from bert_jax.train import state as state_lib
@@ -251,7 +251,8 @@ def compile_train_step(task: Task, optimizer: optax.GradientTransformation, conf
                                   learning_rate_fn, batch_sharding, config.dropout_rng), mesh),
         in_shardings=(shardings, batch_sharding),
         out_shardings=(shardings, sharding.replicated(mesh)),
-        donate_argnums=(0,), compiler_options=xla_options.memory_lean())
+        donate_argnums=(0,),
+        compiler_options=xla_options.compiler_options(platform.platform_of(mesh)))
 
 
 class _Run:

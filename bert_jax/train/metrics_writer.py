@@ -24,7 +24,7 @@ import jax
 from absl import logging
 from etils import epath
 
-from bert_jax.train import workdir as workdir_lib
+from bert_jax import paths
 
 TRAIN_FILE = "metrics.jsonl"
 EVAL_FILE = "eval_metrics.jsonl"
@@ -47,10 +47,10 @@ class MetricsWriter:
             return
         for path in (self.train_path, self.eval_path):
             drop_lines_after(path, start_step)
-        if workdir_lib.is_remote(workdir):
+        if paths.is_remote(workdir):
             self._texts = {path: _text_of(path) for path in (self.train_path, self.eval_path)}
         from tensorboardX import SummaryWriter
-        if workdir_lib.is_remote(workdir):
+        if paths.is_remote(workdir):
             from tensorboardX import record_writer
             record_writer.register_writer_factory(os.fspath(workdir).split("://")[0],
                                                   _ObjectRecordWriterFactory())
@@ -135,7 +135,7 @@ def drop_lines_after(path: str, step: int) -> None:
     if clean and len(kept) == len(records):
         return
     # Replaced in one step: a kill now leaves the old file whole.
-    workdir_lib.write_text_atomically(path, "".join(kept))
+    paths.write_text_atomically(path, "".join(kept))
 
 
 def _read_records(path: str) -> tuple[list[tuple[str, dict]], bool]:

@@ -106,13 +106,23 @@ def create_or_restore(init_fn: Callable[[jax.Array], Any], initial_params: Any,
             manager, _with_shardings(abstract_state, shardings), model_config,
             train_iterator if resumable else None)
         return state, int(jax.device_get(state.step)), shardings
+    return fresh_state(init_fn, initial_params, optimizer, mesh, seed), 0, shardings
+
+
+def fresh_state(init_fn: Callable[[jax.Array], Any], initial_params: Any,
+                optimizer: optax.GradientTransformation, mesh: Mesh, seed: int
+                ) -> steps.TrainState:
+    """A new train state, born sharded on `mesh` (create_or_restore's, without a checkpoint)."""
+    init_rng, state_rng = jax.random.split(jax.random.PRNGKey(seed))
+    param_shardings, shardings = state_shardings(jax.eval_shape(init_fn, init_rng), optimizer,
+                                                 mesh)
+    create = lambda p: steps.TrainState.create(p, optimizer, state_rng)  # noqa: E731
     params, _ = sharding.init_sharded(lambda: init_fn(init_rng), mesh)
     if initial_params is not None:
         params, fresh, unused = overlay_params(params, initial_params, param_shardings)
         logging.info("initial params loaded; kept fresh: %s; unused: %s", fresh, unused)
-    state = jax.jit(create, in_shardings=(param_shardings,), out_shardings=shardings,
-                    donate_argnums=(0,))(params)
-    return state, 0, shardings
+    return jax.jit(create, in_shardings=(param_shardings,), out_shardings=shardings,
+                   donate_argnums=(0,))(params)
 
 
 # ----- resuming from the newest readable step (module doc) -------------------------------------

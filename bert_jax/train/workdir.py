@@ -25,7 +25,6 @@ import time
 from typing import Any, Iterator
 
 import jax
-import ml_collections
 from absl import logging
 from etils import epath
 
@@ -59,7 +58,7 @@ class ConfigChangedError(ValueError):
 
 
 def _flat(config: Any) -> dict[str, Any]:
-    tree = config.to_dict() if isinstance(config, ml_collections.ConfigDict) else config
+    tree = config.to_dict() if hasattr(config, "to_dict") else config
     return {".".join(keys): value for keys, value in pytree.flatten_dict(tree).items()}
 
 
@@ -110,13 +109,14 @@ def _record(config: ml_collections.ConfigDict, workdir: str) -> None:
     write_text_atomically(config_path, json.dumps(config.to_dict(), indent=2, sort_keys=True))
 
 
-def load_config(workdir: str) -> ml_collections.ConfigDict:
+def load_config(workdir: str) -> "ml_collections.ConfigDict":
     """<workdir>/config.json as a ConfigDict (every key of the run's resolved config)."""
     config_path = epath.Path(workdir) / CONFIG_FILE
     if not config_path.exists():
         raise FileNotFoundError(f"{config_path} not found: --workdir must be the workdir of a "
                                 "training run (pretrain.py and finetune.py write config.json "
                                 "there)")
+    import ml_collections  # only where a saved config is read back
     return ml_collections.ConfigDict(read_json(config_path))
 
 

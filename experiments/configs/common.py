@@ -27,7 +27,10 @@ MODEL_FIELDS = {"vocab_size": int, "hidden_size": int, "num_hidden_layers": int,
                 "layer_norm_position": str, "ffn_kind": str, "use_bias": bool,
                 "position_embedding_type": str,
                 # one nn.scan over the layers (None: the init weights' layout, else unrolled)
-                "scan_layers": bool}
+                "scan_layers": bool,
+                # how attention runs: auto | xla | splash | cudnn (None: auto, whatever the init
+                # weights ran with; bert_jax.model.attention.choose)
+                "attention": str}
 
 
 def model_block(preset: str = "tiny", **overrides) -> ml_collections.ConfigDict:
