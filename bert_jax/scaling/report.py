@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Optional, Sequence
 
-from bert_jax.scaling import collectives, memory, projection, roofline, targets, traffic
+from bert_jax.scaling import collectives, hlo, memory, projection, roofline, targets, traffic
 from bert_jax.scaling.chips import Chip
 from bert_jax.scaling.program import CompiledStep
 from bert_jax.sharding import MESH_AXES
@@ -70,17 +70,19 @@ def analyse(step: CompiledStep, target_names: Sequence[str], mfu: float,
             mfu).to_dict() for name in target_names},
     }
     if chip is not None:
-        record["chip_report"] = chip_report(step, record, chip)
+        loops = any(i.opcode == "while" for _, i in hlo.iter_instructions(module))
+        record["chip_report"] = chip_report(step, record, chip, loops)
     return record
 
 
-def chip_report(step: CompiledStep, record: dict[str, Any], chip: Chip) -> dict[str, Any]:
+def chip_report(step: CompiledStep, record: dict[str, Any], chip: Chip,
+                loops: bool) -> dict[str, Any]:
     """Memory against HBM, XLA's cost analysis, the roofline bound and the fsdp traffic of a
-    program compiled for `chip`'s devices (bert_jax.scaling.roofline)."""
+    program compiled for `chip`'s devices (bert_jax.scaling.roofline); `loops`: the program
+    holds a while loop (its body's bytes are counted once by the cost analysis)."""
     cost = memory.hlo_cost(step.compiled)
     mesh = record["mesh"]
     collective_bytes = record["wire_bytes_per_device"]  # as compiled: the chip's own program
-    loops = "while(" in step.compiled.as_text()
     return {
         "chip": chip.name, "source": chip.source,
         "memory": roofline.memory_fit(record["memory_per_device"], chip),
