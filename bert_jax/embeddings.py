@@ -89,11 +89,11 @@ def load_encoder(hf_dir: Optional[str] = None, workdir: Optional[str] = None,
         cfg, params = hf.load(hf_dir, with_heads=False)
         tokenizer, source = tokenizer_lib.load_tokenizer(hf_dir), hf_dir
     else:
-        from bert_jax.recipes import common  # pylint: disable=import-outside-toplevel
+        from bert_jax.recipes import saved_runs  # pylint: disable=import-outside-toplevel
         from bert_jax.train import checkpointing, params_loading  # pylint: disable=import-outside-toplevel
         source = checkpointing.checkpoint_dir(workdir)
         cfg, params = params_loading.load_params(source, step=step)
-        tokenizer = common.run_tokenizer(workdir)
+        tokenizer = saved_runs.run_tokenizer(workdir)
         if tokenizer is None:
             raise ValueError(f"{workdir}: the run has no vocabulary (synthetic corpus), so there "
                              "are no texts to embed")

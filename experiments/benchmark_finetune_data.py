@@ -103,7 +103,7 @@ class Rows:
 
 def encode(settings: dict) -> Rows:
     """Read, label and encode the texts as the recipe does (kind.encode)."""
-    from bert_jax.data import batches
+    from bert_jax.data import row_layout
     from bert_jax.recipes import common as recipe_common
     from bert_jax.recipes.finetune import kinds
     config = finetune_config(settings)
@@ -114,7 +114,7 @@ def encode(settings: dict) -> Rows:
     features = kind.encode(tokenizer, examples, config, labels, "texts")
     keys = kinds.MODEL_INPUTS + kind.target_keys
     return Rows(config, kind, labels, examples, {k: features[k] for k in keys},
-                batches.row_lengths(features["attention_mask"]), tokenizer)
+                row_layout.row_lengths(features["attention_mask"]), tokenizer)
 
 
 def batch_rows(settings: dict, rows: Rows) -> Iterator[np.ndarray]:

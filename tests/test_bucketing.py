@@ -18,7 +18,7 @@ import ml_collections
 import numpy as np
 import pytest
 
-from bert_jax.data import batches
+from bert_jax.data import batches, row_layout
 from bert_jax.recipes import common as recipe_common
 from bert_jax.recipes.finetune import data as data_lib
 from bert_jax.recipes.finetune import recipe
@@ -44,7 +44,7 @@ def test_bucket_choice_and_row_lengths():
     assert batches.Buckets((16, 128), ("attention_mask",)).length_for(40, 64) == 64  # > full
     mask = np.zeros((3, 8), np.int32)
     mask[0, :5], mask[2, :8] = 1, 1
-    assert batches.row_lengths(mask).tolist() == [5, 0, 8]
+    assert row_layout.row_lengths(mask).tolist() == [5, 0, 8]
     assert batches.power_of_two_lengths(64) == (16, 32, 64)
     assert batches.power_of_two_lengths(100) == (16, 32, 64, 100)
     assert batches.power_of_two_lengths(16) == (16,)
@@ -149,7 +149,7 @@ def test_train_batches_rows_in_equal_rows_out_and_resume(group_by_length):
 
 def test_grouping_by_length_redistributes_rows_within_each_window():
     features = random_rows(np.random.default_rng(1), 64)
-    lengths = batches.row_lengths(features["attention_mask"])
+    lengths = row_layout.row_lengths(features["attention_mask"])
     plain = batches.train_batches(features, 8, seed=2)
     grouped = batches.train_batches(features, 8, seed=2, group_by_length=4)
     padded = {"plain": 0, "grouped": 0}
@@ -302,7 +302,7 @@ def test_heldout_predictions_equal_with_and_without_buckets(task, tmp_path):
         assert 1 <= compiled.count("predict") <= (len(BUCKETS) if spec == BUCKETED else 1)
     (bucketed, metrics, records), (plain, plain_metrics, plain_records) = (
         results[BUCKETED], results["none"])
-    real = batches.row_lengths(inputs["attention_mask"])
+    real = row_layout.row_lengths(inputs["attention_mask"])
     assert len(set(batches.Buckets(BUCKETS, ("attention_mask",)).length_for(
         real[i:i + 4].max(), MAX_LEN) for i in range(0, len(real), 4))) == 3  # every bucket
     for name, value in plain.items():

@@ -15,7 +15,7 @@ import os
 import numpy as np
 import pytest
 
-from bert_jax.data import batches, example_packing
+from bert_jax.data import batches, example_packing, row_layout
 from bert_jax.recipes.finetune import data as data_lib
 from bert_jax.recipes.finetune import recipe
 from test_bucketing import CompileCounter, read_losses, task_config
@@ -43,7 +43,7 @@ def test_every_example_lands_whole_in_one_row(max_per_row, row_multiple):
     assert rows % row_multiple == 0
     assert packed["example_positions"].shape == (rows, max_per_row)
     assert packed["labels"].shape == (rows, max_per_row)
-    lengths = batches.row_lengths(batch["attention_mask"])
+    lengths = row_layout.row_lengths(batch["attention_mask"])
     seen = []
     for r in range(rows):
         segments = packed["segment_ids"][r]

@@ -504,8 +504,8 @@ def test_pretraining_run_in_bert_for_masked_lm(tmp_path):
 
     theirs_tokenizer = transformers.AutoTokenizer.from_pretrained(tmp_path / "hf")
     masked_lm = transformers.BertForMaskedLM.from_pretrained(tmp_path / "hf").eval()
-    from bert_jax.recipes import common as recipe_common
-    ours_tokenizer = recipe_common.run_tokenizer(workdir)
+    from bert_jax.recipes import saved_runs
+    ours_tokenizer = saved_runs.run_tokenizer(workdir)
     cfg, params = load_run_params(workdir)
     model = BertForPreTraining(cfg, with_nsp=False)
     agree = total = 0

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from bert_jax.convert import hf
-from bert_jax.data import batches, corpora, encoding, readers, squad, tfds_tasks
+from bert_jax.data import batches, corpora, encoding, readers, row_layout, squad, tfds_tasks
 from bert_jax.data import tokenizer as tok
 
 
@@ -269,4 +269,4 @@ def test_pad_rows_adds_or_extends_example_weights():
     assert batches.pad_rows(batch, 3)["example_weights"].tolist() == [1, 1, 1]
     with pytest.raises(ValueError, match="3 rows to 2"):
         batches.pad_rows(batch, 2)
-    assert [batches.round_up(n, 4) for n in (0, 1, 4, 5)] == [0, 4, 4, 8]
+    assert [row_layout.round_up(n, 4) for n in (0, 1, 4, 5)] == [0, 4, 4, 8]

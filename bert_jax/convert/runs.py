@@ -22,7 +22,7 @@ from absl import logging
 from etils import epath
 
 from bert_jax.convert import hf, hf_layout
-from bert_jax.recipes import common
+from bert_jax.recipes import saved_runs
 from bert_jax.train import checkpointing
 from bert_jax.train import params_loading
 from bert_jax import paths
@@ -99,7 +99,7 @@ def run_export_options(workdir: str | None, params) -> dict:
                         "labels (give --workdir)")
         return {}
     from bert_jax.recipes.finetune.data import read_task_file  # pylint: disable=C0415
-    options = {"tokenizer": common.run_tokenizer(workdir)}
+    options = {"tokenizer": saved_runs.run_tokenizer(workdir)}
     if options["tokenizer"] is None:
         logging.warning("%s: the run has no vocabulary (synthetic corpus): writing no tokenizer",
                         workdir)

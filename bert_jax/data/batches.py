@@ -12,7 +12,8 @@ short texts is not computed at L, and XLA compiles one program per bucket, not o
 Bucketing never cuts a token of a row nor drops a row: it only removes padding columns.
 Padding rows carry example_weights 0 (and all-zero masks and weights), so they count in no sum.
 
-Rows are left-aligned: a row's length is one past its last attention_mask 1 (`row_lengths`).
+Rows are left-aligned: a row's length is one past its last attention_mask 1 (`row_lengths`): the
+layout of bert_jax.data.row_layout, which example packing shares.
 """
 
 from __future__ import annotations
@@ -23,19 +24,12 @@ from typing import TYPE_CHECKING, Iterator, Mapping, Optional
 import numpy as np
 
 from bert_jax.data.readers import DataError
+from bert_jax.data.row_layout import EXAMPLE_WEIGHTS, MASK_KEY, row_lengths
 
 if TYPE_CHECKING:
     import grain
 
     from bert_jax.data.example_packing import Packer
-
-EXAMPLE_WEIGHTS = "example_weights"
-MASK_KEY = "attention_mask"
-
-
-def round_up(n: int, multiple: int) -> int:
-    """The smallest multiple of `multiple` that is >= n (multiple >= 1)."""
-    return -(-n // multiple) * multiple
 
 
 def pad_rows(batch: Mapping[str, np.ndarray], num_rows: int) -> dict[str, np.ndarray]:
@@ -56,13 +50,6 @@ def pad_rows(batch: Mapping[str, np.ndarray], num_rows: int) -> dict[str, np.nda
 
 
 # ----- length buckets --------------------------------------------------------------------------
-
-def row_lengths(attention_mask: np.ndarray) -> np.ndarray:
-    """[N] int: one past the last position whose mask is non-zero (0 for an empty row)."""
-    mask = np.asarray(attention_mask) != 0
-    last = mask.shape[1] - np.argmax(mask[:, ::-1], axis=1)
-    return np.where(mask.any(axis=1), last, 0)
-
 
 def power_of_two_lengths(max_len: int, smallest: int = 16) -> tuple[int, ...]:
     """(smallest, 2 * smallest, ... below max_len, max_len): e.g. 128 -> (16, 32, 64, 128)."""

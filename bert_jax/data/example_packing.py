@@ -27,7 +27,7 @@ from typing import Mapping
 
 import numpy as np
 
-from bert_jax.data.batches import EXAMPLE_WEIGHTS, MASK_KEY, round_up, row_lengths
+from bert_jax.data.row_layout import EXAMPLE_WEIGHTS, MASK_KEY, round_up, row_lengths
 
 TOKEN_INPUTS = ("input_ids", "token_type_ids", MASK_KEY)
 SEGMENT_IDS = "segment_ids"

@@ -1,6 +1,6 @@
 """What every recipe builds the same way from its config: mesh, model config, initial weights,
-tokenizer (also a saved run's, `run_tokenizer`), optimizer, loop settings, and a checkpoint's
-parameters placed on the mesh.
+tokenizer, optimizer, loop settings, and a checkpoint's parameters placed on the mesh. (A saved
+run's tokenizer, whatever its recipe: bert_jax.recipes.saved_runs.)
 
 The config keys read here mean the same in every recipe (experiments/configs/common.py holds
 their blocks): `recipe`, `model.*` (a BertConfig preset and field overrides), `dtype`, `remat`, `init.*`
@@ -24,7 +24,6 @@ from bert_jax.config import SHAPE_FIELDS, BertConfig
 from bert_jax.model import scan
 from bert_jax.train import checkpointing, loop, optimizer
 from bert_jax.train import params_loading
-from bert_jax.train import workdir as workdir_lib
 
 Config = Any  # an ml_collections.ConfigDict (imported where configs are read, not here)
 
@@ -127,27 +126,6 @@ def load_tokenizer(config: Config):
     if not path:
         raise ValueError("config.tokenizer.path is empty and there is no config.init.hf_dir to "
                          "take the vocabulary from: name a vocab.txt, tokenizer.json or folder")
-    return tokenizer.load_tokenizer(path, lowercase=config.tokenizer.lowercase)
-
-
-def run_tokenizer(workdir: str, config: Optional[Config] = None):
-    """The WordPiece tokenizer a training run used, built from <workdir>/config.json (or
-    `config`) as the run built it; for what reads a run afterwards (embeddings, export).
-
-    Fine-tuning: `load_tokenizer`. Pre-training: tokenizer.path, else the demo corpus's
-    vocabulary under the run's data dir (`recipes.pretrain.data_config`); None for the
-    synthetic corpus (random token ids, no vocabulary).
-    """
-    # Imported here: pretrain imports this module, and the data pipeline is only needed here.
-    # pylint: disable-next=import-outside-toplevel
-    from bert_jax.data import pretraining, tokenizer
-    from bert_jax.recipes import pretrain  # pylint: disable=import-outside-toplevel
-    config = config if config is not None else workdir_lib.load_config(workdir)
-    if config.get("recipe", "pretrain") != "pretrain":
-        return load_tokenizer(config)
-    if config.data.corpus == pretrain.SYNTHETIC:
-        return None
-    path = pretraining.resolve_vocab_path(pretrain.data_config(config, workdir))
     return tokenizer.load_tokenizer(path, lowercase=config.tokenizer.lowercase)
 
 

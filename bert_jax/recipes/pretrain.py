@@ -93,13 +93,22 @@ def data_config(config: common.Config, workdir: str):
         num_workers=config.data.num_workers)
 
 
+def load_tokenizer(config: common.Config, workdir: str):
+    """The run's WordPiece tokenizer: tokenizer.path, else the demo corpus's vocabulary under the
+    run's data dir (`data_config`; trained there on first use); None for the synthetic corpus
+    (random token ids, no vocabulary)."""
+    if config.data.corpus == SYNTHETIC:
+        return None
+    from bert_jax.data import pretraining, tokenizer
+    path = pretraining.resolve_vocab_path(data_config(config, workdir))
+    return tokenizer.load_tokenizer(path, lowercase=config.tokenizer.lowercase)
+
+
 def vocab_size_of(config: common.Config, workdir: str) -> int:
     """The tokenizer's vocabulary size; the demo vocabulary is trained here on first use."""
     if config.data.corpus == SYNTHETIC:
         return config.tokenizer.vocab_size
-    from bert_jax.data import pretraining, tokenizer
-    path = pretraining.resolve_vocab_path(data_config(config, workdir))
-    return tokenizer.load_tokenizer(path, lowercase=config.tokenizer.lowercase).vocab_size
+    return load_tokenizer(config, workdir).vocab_size
 
 
 def make_data(config: common.Config, workdir: str, vocab_size: int

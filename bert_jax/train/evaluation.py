@@ -26,6 +26,7 @@ from jax.sharding import Mesh
 
 from bert_jax import progress, sharding
 from bert_jax.data import batches as batches_lib
+from bert_jax.data import row_layout
 from bert_jax.train import steps
 
 Evaluator = Callable[[Any], dict[str, float]]
@@ -52,7 +53,7 @@ class LossEvaluator:
                                total=self.max_batches or None, desc="evaluation", unit="batch")
         for batch in batches:
             rows = len(next(iter(batch.values())))
-            batch = batches_lib.pad_rows(batch, batches_lib.round_up(rows, self.rows_multiple))
+            batch = batches_lib.pad_rows(batch, row_layout.round_up(rows, self.rows_multiple))
             sums = steps.add_sums(sums, self.eval_step(
                 params, sharding.device_put_batch(batch, self.mesh)))
         if sums is None:

@@ -63,7 +63,8 @@ def write_heldout(corpus: str, data_dir: str, vocab_path: str, path: str,
                   max_rows: int) -> dict:
     """Writes the held-out rows (at most max_rows; 0: the whole split) to `path` (.npz) and
     returns {"path", "sha256", "rows", "masked_tokens", "mask_fraction"}."""
-    from bert_jax.data import batches, pretraining  # pylint: disable=import-outside-toplevel
+    # pylint: disable-next=import-outside-toplevel
+    from bert_jax.data import batches, pretraining, row_layout
 
     iterator = pretraining.make_iterator(
         data_config(corpus, data_dir, vocab_path), split="validation",
@@ -80,7 +81,7 @@ def write_heldout(corpus: str, data_dir: str, vocab_path: str, path: str,
     rows = {k: np.concatenate([b[k] for b in kept]) for k in kept[0]}
     num_rows = min(count, max_rows) if max_rows else count
     rows = {k: v[:num_rows] for k, v in rows.items()}
-    padded = batches.pad_rows(rows, batches.round_up(num_rows, heldout_lib.EVAL_BATCH_ROWS))
+    padded = batches.pad_rows(rows, row_layout.round_up(num_rows, heldout_lib.EVAL_BATCH_ROWS))
     heldout_lib.save(path, padded, num_rows)
     loaded = heldout_lib.load(path)
     return {"path": os.path.abspath(path), "sha256": heldout_lib.sha256(path), "rows": num_rows,

@@ -37,7 +37,7 @@ import numpy as np
 from absl import logging
 
 from bert_jax import progress, sharding
-from bert_jax.data import batches, readers, unlabelled
+from bert_jax.data import batches, readers, row_layout, unlabelled
 from bert_jax.recipes import common
 from bert_jax.recipes.finetune import data as data_lib
 from bert_jax.recipes.finetune import kinds, recipe
@@ -195,7 +195,7 @@ def predict_records(predictor: Predictor, rows: unlabelled.Rows, options: Predic
                     cut: dict[str, int]) -> Iterator[dict[str, Any]]:
     """One record per good row, in order ({"index": its input position, **the kind's});
     encoded and predicted chunk_rows at a time; adds the kind's cut counts to `cut`."""
-    p, size = predictor, batches.round_up(max(options.chunk_rows, 1), options.batch_size)
+    p, size = predictor, row_layout.round_up(max(options.chunk_rows, 1), options.batch_size)
     for start in range(0, len(rows.examples), size):
         examples = rows.examples[start:start + size]
         features, chunk_cut = p.kind.encode_unlabelled(p.tokenizer, examples, p.config,
