@@ -80,7 +80,9 @@ def mesh_axes_for(logical_axes: Sequence[str | None] | None, shape: Sequence[int
     if logical_axes is None:
         return P()
     rule_table = dict(rules)
-    spec, used = [], set()
+    # Axes that are manual here (inside a jax.shard_map over them, as bert_jax.train.fsdp's
+    # step is) are already split by hand: the partitioner may be told only about the others.
+    spec, used = [], set(getattr(mesh, "manual_axes", ()))
     for name, size in zip(logical_axes, shape):
         target = rule_table.get(name) if name is not None else None
         axes = (target,) if isinstance(target, str) else tuple(target or ())

@@ -78,6 +78,7 @@ def _config(mesh_shape: tuple[int, int, int], batch_size: int):
     config.max_seq_len, config.batch_size = FLAGS.max_seq_len, batch_size
     config.eval_batch_size = batch_size  # checked against the mesh; no eval step is compiled
     config.accumulation_steps = FLAGS.accumulation_steps
+    config.fsdp_collectives = FLAGS.fsdp_collectives
     if FLAGS.recipe == "pretrain":
         config.data.max_predictions = FLAGS.max_predictions
     config.total_steps = 1000
@@ -255,6 +256,8 @@ if __name__ == "__main__":
     flags.DEFINE_enum("remat", "none", ["none", "full", "dots", "dots_no_batch"],
                       "Remat policy of each encoder layer.")
     flags.DEFINE_integer("accumulation_steps", 1, "Micro-batches per optimizer step.")
+    flags.DEFINE_enum("fsdp_collectives", "xla", ["xla", "explicit"], "With fsdp > 1: the "
+                      "partitioner's collectives, or the explicit ones of bert_jax/train/fsdp.py.")
     flags.DEFINE_list("targets", ["tpu_v5e", "tpu_v5p", "h100"], "Machines to project onto.")
     flags.DEFINE_float("mfu", 0.5, "Assumed model FLOPs utilisation of the compute.")
     flags.DEFINE_string("json", None, "Write every figure to this JSON file.")

@@ -179,6 +179,40 @@ def test_reassociable_and_sliced_all_reduces():
     assert traffic.effective_wire_bytes(scattered) == pytest.approx(3 / 4 * 128)
 
 
+REDUCE_SCATTER_FUSION = """\
+HloModule rs
+
+%add (x: f32[], y: f32[]) -> f32[] {
+  %x = f32[] parameter(0)
+  %y = f32[] parameter(1)
+  ROOT %sum = f32[] add(%x, %y)
+}
+
+%all-reduce-scatter (input: f32[4,8,128]) -> f32[1,8,128] {
+  %input = f32[4,8,128]{2,1,0} parameter(0)
+  %ar = f32[4,8,128]{2,1,0} all-reduce(%input), channel_id=1, replica_groups={{0,1,2,3}}, \
+to_apply=%add
+  %pid = u32[] partition-id()
+  %zero = u32[] constant(0)
+  ROOT %mine = f32[1,8,128]{2,1,0} dynamic-slice(%ar, %pid, %zero, %zero), \
+dynamic_slice_sizes={1,8,128}
+}
+
+ENTRY %main (g: f32[4,8,128]) -> f32[1,8,128] {
+  %g = f32[4,8,128]{2,1,0} parameter(0)
+  ROOT %rs = f32[1,8,128]{2,1,0} fusion(%g), kind=kCustom, calls=%all-reduce-scatter
+}
+"""
+
+
+def test_tpu_all_reduce_scatter_fusion_is_a_reduce_scatter():
+    # XLA:TPU's reduce-scatter: a custom fusion of all-reduce + slice, run as one reduce-scatter
+    (rs,) = collectives.collectives(REDUCE_SCATTER_FUSION, num_devices=4)[0]
+    assert (rs.kind, rs.operand_bytes, rs.result_bytes, rs.sliced_bytes) == (
+        "reduce-scatter", 16384, 4096, 0)
+    assert traffic.wire_bytes(rs) == pytest.approx(3 / 4 * 16384)
+
+
 # ----- the projection --------------------------------------------------------------------------
 
 def _all_reduce(members, payload):

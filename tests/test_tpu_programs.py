@@ -142,3 +142,18 @@ def test_script_unknown_topology_is_one_line(tmp_path):
     assert done.returncode == 1
     last = done.stderr.strip().splitlines()[-1]
     assert last.startswith("scaling_report.py: error:") and "v5e:3" in last, done.stderr[-2000:]
+
+
+def test_explicit_fsdp_collectives_meet_the_ideal():
+    """bert_jax/train/fsdp.py on v5e:2x4 with (data, fsdp) = (2, 4): the gradients leave by
+    reduce-scatters over fsdp and the step's fsdp traffic is within FSDP_RATIO_LIMIT of the
+    all-gather + reduce-scatter ideal (the partitioner's own program is not, on this libtpu)."""
+    devices = topology.devices("tpu:v5e:2x4")
+    config = _config((2, 4, 1))
+    config.fsdp_collectives = "explicit"
+    step = program.compile_pretrain_step(config, sharding.make_mesh(2, 4, 1, devices=devices))
+    record = report.analyse(step, [], 0.5, chips.for_device_kind(devices[0].device_kind))
+    kinds = {(row["kind"], row["axes"]) for row in record["collectives"]}
+    assert ("reduce-scatter", "fsdp") in kinds and ("all-gather", "fsdp") in kinds
+    fsdp = record["chip_report"]["fsdp_traffic"]
+    assert fsdp["ratio"] <= roofline.FSDP_RATIO_LIMIT and not fsdp["flagged"], fsdp

@@ -268,7 +268,9 @@ def splash(query: Array, key: Array, value: Array, mask: Mask) -> Array:
     segment_ids = mask.kernel_segment_ids()
     mesh = jax.sharding.get_abstract_mesh()
     local = functools.partial(_splash_local, interpret=interpret)
-    if mesh.empty:
+    # Axes already manual (inside bert_jax.train.fsdp's shard_map) need no second shard_map.
+    auto_axes = set() if mesh.empty else set(mesh.axis_names) - set(mesh.manual_axes)
+    if all(mesh.shape[a] == 1 for a in auto_axes):
         return local(query, key, value, segment_ids)
     rules = nn.get_logical_axis_rules() or LOGICAL_AXIS_RULES
     head_spec = mesh_axes_for(HEAD_AXES, query.shape, mesh, rules)
@@ -280,4 +282,4 @@ def splash(query: Array, key: Array, value: Array, mask: Mask) -> Array:
         body, specs, args = local, (head_spec,) * 3 + (token_spec,), (query, key, value,
                                                                       segment_ids)
     return jax.shard_map(body, mesh=mesh, in_specs=specs, out_specs=head_spec,
-                         check_vma=False)(*args)
+                         axis_names=auto_axes, check_vma=False)(*args)

@@ -155,7 +155,8 @@ def loop_config(config: Config, total_steps: int) -> loop.LoopConfig:
         accumulation_steps=config.accumulation_steps, seed=config.seed,
         peak_flops_per_device=config.peak_flops_per_device, nonfinite=config.nonfinite,
         max_nonfinite_in_a_row=config.max_nonfinite_in_a_row,
-        dropout_rng=config.get("dropout_rng", "threefry"))
+        dropout_rng=config.get("dropout_rng", "threefry"),
+        fsdp_collectives=config.get("fsdp_collectives", "xla"))
 
 
 def check_run(config: Config, mesh, total_steps: int, cfg: BertConfig) -> None:

@@ -26,6 +26,9 @@ from bert_jax.scaling import hlo
 from bert_jax.scaling.groups import Groups, parse_groups
 
 KINDS = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute")
+# XLA:TPU writes a reduce-scatter as a custom fusion of all-reduce + dynamic-slice (its
+# computation named so) that one emitter runs as a reduce-scatter: counted as one.
+REDUCE_SCATTER_FUSION = "all-reduce-scatter"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,6 +85,8 @@ def collectives(text: str, num_devices: int) -> tuple[list[Collective], hlo.HloM
             result_bytes = {"all-gather": operand_bytes * n}.get(kind, operand_bytes)
         else:
             result_bytes = hlo.array_bytes(instruction.shape)
+        if kind == "all-reduce" and computation.startswith(REDUCE_SCATTER_FUSION):
+            kind, result_bytes = "reduce-scatter", operand_bytes / n
         found.append(Collective(
             instruction.name, kind, computation, runs[computation], operand_bytes, result_bytes,
             tuple(sorted({d for d, _ in hlo.arrays(instruction.shape)})), groups,

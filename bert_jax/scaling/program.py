@@ -54,6 +54,7 @@ class CompiledStep:
     # buffers instead of all-gathers (docs/results.md, "fsdp on 64 chips").
     fsdp_untiled: tuple[str, ...]
     model_flops_per_step: float  # bert_jax.train.flops, the whole global batch
+    fsdp_collectives: str = "xla"  # config.fsdp_collectives (bert_jax/train/fsdp.py)
 
     @property
     def num_devices(self) -> int:
@@ -128,7 +129,8 @@ def _compile(config: ml_collections.ConfigDict, mesh: Mesh, cfg: BertConfig, tas
         compiled=compiled, mesh=mesh, model_config=cfg, batch_size=config.batch_size,
         seq_len=config.max_seq_len, accumulation_steps=config.accumulation_steps,
         **_param_facts(state.params, param_shardings),
-        model_flops_per_step=task.flops_per_step)
+        model_flops_per_step=task.flops_per_step,
+        fsdp_collectives=config.get("fsdp_collectives", "xla"))
 
 
 # A TPU array is stored in tiles of 8 rows x 128 lanes over its two minor dimensions, and XLA's

@@ -94,7 +94,9 @@ def chip_report(step: CompiledStep, record: dict[str, Any], chip: Chip,
         "fsdp_traffic": roofline.fsdp_traffic(
             record["collectives"], mesh["fsdp"], step.fsdp_param_bytes,
             step.param_bytes - step.fsdp_param_bytes, mesh["data"] * mesh["fsdp"]),
-        "fsdp_untiled_params": list(step.fsdp_untiled),
+        "fsdp_collectives": step.fsdp_collectives,
+        # Partial tiles matter to the partitioner's collectives; explicit ones move whole tiles.
+        "fsdp_untiled_params": list(step.fsdp_untiled) if step.fsdp_collectives == "xla" else [],
     }
 
 
@@ -194,7 +196,10 @@ def format_chip(record: dict) -> str:
         lines.append(f"  fsdp traffic {_mb(fsdp['measured_bytes'])} per chip vs ideal "
                      f"{_mb(fsdp['ideal_bytes'])} (all-gather + reduce-scatter): "
                      f"{fsdp['ratio']:.2f}x" + (" FLAGGED" if fsdp["flagged"] else "")
-                     + f" [{kinds}]")
+                     + f" [{kinds}]; collectives: {c['fsdp_collectives']}")
+        if fsdp["flagged"] and c["fsdp_collectives"] == "xla":
+            lines.append("  (--fsdp_collectives=explicit, config.fsdp_collectives, writes them "
+                         "out: bert_jax/train/fsdp.py)")
     if c["fsdp_untiled_params"]:
         lines.append(f"  {len(c['fsdp_untiled_params'])} fsdp-split parameters have shards of "
                      "partial TPU tiles (8 rows x 128 lanes), e.g. "

@@ -52,7 +52,7 @@ from jax.sharding import Mesh
 
 from bert_jax import platform, sharding, xla_options
 from bert_jax.config import BertConfig
-from bert_jax.train import checkpointing, steps
+from bert_jax.train import checkpointing, fsdp, steps
 from bert_jax.train import state as state_lib
 from bert_jax.train.evaluation import Evaluator
 from bert_jax.train.metrics_writer import MetricsWriter, format_log_line, read_metrics
@@ -79,6 +79,7 @@ class LoopConfig:
     nonfinite: str = "stop"
     max_nonfinite_in_a_row: int = 10
     dropout_rng: str = "threefry"  # steps.DROPOUT_RNGS: the generator of the dropout bits
+    fsdp_collectives: str = "xla"  # fsdp.CHOICES: who writes the fsdp collectives (train/fsdp.py)
 
     def __post_init__(self):
         for name, least in (("total_steps", 1), ("global_batch_size", 1), ("log_every_steps", 1),
@@ -95,6 +96,9 @@ class LoopConfig:
         if self.dropout_rng not in steps.DROPOUT_RNGS:
             raise ValueError(f"config.dropout_rng={self.dropout_rng!r}: choose one of "
                              f"{steps.DROPOUT_RNGS}")
+        if self.fsdp_collectives not in fsdp.CHOICES:
+            raise ValueError(f"config.fsdp_collectives={self.fsdp_collectives!r}: choose one of "
+                             f"{fsdp.CHOICES}")
 
 
 NONFINITE_POLICIES = ("stop", "skip")
@@ -245,10 +249,13 @@ def compile_train_step(task: Task, optimizer: optax.GradientTransformation, conf
     """The jitted step: state donated, batch an argument, sharded in and out on `mesh`, its
     activations pinned by their logical axes (sharding.with_activation_sharding)."""
     batch_sharding = sharding.batch_sharding(mesh)
+    explicit_fsdp = (shardings.params if fsdp.uses_explicit(config.fsdp_collectives, mesh)
+                     else None)
     return jax.jit(
         sharding.with_activation_sharding(
             steps.make_train_step(task.loss_fn, optimizer, config.accumulation_steps,
-                                  learning_rate_fn, batch_sharding, config.dropout_rng), mesh),
+                                  learning_rate_fn, batch_sharding, config.dropout_rng,
+                                  explicit_fsdp), mesh),
         in_shardings=(shardings, batch_sharding),
         out_shardings=(shardings, sharding.replicated(mesh)),
         donate_argnums=(0,),

@@ -30,6 +30,7 @@ import numpy as np
 import optax
 from jax.sharding import NamedSharding
 
+from bert_jax.train import fsdp
 from bert_jax.train import optimizer as optimizer_lib
 
 
@@ -113,14 +114,28 @@ def _weighted_objective(loss_fn: LossFn):
     return objective
 
 
-def _accumulated_gradients(loss_fn: LossFn, params: Params, batch: Batch, rng: Array,
-                           accumulation_steps: int, batch_sharding: Optional[NamedSharding]):
-    """(gradients, (term sums, metric sums)) of the whole batch, summed over micro-batches."""
+def _batch_gradients(loss_fn: LossFn, params: Params, batch: Batch, rng: Array,
+                     accumulation_steps: int, batch_sharding: Optional[NamedSharding],
+                     global_sum: Optional[Callable[[Any], Any]] = None):
+    """(gradients, (term sums, metric sums)) of `batch`, summed over its micro-batches.
+
+    global_sum: None when `batch` is the whole batch (under the partitioner); when `batch` is one
+    device's rows (bert_jax.train.fsdp), adds a pytree over every device's rows, so that the
+    loss terms are divided by the weights of the whole batch.
+    """
     grad_fn = jax.value_and_grad(_weighted_objective(loss_fn), has_aux=True)
+    if accumulation_steps == 1 and global_sum is None:
+        (_, aux), grads = grad_fn(params, batch, rng, None)
+        return grads, aux
     # The weights of the whole batch first: the loss terms' weights depend on the batch only, so
     # XLA drops the model from this call and keeps the sums of the masks.
     whole_terms, _ = loss_fn(params, batch, rng, False)
     term_weights = {name: jax.lax.stop_gradient(w) for name, (_, w) in whole_terms.items()}
+    if global_sum is not None:
+        term_weights = global_sum(term_weights)
+    if accumulation_steps == 1:
+        (_, aux), grads = grad_fn(params, batch, rng, term_weights)
+        return grads, aux
     micro_batches = split_micro_batches(batch, accumulation_steps)
 
     def accumulate(carry, inputs):
@@ -156,7 +171,8 @@ def make_train_step(loss_fn: LossFn, optimizer: optax.GradientTransformation,
                     accumulation_steps: int = 1,
                     learning_rate_fn: Optional[optax.Schedule] = None,
                     batch_sharding: Optional[NamedSharding] = None,
-                    dropout_rng: str = "threefry") -> TrainStep:
+                    dropout_rng: str = "threefry",
+                    explicit_fsdp: Optional[Params] = None) -> TrainStep:
     """train_step(state, batch) -> (new state, metrics) for any loss_fn (see module docstring).
 
     With accumulation_steps = k > 1 the batch is split into k micro-batches whose gradients are
@@ -166,6 +182,8 @@ def make_train_step(loss_fn: LossFn, optimizer: optax.GradientTransformation,
     non-finite step counts of an optimizer from bert_jax.train.optimizer.
     `batch_sharding` (rows over the data axes) keeps each micro-batch sharded like the batch.
     `dropout_rng` picks the generator of the dropout bits (DROPOUT_RNGS).
+    `explicit_fsdp`: None, or the parameters' NamedShardings on a mesh with a split fsdp axis:
+    then the gradients come from bert_jax.train.fsdp (the FSDP collectives written out).
     """
     if accumulation_steps < 1:
         raise ValueError(f"accumulation_steps={accumulation_steps} must be >= 1")
@@ -174,12 +192,16 @@ def make_train_step(loss_fn: LossFn, optimizer: optax.GradientTransformation,
 
     def train_step(state: TrainState, batch: Batch):
         rng = dropout_key(state.rng, state.step, dropout_rng)
-        if accumulation_steps == 1:
-            grad_fn = jax.value_and_grad(_weighted_objective(loss_fn), has_aux=True)
-            (_, (terms, metrics)), grads = grad_fn(state.params, batch, rng, None)
-        else:
-            grads, (terms, metrics) = _accumulated_gradients(
+        if explicit_fsdp is None:
+            grads, (terms, metrics) = _batch_gradients(
                 loss_fn, state.params, batch, rng, accumulation_steps, batch_sharding)
+        else:
+            def compute(params, local_batch, key, global_sum):
+                return _batch_gradients(loss_fn, params, local_batch, key, accumulation_steps,
+                                        None, global_sum)
+            mesh = jax.tree.leaves(explicit_fsdp)[0].mesh
+            grads, (terms, metrics) = fsdp.gradients(compute, state.params, batch, rng,
+                                                     explicit_fsdp, mesh)
         updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
         new_state = state.replace(step=state.step + 1, params=params, opt_state=opt_state)

@@ -46,7 +46,7 @@ RUN_NEUTRAL_KEYS = frozenset({
 # to one of these "off" values keeps the behaviour the run had without it.
 OFF_VALUES = (None, False, 0, "")
 # Keys added later whose behaviour before they existed is a value other than "off".
-VALUES_BEFORE_THE_KEY = {"dropout_rng": "threefry"}
+VALUES_BEFORE_THE_KEY = {"dropout_rng": "threefry", "fsdp_collectives": "xla"}
 
 
 class WorkdirInUseError(ValueError):

@@ -9,7 +9,7 @@ overrides; None keeps the preset's), dtype, remat, init.* (hf_dir | checkpoint, 
 tokenizer.* (path, lowercase), max_seq_len, batch_size, eval_batch_size, accumulation_steps,
 total_steps, learning_rate, warmup_fraction, optimizer.*, seed, log_every_steps,
 eval_every_steps, checkpoint_every_steps, keep_checkpoints, async_checkpoints, mesh.*,
-peak_flops_per_device, nonfinite, max_nonfinite_in_a_row, dropout_rng, allow_config_change. Each recipe adds
+peak_flops_per_device, nonfinite, max_nonfinite_in_a_row, dropout_rng, fsdp_collectives, allow_config_change. Each recipe adds
 its own `data` block (and fine-tuning `task`, `epochs`, `squad`).
 """
 
@@ -98,6 +98,10 @@ def base_config(recipe: str) -> ml_collections.ConfigDict:
     # Dropout's random bits: "threefry" (the same on any mesh) or "rbg" (cheaper; the same for
     # the same program, so resumes stay exact; bert_jax.train.steps.DROPOUT_RNGS).
     config.dropout_rng = "threefry"
+    # With mesh.fsdp > 1: "xla" leaves the fsdp collectives to the SPMD partitioner; "explicit"
+    # writes them out (bert_jax.train.fsdp: one all-gather of each fsdp-split parameter, one
+    # reduce-scatter of its gradient; XLA:TPU's own choice moves up to 2.8x those bytes).
+    config.fsdp_collectives = "xla"
     # A rerun on a workdir must have the config the run started with (keys that change what it
     # computes); true: the change is meant (the old config.json is kept beside the new one).
     config.allow_config_change = False
