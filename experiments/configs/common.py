@@ -9,8 +9,9 @@ overrides; None keeps the preset's), dtype, remat, init.* (hf_dir | checkpoint, 
 tokenizer.* (path, lowercase), max_seq_len, batch_size, eval_batch_size, accumulation_steps,
 total_steps, learning_rate, warmup_fraction, optimizer.*, seed, log_every_steps,
 eval_every_steps, checkpoint_every_steps, keep_checkpoints, async_checkpoints, mesh.*,
-peak_flops_per_device, nonfinite, max_nonfinite_in_a_row, dropout_rng, fsdp_collectives, allow_config_change. Each recipe adds
-its own `data` block (and fine-tuning `task`, `epochs`, `squad`).
+peak_flops_per_device, nonfinite, max_nonfinite_in_a_row, dropout_rng, fsdp_collectives,
+allow_config_change. Each recipe adds its own `data` block (and fine-tuning `task`, `epochs`,
+`squad`).
 """
 
 import ml_collections
