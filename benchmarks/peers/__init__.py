@@ -1,4 +1,4 @@
-"""The pre-training implementations that experiments/compare_pretraining.py races, and the harness
+"""The pre-training implementations that benchmarks/compare_pretraining.py races, and the harness
 that drives them alike.
 
     inputs.py       made once, shared by all: the vocabulary, the held-out rows, the peers' blocks
@@ -21,15 +21,15 @@ import importlib
 
 # name -> (module, class)
 IMPLEMENTATIONS = {
-    "ours_classic": ("experiments.peers.ours_mlm", "OursClassic"),
-    "ours_efficient": ("experiments.peers.ours_mlm", "OursEfficient"),
-    "hf_flax": ("experiments.peers.hf_flax_mlm", "HFFlaxMLM"),
-    "hf_torch": ("experiments.peers.torch_mlm", "TorchMLM"),
+    "ours_classic": ("benchmarks.peers.ours_mlm", "OursClassic"),
+    "ours_efficient": ("benchmarks.peers.ours_mlm", "OursEfficient"),
+    "hf_flax": ("benchmarks.peers.hf_flax_mlm", "HFFlaxMLM"),
+    "hf_torch": ("benchmarks.peers.torch_mlm", "TorchMLM"),
 }
 
 
 def make(name: str, spec: dict):
-    """The implementation `name` for the run described by `spec` (experiments/peers/race.py)."""
+    """The implementation `name` for the run described by `spec` (benchmarks/peers/race.py)."""
     if name not in IMPLEMENTATIONS:
         raise ValueError(f"unknown implementation {name!r}; choose from {list(IMPLEMENTATIONS)}")
     module, cls = IMPLEMENTATIONS[name]

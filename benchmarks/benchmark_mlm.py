@@ -1,4 +1,4 @@
-"""The pre-training modes of experiments/benchmark.py: the MLM train step ("train") and the
+"""The pre-training modes of benchmarks/benchmark.py: the MLM train step ("train") and the
 encoder's forward pass ("infer") on random token ids, ours against transformers (Flax, torch).
 
 The timed region is the jitted (or eager, for torch) step, warm-up steps excluded; the figure is

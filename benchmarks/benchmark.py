@@ -1,16 +1,16 @@
 """Throughput and memory of BERT training, ours against transformers (Flax, torch).
 
-  python experiments/benchmark.py --preset=base --batch_size=8 --seq_len=128 --mode=train \
+  python benchmarks/benchmark.py --preset=base --batch_size=8 --seq_len=128 --mode=train \
       --peer=hf_flax,hf_torch --json
-  python experiments/benchmark.py --dtype=bfloat16 --peer=hf_flax@float32,hf_flax,hf_torch
-  python experiments/benchmark.py --mode=finetune --task=classification --all \
+  python benchmarks/benchmark.py --dtype=bfloat16 --peer=hf_flax@float32,hf_flax,hf_torch
+  python benchmarks/benchmark.py --mode=finetune --task=classification --all \
       --hf_dir="$(python -c 'from bert_jax.convert import hf; print(hf.packaged_minilm_dir())')" \
       --batch_size=32 --max_seq_len=64 --steps=30 --warmup_steps=5
 
 Modes: `train`, the MLM pre-training step, and `infer`, the encoder's forward pass, on random
-token ids (experiments/benchmark_mlm.py: tokens/s, MFU); `finetune`, training steps of a task
+token ids (benchmarks/benchmark_mlm.py: tokens/s, MFU); `finetune`, training steps of a task
 (classification, token_classification, span_qa) on real short texts
-(experiments/benchmark_finetune.py: examples/s, real tokens/s, compile time).
+(benchmarks/benchmark_finetune.py: examples/s, real tokens/s, compile time).
 
 Each implementation runs in its own process (torch and JAX in one process slow each other), at
 the same settings, on the same data; ours first (unless --skip_ours), then each --peer (or, with
@@ -30,7 +30,7 @@ import sys
 
 from absl import app, flags
 
-from experiments import benchmark_finetune, benchmark_finetune_data, benchmark_mlm
+from benchmarks import benchmark_finetune, benchmark_finetune_data, benchmark_mlm
 
 IMPLEMENTATIONS = ("ours", "hf_flax", "hf_torch")
 MODES = {"train": benchmark_mlm, "infer": benchmark_mlm, "finetune": benchmark_finetune}
@@ -78,7 +78,7 @@ flags.DEFINE_integer("torch_threads", 0, "finetune, hf_torch: torch threads (0: 
 flags.DEFINE_float("dropout", None, "finetune: hidden and attention dropout of every "
                    "implementation (default: the model's), e.g. 0 to see what dropout costs.")
 flags.DEFINE_string("profile_dir", None, "finetune, ours: trace the timed steps into this folder "
-                    "and report their op time by category (experiments/benchmark_profile.py); "
+                    "and report their op time by category (benchmarks/benchmark_profile.py); "
                     "needs --bucket_lengths=none (one program).")
 
 

@@ -2,9 +2,9 @@
 
     prepare_vocabulary   the corpus prepared (bert_jax.data.corpora) and a WordPiece vocabulary
                          trained on its train split by bert_jax's trainer, cached under data_dir
-    write_heldout        the held-out rows (experiments/peers/heldout.py): bert_jax's pipeline on
+    write_heldout        the held-out rows (benchmarks/peers/heldout.py): bert_jax's pipeline on
                          the held-out split, masked once with HELDOUT_SEED at 15%
-    write_blocks         the peers' 128-token training blocks (experiments/peers/mlm_blocks.py)
+    write_blocks         the peers' 128-token training blocks (benchmarks/peers/mlm_blocks.py)
 
 Nothing here runs on an implementation's clock.
 """
@@ -16,8 +16,8 @@ import os
 
 import numpy as np
 
-from experiments.peers import heldout as heldout_lib
-from experiments.peers import mlm_blocks
+from benchmarks.peers import heldout as heldout_lib
+from benchmarks.peers import mlm_blocks
 
 SEQ_LEN = 128
 MASK_RATE = 0.15

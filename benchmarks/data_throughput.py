@@ -1,8 +1,8 @@
 r"""Measures how fast the pre-training pipeline makes tokens, and (optionally) how fast a model
 consumes them in training, on the machine it runs on.
 
-  python experiments/data_throughput.py --data_dir=/tmp/bert_data
-  python experiments/data_throughput.py --data_dir=/tmp/bert_data --model_preset=base \
+  python benchmarks/data_throughput.py --data_dir=/tmp/bert_data
+  python benchmarks/data_throughput.py --data_dir=/tmp/bert_data --model_preset=base \
       --model_batch=8 --model_steps=3
 
 Prints one JSON object per setting: {"mode", "num_workers", "seq_len", "tokens_per_s",

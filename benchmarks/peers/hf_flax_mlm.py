@@ -1,7 +1,7 @@
 """hf_flax: transformers' FlaxBertForMaskedLM trained the way its run_mlm_flax.py example trains
 it, written here in that style (no code taken from it).
 
-    data       the shared blocks (experiments/peers/mlm_blocks.py): concatenated text cut into
+    data       the shared blocks (benchmarks/peers/mlm_blocks.py): concatenated text cut into
                128-token blocks, a new order each epoch, dynamic 80/10/10 masking at 15%
     model      FlaxBertForMaskedLM from a BertConfig (random init, seeded), float32; logits over
                the whole vocabulary at every position, the loss over the masked ones
@@ -10,7 +10,7 @@ it, written here in that style (no code taken from it).
                comparison's shared hyper-parameters; run_mlm_flax itself does not clip)
     step       jax.jit, the state donated, a dropout key split off each step
 
-Evaluation: the held-out rows as Hugging Face inputs (experiments/peers/heldout.py), no dropout.
+Evaluation: the held-out rows as Hugging Face inputs (benchmarks/peers/heldout.py), no dropout.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ import transformers
 from flax import traverse_util
 from flax.training import train_state
 
-from experiments.peers import heldout as heldout_lib
-from experiments.peers import mlm_blocks
+from benchmarks.peers import heldout as heldout_lib
+from benchmarks.peers import mlm_blocks
 
 
 def decay_mask(params) -> dict:
@@ -68,7 +68,7 @@ def train_step(state: train_state.TrainState, batch: dict, dropout_rng: jax.Arra
 
 
 class HFFlaxMLM(mlm_blocks.BlocksPeer):
-    """The peer behind the harness's calls (experiments/peers/worker.py)."""
+    """The peer behind the harness's calls (benchmarks/peers/worker.py)."""
 
     def __init__(self, spec: dict):
         super().__init__(spec)

@@ -1,7 +1,7 @@
-"""The fine-tuning mode of experiments/benchmark.py: training steps of a task on real short texts,
+"""The fine-tuning mode of benchmarks/benchmark.py: training steps of a task on real short texts,
 ours against transformers (torch, Flax), each in its own process.
 
-Data (experiments/benchmark_finetune_data.py): the texts of --texts (default: gensim's 200
+Data (benchmarks/benchmark_finetune_data.py): the texts of --texts (default: gensim's 200
 polarity sentences, `pang_lee_polarity.cor`, the set of experiments/configs/finetune_polarity.py).
 Labels are made from the texts, since they do not change the speed: classification: two classes
 in turn; token_classification: a tag per word (capitalised or not); span_qa: "where is <the
@@ -9,7 +9,7 @@ text's longest word>?", answered by that word. Every implementation trains on th
 (our encoding; span_qa: windows) in the same batches (row numbers from
 bert_jax.data.batches.train_batches, seeded; grouped by length with --group_by_length), so they
 see the same real tokens and differ in what they compute (peers:
-experiments/benchmark_finetune_peers.py):
+benchmarks/peers/finetune.py):
 
   ours      the recipe's step: recipe.make_task (the kind's loss), the config's optimizer,
             steps.make_train_step jitted as the loop jits it (state donated), fed by the
@@ -33,9 +33,9 @@ from __future__ import annotations
 import time
 from typing import Optional
 
-from experiments import benchmark_finetune_peers as peers
-from experiments import benchmark_profile
-from experiments.benchmark_finetune_data import encode, timed_steps
+from benchmarks.peers import finetune as peers
+from benchmarks import benchmark_profile
+from benchmarks.benchmark_finetune_data import encode, timed_steps
 
 SPEED = "examples_per_second"  # the figure ratios compare
 

@@ -1,11 +1,11 @@
 r"""Time to held-out masked-LM accuracy: four pre-training implementations side by side.
 
-    python experiments/compare_pretraining.py --output_dir=/tmp/race --corpus=demo \
+    python benchmarks/compare_pretraining.py --output_dir=/tmp/race --corpus=demo \
         --preset=mini --vocab_size=8192 --budget_seconds=600 --seeds=0,1 --targets=0.1,0.2,0.3
-    python experiments/compare_pretraining.py --output_dir=/tmp/race \
+    python benchmarks/compare_pretraining.py --output_dir=/tmp/race \
         --corpus='text:/data/books/*.txt' --implementations=ours_classic,hf_torch
 
-Implementations (experiments/peers/):
+Implementations (benchmarks/peers/):
   ours_classic    bert_jax's pre-training recipe, BERT as published (post-LN, learned absolute
                   positions, GELU, AdamW with linear warm-up and decay, 15% dynamic masking)
   ours_efficient  bert_jax with experiments/configs/efficient.py (all of it but the size,
@@ -21,7 +21,7 @@ hyper-parameter: --batch_size, --learning_rate, --warmup_fraction, and BERT's Ad
 0.999, eps 1e-6, weight decay 0.01 off biases and LayerNorm, gradients clipped to norm 1.0).
 ours_efficient keeps its own unless one of those three flags is given.
 
-What counts (experiments/peers/worker.py): training wall-clock from parameter initialisation on,
+What counts (benchmarks/peers/worker.py): training wall-clock from parameter initialisation on,
 compilation and each step's input processing (masking; ours also tokenizes and packs as it
 streams) included, evaluation excluded. Outside every clock: starting the process, the one-off
 shared inputs (the vocabulary, the held-out rows, the peers' tokenized blocks, made once as
@@ -73,7 +73,7 @@ def _numbers(name: str, values, kind):
 
 
 def settings():
-    from experiments.peers import race  # pylint: disable=import-outside-toplevel
+    from benchmarks.peers import race  # pylint: disable=import-outside-toplevel
 
     targets = _numbers("targets", FLAGS.targets, float)
     if any(not 0.0 < t <= 1.0 for t in targets):
@@ -93,7 +93,7 @@ def settings():
 
 def compare() -> dict:
     """Runs the comparison; returns {"json", "png"}."""
-    from experiments.peers import race, report  # pylint: disable=import-outside-toplevel
+    from benchmarks.peers import race, report  # pylint: disable=import-outside-toplevel
 
     config, targets = settings()
     shared = race.prepare_shared(config)
@@ -116,7 +116,7 @@ def compare() -> dict:
 def main(argv):
     if len(argv) > 1:
         sys.exit(f"{SCRIPT}: error: unexpected arguments {argv[1:]}")
-    from experiments.peers import race  # pylint: disable=import-outside-toplevel
+    from benchmarks.peers import race  # pylint: disable=import-outside-toplevel
 
     try:
         paths = cli.run_or_exit(SCRIPT, compare)

@@ -20,7 +20,7 @@ from typing import Iterable, Iterator
 
 import numpy as np
 
-from experiments.peers.heldout import IGNORED_LABEL
+from benchmarks.peers.heldout import IGNORED_LABEL
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 

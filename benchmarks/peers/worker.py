@@ -1,9 +1,9 @@
 """One run of one implementation against the clock, in its own process:
 
-    python -m experiments.peers.worker calibrate SPEC.json    # -> spec["calibration_path"]
-    python -m experiments.peers.worker run SPEC.json          # -> spec["result_path"]
+    python -m benchmarks.peers.worker calibrate SPEC.json    # -> spec["calibration_path"]
+    python -m benchmarks.peers.worker run SPEC.json          # -> spec["result_path"]
 
-SPEC.json (written by experiments/peers/race.py) names the implementation, the seed, the shared
+SPEC.json (written by benchmarks/peers/race.py) names the implementation, the seed, the shared
 inputs and the settings. The two calls run in two fresh processes, one after the other, so that
 the clocked run starts as cold as any training run (no compilation cached by the calibration).
 
@@ -33,7 +33,7 @@ import sys
 import time
 from typing import Protocol
 
-from experiments.peers import heldout as heldout_lib
+from benchmarks.peers import heldout as heldout_lib
 
 CALIBRATION_STEPS = 10
 CALIBRATION_FRACTION = 0.1  # of the budget, at most, spent timing steps after the first
@@ -141,7 +141,7 @@ def run_against_clock(impl: Implementation, rows: heldout_lib.Heldout, budget: f
 
 def main(argv: list[str]) -> None:
     """argv: [program, "calibrate" | "run", SPEC.json] (module docstring)."""
-    from experiments import peers  # pylint: disable=import-outside-toplevel
+    from benchmarks import peers  # pylint: disable=import-outside-toplevel
 
     mode, spec_path = argv[1:3]
     with open(spec_path, encoding="utf-8") as f:

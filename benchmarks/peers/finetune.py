@@ -1,6 +1,6 @@
-"""The peers of experiments/benchmark_finetune.py: transformers + torch (as Trainer with
+"""The peers of benchmarks/benchmark_finetune.py: transformers + torch (as Trainer with
 run_glue's dynamic padding trains) and transformers + Flax (as run_flax_glue trains), on the rows
-and batches of experiments/benchmark_finetune_data.py. Imports stay inside the functions: one
+and batches of benchmarks/benchmark_finetune_data.py. Imports stay inside the functions: one
 framework a process.
 """
 
@@ -11,7 +11,7 @@ from typing import Iterator
 
 import numpy as np
 
-from experiments.benchmark_finetune_data import (LEARNING_RATE, Rows, batch_rows, encode,
+from benchmarks.benchmark_finetune_data import (LEARNING_RATE, Rows, batch_rows, encode,
                                                  timed_steps, tokenizer_dir)
 
 
@@ -51,7 +51,7 @@ def _torch_row(rows: Rows, i: int, task: str) -> dict:
 
 
 def run_hf_torch(settings: dict) -> dict:
-    """transformers + torch as Trainer trains (experiments/benchmark_finetune.py)."""
+    """transformers + torch as Trainer trains (benchmarks/benchmark_finetune.py)."""
     import torch
     import transformers
 
@@ -131,7 +131,7 @@ def _flax_loss(task: str, outputs, batch):
 
 
 def run_hf_flax(settings: dict) -> dict:
-    """transformers + Flax as run_flax_glue trains (experiments/benchmark_finetune.py)."""
+    """transformers + Flax as run_flax_glue trains (benchmarks/benchmark_finetune.py)."""
     import jax
     import jax.numpy as jnp
     import optax

@@ -31,8 +31,8 @@ from bert_jax.config import gated_intermediate_size
 from bert_jax.recipes import pretrain
 from bert_jax.train import evaluation
 from experiments.configs import common as config_common
-from experiments.peers import heldout as heldout_lib
-from experiments.peers import inputs
+from benchmarks.peers import heldout as heldout_lib
+from benchmarks.peers import inputs
 
 EFFICIENT_MODULE = "experiments.configs.efficient"
 PLACEHOLDER_EFFICIENT = {"model.layer_norm_position": "pre",
@@ -93,7 +93,7 @@ def efficient_config(spec: dict):
 
 
 class _Ours:
-    """The recipe's pieces behind the harness's calls (experiments/peers/worker.py)."""
+    """The recipe's pieces behind the harness's calls (benchmarks/peers/worker.py)."""
 
     def __init__(self, spec: dict, config, source: str):
         self.spec, self.config, self.source = spec, config, source

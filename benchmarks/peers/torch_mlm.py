@@ -1,6 +1,6 @@
 """hf_torch: transformers' BertForMaskedLM in torch, with hf_flax's recipe.
 
-    data       the shared blocks and masking of experiments/peers/mlm_blocks.py (as
+    data       the shared blocks and masking of benchmarks/peers/mlm_blocks.py (as
                DataCollatorForLanguageModeling does it: 15%, 80/10/10, drawn anew each batch)
     model      BertForMaskedLM from a BertConfig (random init after torch.manual_seed(seed)),
                float32, dropout as configured; the loss of the model over the labelled positions
@@ -19,8 +19,8 @@ import numpy as np
 import torch
 import transformers
 
-from experiments.peers import heldout as heldout_lib
-from experiments.peers import mlm_blocks
+from benchmarks.peers import heldout as heldout_lib
+from benchmarks.peers import mlm_blocks
 
 
 def _tensors(batch: dict[str, np.ndarray], device: torch.device) -> dict[str, torch.Tensor]:
@@ -29,7 +29,7 @@ def _tensors(batch: dict[str, np.ndarray], device: torch.device) -> dict[str, to
 
 
 class TorchMLM(mlm_blocks.BlocksPeer):
-    """The peer behind the harness's calls (experiments/peers/worker.py)."""
+    """The peer behind the harness's calls (benchmarks/peers/worker.py)."""
 
     def __init__(self, spec: dict):
         super().__init__(spec)
