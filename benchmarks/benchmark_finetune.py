@@ -11,8 +11,8 @@ bert_jax.data.batches.train_batches, seeded; grouped by length with --group_by_l
 see the same real tokens and differ in what they compute (peers:
 benchmarks/peers/finetune.py):
 
-  ours      the recipe's step: recipe.make_task (the kind's loss), the config's optimizer,
-            steps.make_train_step jitted as the loop jits it (state donated), fed by the
+  ours      the recipe's step: recipe.make_task (the kind's loss), the config's optimizer, the
+            state and jitted step that the loop runs (bert_jax.train.program), fed by the
             recipe's batches (data.training_batches: every batch cut to its length bucket,
             --bucket_lengths, or with --pack_examples=K the batch's examples packed up to K
             to a row); each batch shape's program is compiled before the timing.
@@ -33,9 +33,9 @@ from __future__ import annotations
 import time
 from typing import Optional
 
-from benchmarks.peers import finetune as peers
 from benchmarks import benchmark_profile
 from benchmarks.benchmark_finetune_data import encode, timed_steps
+from benchmarks.peers import finetune as peers
 
 SPEED = "examples_per_second"  # the figure ratios compare
 
@@ -70,8 +70,9 @@ def run_ours(settings: dict) -> dict:
     cfg = recipe_common.model_config(config, rows.tokenizer.vocab_size, init_cfg)
     data = data_lib.TaskData(rows.kind, rows.labels, rows.examples, [], rows.features, {})
     mesh = recipe_common.make_mesh(config)
-    state, train_step = _our_state_and_step(
-        config, recipe.make_task(config, cfg, data, initial_params), mesh)
+    built = recipe_common.train_program(
+        config, mesh, recipe.make_task(config, cfg, data, initial_params), config.total_steps)
+    state, train_step = built.state, built.train_step
     compiled, compile_seconds = set(), 0.0
     for batch in _one_batch_per_shape(config, data, rows.kind, settings):
         start = time.perf_counter()  # the first call of each batch shape: its compilation
@@ -122,28 +123,6 @@ def _one_batch_per_shape(config, data, kind, settings: dict) -> list[dict]:
     keys = buckets.token_keys if buckets else ()
     return [{k: v[:, :length] if k in keys else v for k, v in first.items()}
             for length in data_lib.bucket_lengths(config) or (config.max_seq_len,)]
-
-
-def _our_state_and_step(config, task, mesh):
-    """A fresh TrainState (loop's create_or_restore over an empty checkpoint folder) and the
-    train step the loop compiles (loop.compile_train_step)."""
-    import tempfile
-
-    from bert_jax.recipes import common as recipe_common
-    from bert_jax.train import checkpointing, loop, optimizer, state as state_lib
-
-    opt_config = recipe_common.optimizer_config(config, config.total_steps)
-    tx = optimizer.make_optimizer(opt_config)
-    with tempfile.TemporaryDirectory() as empty:
-        manager = checkpointing.make_manager(empty, async_saves=False)
-        state, _, shardings = state_lib.create_or_restore(
-            task.init_fn, task.initial_params, tx, mesh, config.seed, manager,
-            task.model_config, None)
-        manager.close()
-    train_step = loop.compile_train_step(
-        task, tx, recipe_common.loop_config(config, config.total_steps), mesh, shardings,
-        optimizer.learning_rate_schedule(opt_config))
-    return state, train_step
 
 
 RUNNERS = {"ours": run_ours, "hf_torch": peers.run_hf_torch, "hf_flax": peers.run_hf_flax}

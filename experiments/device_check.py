@@ -15,7 +15,7 @@ What it measures, each in the JSON under its key:
   Outputs are compared at real tokens only (what padding tokens hold is read by nothing). For
   cuDNN, packed rows are also tried through jax.nn.dot_product_attention's boolean mask, which
   bert_jax.model.attention.choose does not use (its result or error is recorded).
-- pretrain: the masked-LM train step that training runs (loop.compile_train_step: donation,
+- pretrain: the masked-LM train step that training runs (bert_jax.train.program: donation,
   shardings, activation constraints) for BERT-base at 128- and 512-token rows and BERT-large at
   128, bf16: compile seconds, median step seconds, tokens/s, MFU against the chip's peak
   (bert_jax.train.flops), and the peak device memory where the backend reports it.
@@ -174,18 +174,14 @@ def run_step(task, batches, mesh, steps: int, rows: int, tokens: int) -> dict:
     import jax
 
     from bert_jax import sharding
-    from bert_jax.train import flops, loop
+    from bert_jax.train import flops, loop, program
     from bert_jax.train import optimizer as optimizer_lib
-    from bert_jax.train import state as state_lib
     opt_config = optimizer_lib.OptimizerConfig(total_steps=1000, warmup_steps=10)
-    optimizer = optimizer_lib.make_optimizer(opt_config)
-    state = state_lib.fresh_state(task.init_fn, None, optimizer, mesh, seed=0)
-    shardings = jax.tree.map(lambda x: x.sharding, state)
-    step = loop.compile_train_step(
-        task, optimizer, loop.LoopConfig(total_steps=1000, global_batch_size=rows), mesh,
-        shardings, optimizer_lib.learning_rate_schedule(opt_config))
+    built = program.build(task, optimizer_lib.make_optimizer(opt_config),
+                          loop.LoopConfig(total_steps=1000, global_batch_size=rows), mesh,
+                          learning_rate_fn=optimizer_lib.learning_rate_schedule(opt_config))
     device_batches = [sharding.device_put_batch(b, mesh) for b in batches]
-    first, seconds, _ = _timed(step, state, device_batches, steps)
+    first, seconds, _ = _timed(built.train_step, built.state, device_batches, steps)
     median = statistics.median(seconds)
     peak = flops.peak_flops_per_device(jax.devices()[0])
     return {"compile_and_first_step_s": round(first, 3), "step_s_median": median,

@@ -5,7 +5,7 @@ Weights split over fsdp and tensor are expected to be all-gathered over fsdp bef
 FSDP: [hidden, intermediate / tensor] for the FFN's first kernel), never over tensor: an
 all-gather whose result holds a tensor-split dimension whole ([hidden, intermediate],
 [vocab, hidden / fsdp], ...) would mean every device computes the whole matmul. The step is the
-loop's own (`loop.compile_train_step`), unrolled and scanned. Without the constraints, XLA
+loop's own (`bert_jax.train.program`), unrolled and scanned. Without the constraints, XLA
 gathers the whole vocabulary of the word-embedding table for its lookup ([vocab, hidden / fsdp]
 on every device), which this test refuses.
 
@@ -41,8 +41,7 @@ def _compiled_text(cfg: BertConfig) -> str:
     """The optimised HLO of the loop's train step on a (2, 2, 2) mesh (in the subprocess)."""
     from bert_jax.model import BertForPreTraining
     from bert_jax.recipes import pretrain
-    from bert_jax.train import loop, optimizer, steps
-    from bert_jax.train import state as state_lib
+    from bert_jax.train import loop, optimizer, program
 
     model = BertForPreTraining(cfg, with_nsp=False)
     mesh = sharding.make_mesh(2, FSDP, TENSOR)
@@ -52,12 +51,6 @@ def _compiled_text(cfg: BertConfig) -> str:
         return model.init(rng, ids, ids[:, :PREDICTIONS])["params"]
 
     opt_config = optimizer.OptimizerConfig(total_steps=10, warmup_steps=1)
-    opt = optimizer.make_optimizer(opt_config)
-    abstract_boxed = jax.eval_shape(init_fn, jax.random.PRNGKey(0))
-    _, shardings = state_lib.state_shardings(abstract_boxed, opt, mesh)
-    abstract_state = jax.eval_shape(
-        lambda p: steps.TrainState.create(p, opt, jax.random.PRNGKey(0)),
-        nn.meta.unbox(abstract_boxed))
     batch_sharding = sharding.batch_sharding(mesh)
     shapes = {"input_ids": (BATCH, SEQ), "token_type_ids": (BATCH, SEQ),
               "segment_ids": (BATCH, SEQ), "position_ids": (BATCH, SEQ),
@@ -68,9 +61,10 @@ def _compiled_text(cfg: BertConfig) -> str:
                                                    sharding=batch_sharding)
     task = loop.Task(model_config=cfg, init_fn=init_fn, loss_fn=pretrain.make_loss(model))
     loop_config = loop.LoopConfig(total_steps=10, global_batch_size=BATCH)
-    train_step = loop.compile_train_step(
-        task, opt, loop_config, mesh, shardings, optimizer.learning_rate_schedule(opt_config))
-    return train_step.lower(abstract_state, batch).compile().as_text()
+    train = program.build(task, optimizer.make_optimizer(opt_config), loop_config, mesh,
+                          learning_rate_fn=optimizer.learning_rate_schedule(opt_config),
+                          abstract=True)
+    return train.compile(batch).as_text()
 
 
 def _all_gather_shapes(hlo: str) -> list[list[int]]:

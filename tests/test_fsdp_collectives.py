@@ -33,7 +33,7 @@ def _worker(out_dir: str) -> None:
     from bert_jax.data.synthetic import RandomTokenBatches
     from bert_jax.model import BertForPreTraining
     from bert_jax.recipes import pretrain
-    from bert_jax.train import loop, optimizer
+    from bert_jax.train import loop, optimizer, program
 
     seq_len, predictions, batch_size = 16, 3, 16
     results = {}
@@ -66,11 +66,9 @@ def _worker(out_dir: str) -> None:
         results[name] = {"losses": losses,
                          "params": [np.asarray(x).ravel().tolist() for x in jax.tree.leaves(params)]}
         if name == "2x4x1":
-            shardings = jax.tree.map(lambda x: x.sharding, result.state)
-            step = loop.compile_train_step(task, optimizer.make_optimizer(opt_cfg), loop_cfg,
-                                           mesh, shardings, None)
-            text = step.lower(result.state, sharding.device_put_batch(
-                next(iter(batches)), mesh)).compile().as_text()
+            train = program.build(task, optimizer.make_optimizer(opt_cfg), loop_cfg, mesh,
+                                  abstract=True)
+            text = train.compile(sharding.device_put_batch(next(iter(batches)), mesh)).as_text()
             results[name]["ops"] = {op: text.count(f" {op}(") for op in
                                     ("reduce-scatter", "all-gather", "all-reduce")}
     eight_devices.write(out_dir, results)

@@ -39,9 +39,8 @@ SCRIPT = textwrap.dedent("""
     from bert_jax.config import BertConfig
     from bert_jax.data.synthetic import RandomTokenBatches
     from bert_jax.model import BertForPreTraining
-    from bert_jax.train import checkpointing, evaluation, loop, metrics_writer, steps
+    from bert_jax.train import checkpointing, evaluation, loop, metrics_writer, program, steps
     from bert_jax.train import optimizer as optimizer_lib
-    from bert_jax.train import state as state_lib
 
     SEQ, PREDICTIONS, VOCAB, ROWS = 16, 4, 64, 4
     cfg = BertConfig(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
@@ -73,14 +72,10 @@ SCRIPT = textwrap.dedent("""
                                                warmup_steps=1)
     optimizer = optimizer_lib.make_optimizer(opt_config)
     init_rng, state_rng = jax.random.split(jax.random.PRNGKey(0))
-    abstract = jax.eval_shape(init_fn, init_rng)
-    _, shardings = state_lib.state_shardings(abstract, optimizer, mesh)
-    params, _ = sharding.init_sharded(lambda: init_fn(init_rng), mesh)
-    state = steps.TrainState.create(params, optimizer, state_rng)
     task = loop.Task(model_config=cfg, init_fn=init_fn, loss_fn=loss_fn)
-    train_step = loop.compile_train_step(
-        task, optimizer, loop.LoopConfig(total_steps=10, global_batch_size=ROWS), mesh,
-        shardings, optimizer_lib.learning_rate_schedule(opt_config))
+    train = program.build(task, optimizer, loop.LoopConfig(total_steps=10, global_batch_size=ROWS),
+                          mesh, learning_rate_fn=optimizer_lib.learning_rate_schedule(opt_config))
+    state, train_step = train.state, train.train_step
     batch = next(RandomTokenBatches(ROWS, SEQ, PREDICTIONS, VOCAB, seed=0, sentence_pairs=True))
     eval_before = steps.summarize(steps.add_sums(
         None, jax.jit(steps.make_eval_step(loss_fn))(state.params, batch)))

@@ -85,23 +85,12 @@ def test_fsdp_step_for_v5e_report_fields(v5e_devices):
 def _lowered_text(mesh, dtype="bfloat16"):
     """The StableHLO of the pre-training step traced for `mesh` (lowered, not compiled)."""
     from bert_jax.recipes import common, pretrain
-    from bert_jax.train import loop, optimizer as optimizer_lib, state as state_lib, steps
-    import flax.linen as nn
     config = _config((1, len(mesh.devices.flat), 1), dtype)
     cfg = common.model_config(config, config.tokenizer.vocab_size)
-    task = pretrain.make_task(config, cfg)
-    opt_config = common.optimizer_config(config, 100)
-    optimizer = optimizer_lib.make_optimizer(opt_config)
-    boxed = jax.eval_shape(task.init_fn, jax.random.PRNGKey(0))
-    _, shardings = state_lib.state_shardings(boxed, optimizer, mesh)
-    abstract = jax.eval_shape(lambda p: steps.TrainState.create(p, optimizer,
-                                                                jax.random.PRNGKey(0)),
-                              nn.meta.unbox(boxed))
-    state = jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
-                         abstract, shardings)
-    step = loop.compile_train_step(task, optimizer, common.loop_config(config, 100), mesh,
-                                   shardings, optimizer_lib.learning_rate_schedule(opt_config))
-    return step.lower(state, program.abstract_batch(config, cfg.vocab_size, mesh)).as_text()
+    train = common.train_program(config, mesh, pretrain.make_task(config, cfg), 100,
+                                 abstract=True)
+    batch = program.abstract_batch(config, cfg.vocab_size, mesh)
+    return train.train_step.lower(train.state, batch).as_text()
 
 
 def _row_major_views(text: str) -> int:

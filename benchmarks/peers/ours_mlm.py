@@ -3,8 +3,8 @@
 Everything comes from the library as `experiments/pretrain.py` would build it
 (`bert_jax.recipes.pretrain.pieces`): the data pipeline (packing, dynamic masking in
 `make_iterator`), the model and MLM loss of the recipe, the optimizer of
-`bert_jax.train.optimizer`, the TrainState of `bert_jax.train.state` and the jitted step that
-`bert_jax.train.loop` runs (state donated); evaluation is the recipe's `LossEvaluator`.
+`bert_jax.train.optimizer`, and the TrainState and jitted step that `bert_jax.train.loop` runs
+(`bert_jax.train.program`: sharded, state donated); evaluation is the recipe's `LossEvaluator`.
 
     ours_classic    BERT as published: post-LN, learned absolute positions, GELU, dense FFN,
                     AdamW with linear warm-up and linear decay, 15% dynamic masking; the
@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-import os
 
 import jax
 import numpy as np
@@ -100,7 +99,7 @@ class _Ours:
         self.rows_per_step = config.batch_size
         self.pieces = self.state = self.train_fn = self.pending = self.evaluator = None
         self.rows: heldout_lib.Heldout | None = None
-        self.masked, self.starts = 0.0, 0
+        self.masked = 0.0
 
     def prepare(self, total_steps: int) -> None:
         config = self.config.copy_and_resolve_references()
@@ -111,9 +110,8 @@ class _Ours:
 
     def init(self) -> None:
         self.state = self.train_fn = self.pending = None  # the previous state's memory first
-        self.starts += 1  # an empty workdir each time: a fresh state, nothing restored
-        workdir = os.path.join(self.spec["run_dir"], f"state_{self.starts}")
-        self.state, self.train_fn = self.pieces.start(workdir)
+        built = self.pieces.build()  # a fresh state and the loop's jitted step
+        self.state, self.train_fn = built.state, built.train_step
 
     def train_step(self) -> None:
         batch = next(self.pieces.train_iterator)

@@ -23,7 +23,7 @@ from bert_jax import sharding
 from bert_jax.config import SHAPE_FIELDS, BertConfig
 from bert_jax.model import scan
 from bert_jax.train import checkpointing, loop, optimizer
-from bert_jax.train import params_loading
+from bert_jax.train import params_loading, program
 
 Config = Any  # an ml_collections.ConfigDict (imported where configs are read, not here)
 
@@ -183,6 +183,18 @@ def train(config: Config, workdir: str, task: loop.Task, train_iterator, mesh,
                       loop_config(config, total_steps), mesh,
                       learning_rate_fn=optimizer.learning_rate_schedule(opt_config),
                       evaluate=evaluate)
+
+
+def train_program(config: Config, mesh, task: loop.Task, total_steps: int,
+                  abstract: bool = False) -> program.TrainProgram:
+    """The fresh (or, abstract=True, traced) state and the jitted step that `train` runs for
+    `task` on `mesh`: bert_jax.train.program.build with the optimizer, learning-rate schedule
+    and loop settings of `config`."""
+    opt_config = optimizer_config(config, total_steps)
+    return program.build(task, optimizer.make_optimizer(opt_config),
+                         loop_config(config, total_steps), mesh,
+                         learning_rate_fn=optimizer.learning_rate_schedule(opt_config),
+                         abstract=abstract)
 
 
 def load_checkpoint(workdir: str, step: Optional[int],

@@ -30,9 +30,8 @@ from etils import epath
 from bert_jax.config import BertConfig
 from bert_jax.model import BertForPreTraining
 from bert_jax.recipes import common
-from bert_jax.train import checkpointing, evaluation, flops, loop, steps
+from bert_jax.train import evaluation, flops, loop, program, steps
 from bert_jax.train import optimizer as optimizer_lib
-from bert_jax.train import state as state_lib
 from bert_jax.train import workdir as workdir_lib
 
 SYNTHETIC = "synthetic"
@@ -173,7 +172,7 @@ def make_task(config: common.Config, cfg: BertConfig, initial_params: Any = None
 @dataclasses.dataclass
 class Pieces:
     """What train_and_evaluate hands loop.train, for a caller that runs the steps itself
-    (experiments/compare_pretraining.py races them against other implementations)."""
+    (benchmarks/compare_pretraining.py races them against other implementations)."""
 
     task: loop.Task
     optimizer: optax.GradientTransformation
@@ -183,21 +182,11 @@ class Pieces:
     make_eval_iterator: Callable[[], Iterator]
     mesh: Any
 
-    def start(self, workdir: str) -> tuple[steps.TrainState, steps.TrainStep]:
-        """(TrainState, jitted train step) as loop.train builds them: fresh and sharded, or the
-        newest checkpoint under <workdir>/checkpoints; the step donates the state."""
-        manager = checkpointing.make_manager(checkpointing.checkpoint_dir(workdir), keep=1,
-                                             async_saves=False)
-        try:
-            state, _, shardings = state_lib.create_or_restore(
-                self.task.init_fn, self.task.initial_params, self.optimizer, self.mesh,
-                self.loop_config.seed, manager, self.task.model_config, self.train_iterator)
-        finally:
-            manager.close()
-        train_step = loop.compile_train_step(
-            self.task, self.optimizer, self.loop_config, self.mesh, shardings,
-            self.learning_rate_fn)
-        return state, train_step
+    def build(self) -> program.TrainProgram:
+        """The fresh TrainState and the jitted train step that loop.train builds from these
+        pieces (bert_jax.train.program.build); the step donates the state."""
+        return program.build(self.task, self.optimizer, self.loop_config, self.mesh,
+                             learning_rate_fn=self.learning_rate_fn)
 
 
 def pieces(config: common.Config, workdir: str) -> Pieces:

@@ -1,11 +1,11 @@
 """The train step, compiled ahead of time for a mesh: nothing is allocated or run.
 
 The step is the one `loop.train` runs for `bert_jax.recipes.pretrain` (or for fine-tuning a
-sequence classifier, `compile_finetune_step`): the recipe's task (model,
-masked-LM loss), its optimizer and learning-rate schedule, the TrainState shardings of
-`train/state.py` (moments sharded like their parameters) and the loop's own jit
-(`loop.compile_train_step`: in/out shardings, donated state, compiler options). Its inputs are
-`jax.ShapeDtypeStruct`s carrying their shardings: abstract parameters from `jax.eval_shape`, a
+sequence classifier, `compile_finetune_step`): the recipe's task (model, masked-LM loss), its
+optimizer and learning-rate schedule, built by the loop's own builder (`bert_jax.train.program`:
+the TrainState shardings, moments sharded like their parameters; in/out shardings, donated state,
+activation constraints, compiler options, config.fsdp_collectives). Its inputs are
+`jax.ShapeDtypeStruct`s carrying their shardings: the abstract TrainState of that program, and a
 batch in the pre-training batch contract (`data.synthetic.RandomTokenBatches` keys and dtypes)
 of `config.batch_size` rows.
 """
@@ -16,7 +16,6 @@ import dataclasses
 import math
 from typing import Any
 
-import flax.linen as nn
 import jax
 import ml_collections
 from jax.sharding import Mesh, NamedSharding
@@ -25,9 +24,7 @@ from bert_jax import sharding
 from bert_jax.config import BertConfig
 from bert_jax.data.synthetic import RandomTokenBatches
 from bert_jax.recipes import common, pretrain
-from bert_jax.train import loop, steps
-from bert_jax.train import optimizer as optimizer_lib
-from bert_jax.train import state as state_lib
+from bert_jax.train import loop
 
 
 @dataclasses.dataclass
@@ -108,27 +105,16 @@ def compile_finetune_step(config: ml_collections.ConfigDict, mesh: Mesh,
 
 def _compile(config: ml_collections.ConfigDict, mesh: Mesh, cfg: BertConfig, task: loop.Task,
              batch: dict[str, jax.ShapeDtypeStruct]) -> CompiledStep:
-    """The loop's jitted step of `task` (loop.compile_train_step), lowered for abstract state
-    and `batch` and compiled for `mesh`."""
+    """The loop's program of `task` (recipes.common.train_program: bert_jax.train.program),
+    abstract, lowered for `batch` and compiled for `mesh`."""
     total_steps = max(int(config.total_steps), 1)  # only the schedule's constants depend on it
     common.check_run(config, mesh, total_steps, cfg)
-    opt_config = common.optimizer_config(config, total_steps)
-    optimizer = optimizer_lib.make_optimizer(opt_config)
-    abstract_boxed = jax.eval_shape(task.init_fn, jax.random.PRNGKey(config.seed))
-    param_shardings, shardings = state_lib.state_shardings(abstract_boxed, optimizer, mesh)
-    abstract_state = jax.eval_shape(
-        lambda p: steps.TrainState.create(p, optimizer, jax.random.PRNGKey(config.seed)),
-        nn.meta.unbox(abstract_boxed))
-    state = jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
-                         abstract_state, shardings)
-    train_step = loop.compile_train_step(
-        task, optimizer, common.loop_config(config, total_steps), mesh, shardings,
-        optimizer_lib.learning_rate_schedule(opt_config))
-    compiled = train_step.lower(state, batch).compile()
+    train = common.train_program(config, mesh, task, total_steps, abstract=True)
     return CompiledStep(
-        compiled=compiled, mesh=mesh, model_config=cfg, batch_size=config.batch_size,
-        seq_len=config.max_seq_len, accumulation_steps=config.accumulation_steps,
-        **_param_facts(state.params, param_shardings),
+        compiled=train.compile(batch), mesh=mesh, model_config=cfg,
+        batch_size=config.batch_size, seq_len=config.max_seq_len,
+        accumulation_steps=config.accumulation_steps,
+        **_param_facts(train.state.params, train.shardings.params),
         model_flops_per_step=task.flops_per_step,
         fsdp_collectives=config.get("fsdp_collectives", "xla"))
 

@@ -22,11 +22,11 @@ What varies between pre-training and fine-tuning is a `Task`:
 for epochs use `steps_for_epochs(num_examples, batch_size, epochs)`. The train iterator yields
 host-local numpy batches (this process's rows) and, to resume exactly, has get_state/set_state.
 
-What the loop does, in order: builds the TrainState sharded on `mesh`, or restores the newest
-checkpoint in `<workdir>/checkpoints` onto this mesh with the data iterator's state
-(`bert_jax.train.state`); jits the train step with in/out shardings and the state donated,
-the batch passed as an argument; then per step: next batch -> global arrays -> step. Every
-`log_every_steps` it records step, loss, the task's metrics, learning_rate, grad_norm,
+What the loop does, in order: builds its program (`bert_jax.train.program`): the TrainState
+sharded on `mesh`, or the newest checkpoint in `<workdir>/checkpoints` restored onto this mesh
+with the data iterator's state, and the train step jitted with in/out shardings and the state
+donated, the batch passed as an argument; then per step: next batch -> global arrays -> step.
+Every `log_every_steps` it records step, loss, the task's metrics, learning_rate, grad_norm,
 tokens_per_second, mfu and seconds_per_step (`bert_jax.train.metrics_writer`: metrics.jsonl,
 TensorBoard) and logs a line; eval results go to eval_metrics.jsonl. Checkpoints every
 `checkpoint_every_steps`, at the end, and on SIGTERM or Ctrl-C (save, then return with
@@ -50,10 +50,9 @@ from absl import logging
 from etils import epath
 from jax.sharding import Mesh
 
-from bert_jax import platform, sharding, xla_options
+from bert_jax import sharding
 from bert_jax.config import BertConfig
-from bert_jax.train import checkpointing, fsdp, steps
-from bert_jax.train import state as state_lib
+from bert_jax.train import checkpointing, fsdp, program, steps
 from bert_jax.train.evaluation import Evaluator
 from bert_jax.train.metrics_writer import MetricsWriter, format_log_line, read_metrics
 from bert_jax.train.throughput import Throughput
@@ -243,25 +242,6 @@ def _preemption_sync_manager() -> Any:
 
 # ----- the loop --------------------------------------------------------------------------------
 
-def compile_train_step(task: Task, optimizer: optax.GradientTransformation, config: LoopConfig,
-                       mesh: Mesh, shardings: steps.TrainState,
-                       learning_rate_fn: Optional[optax.Schedule]) -> steps.TrainStep:
-    """The jitted step: state donated, batch an argument, sharded in and out on `mesh`, its
-    activations pinned by their logical axes (sharding.with_activation_sharding)."""
-    batch_sharding = sharding.batch_sharding(mesh)
-    explicit_fsdp = (shardings.params if fsdp.uses_explicit(config.fsdp_collectives, mesh)
-                     else None)
-    return jax.jit(
-        sharding.with_activation_sharding(
-            steps.make_train_step(task.loss_fn, optimizer, config.accumulation_steps,
-                                  learning_rate_fn, batch_sharding, config.dropout_rng,
-                                  explicit_fsdp), mesh),
-        in_shardings=(shardings, batch_sharding),
-        out_shardings=(shardings, sharding.replicated(mesh)),
-        donate_argnums=(0,),
-        compiler_options=xla_options.compiler_options(platform.platform_of(mesh)))
-
-
 class _Run:
     """One invocation of `train`: the state and everything around it that steps, logs,
     evaluates, checks finiteness and saves."""
@@ -274,12 +254,10 @@ class _Run:
         self.manager = checkpointing.make_manager(checkpointing.checkpoint_dir(workdir),
                                                   keep=config.keep_checkpoints,
                                                   async_saves=config.async_checkpoints)
-        self.state, self.step, shardings = state_lib.create_or_restore(
-            task.init_fn, task.initial_params, optimizer, mesh, config.seed, self.manager,
-            task.model_config, train_iterator)
+        built = program.build(task, optimizer, config, mesh, learning_rate_fn=learning_rate_fn,
+                              manager=self.manager, train_iterator=train_iterator)
+        self.state, self.step, self.train_step = built.state, built.start_step, built.train_step
         self.start_step, self.checked_step = self.step, self.step
-        self.train_step = compile_train_step(task, optimizer, config, mesh, shardings,
-                                             learning_rate_fn)
         self.writer = MetricsWriter(workdir, self.step)
         self.throughput = Throughput(task.flops_per_step, task.tokens_per_step,
                                      config.peak_flops_per_device, self.step)

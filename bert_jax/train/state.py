@@ -78,9 +78,18 @@ def overlay_params(fresh: Any, given: Any, shardings: Any) -> tuple[Any, list[st
     return params, kept_fresh, sorted(set(given_by_path) - used)
 
 
-def _with_shardings(abstract: Any, shardings_tree: Any) -> Any:
+def abstract_state(init_fn: Callable[[jax.Array], Any], optimizer: optax.GradientTransformation,
+                   mesh: Mesh, seed: int) -> steps.TrainState:
+    """The TrainState that create_or_restore builds or restores, as jax.ShapeDtypeStructs that
+    carry its shardings (state_shardings): traced, nothing allocated. The target of a restore,
+    and the input of an ahead-of-time compilation of the step."""
+    init_rng, state_rng = jax.random.split(jax.random.PRNGKey(seed))
+    abstract_boxed = jax.eval_shape(init_fn, init_rng)
+    _, shardings = state_shardings(abstract_boxed, optimizer, mesh)
+    abstract = jax.eval_shape(lambda p: steps.TrainState.create(p, optimizer, state_rng),
+                              nn.meta.unbox(abstract_boxed))
     return jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
-                        abstract, shardings_tree)
+                        abstract, shardings)
 
 
 def create_or_restore(init_fn: Callable[[jax.Array], Any], initial_params: Any,
@@ -92,19 +101,15 @@ def create_or_restore(init_fn: Callable[[jax.Array], Any], initial_params: Any,
     A fresh state is born sharded: init_fn(rng) -> boxed params, overlaid with `initial_params`
     where the paths match. Restoring also sets the train iterator's saved state.
     """
-    init_rng, state_rng = jax.random.split(jax.random.PRNGKey(seed))
-    abstract_boxed = jax.eval_shape(init_fn, init_rng)
-    param_shardings, shardings = state_shardings(abstract_boxed, optimizer, mesh)
-    create = lambda p: steps.TrainState.create(p, optimizer, state_rng)  # noqa: E731
+    target = abstract_state(init_fn, optimizer, mesh, seed)
+    shardings = jax.tree.map(lambda a: a.sharding, target)
     if manager.latest_step() is not None:
         resumable = hasattr(train_iterator, "set_state")
         if not resumable:
             logging.warning("the train iterator has no set_state: its batches restart from the "
                             "beginning, so this resumed run is not the uninterrupted one")
-        abstract_state = jax.eval_shape(create, nn.meta.unbox(abstract_boxed))
-        state = _restore_newest_readable(
-            manager, _with_shardings(abstract_state, shardings), model_config,
-            train_iterator if resumable else None)
+        state = _restore_newest_readable(manager, target, model_config,
+                                         train_iterator if resumable else None)
         return state, int(jax.device_get(state.step)), shardings
     return fresh_state(init_fn, initial_params, optimizer, mesh, seed), 0, shardings
 

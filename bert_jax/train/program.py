@@ -1,0 +1,100 @@
+"""The train state of a run and its jitted step, built in one place for everything that runs,
+times or compiles the train step.
+
+    program = program.build(task, optimizer, loop_config, mesh, learning_rate_fn=schedule)
+    state, metrics = program.train_step(program.state, batch)    # what loop.train runs
+    compiled = program.compile(batch)    # ahead of time; with abstract=True nothing is allocated
+
+`loop.train` builds its program here, and so do the pre-training recipe's `Pieces`,
+`bert_jax.scaling.program` (the scaling report), `experiments/device_check.py` and every script
+in benchmarks/: a benchmark times, and a report reads, the very program a training run executes.
+
+What `build` makes:
+
+    state       the TrainState (bert_jax/train/state.py): with a checkpoint `manager`, restored
+                from its newest readable step (the train iterator's state with it); otherwise
+                fresh and born sharded, task.init_fn with the key of config.seed, overlaid with
+                task.initial_params where the paths match. abstract=True: the same TrainState as
+                jax.ShapeDtypeStructs carrying their shardings, for compiling ahead of time.
+    shardings   of the state: parameters by their logical axes (sharding.LOGICAL_AXIS_RULES),
+                optimizer moments like their parameters, step and rng replicated
+    train_step  steps.make_train_step over task.loss_fn with config.accumulation_steps,
+                config.dropout_rng and, with config.fsdp_collectives="explicit" on a mesh with a
+                split fsdp axis, the FSDP collectives written out (train/fsdp.py); traced under
+                the activation constraints (sharding.with_activation_sharding); jax.jit with the
+                state donated, the batch an argument sharded over (data, fsdp), the state
+                sharded in and out as above, the metrics replicated, and the compiler options of
+                the mesh's platform (xla_options). Remat, dtypes and the attention kernel are the
+                model's own (task.model_config), so they are in the program too.
+
+This module sits below loop.py in the import graph (loop imports it): `task` is a loop.Task and
+`config` a loop.LoopConfig, read by their fields (init_fn, loss_fn, initial_params,
+model_config; seed, accumulation_steps, dropout_rng, fsdp_collectives).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Iterator, Optional
+
+import jax
+import optax
+from jax.sharding import Mesh, NamedSharding
+
+from bert_jax import platform, sharding, xla_options
+from bert_jax.train import fsdp, steps
+from bert_jax.train import state as state_lib
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainProgram:
+    """A train state and the jitted step that advances it (module docstring)."""
+
+    state: steps.TrainState  # global arrays on the mesh, or ShapeDtypeStructs (abstract)
+    start_step: int  # the step `state` is at: 0 fresh or abstract, else the restored one
+    shardings: steps.TrainState  # the NamedShardings of `state`, leaf for leaf
+    batch_sharding: NamedSharding  # of a batch's rows: over (data, fsdp)
+    train_step: Any  # the jitted (state, batch) -> (state, metrics); `state` is donated
+
+    def compile(self, batch: Any) -> jax.stages.Compiled:
+        """The step lowered for this program's state and `batch` (global arrays, or
+        ShapeDtypeStructs with `batch_sharding`) and compiled; running nothing."""
+        return self.train_step.lower(self.state, batch).compile()
+
+
+def build(task: Any, optimizer: optax.GradientTransformation, config: Any, mesh: Mesh, *,
+          learning_rate_fn: Optional[optax.Schedule] = None, manager: Any = None,
+          train_iterator: Optional[Iterator] = None, abstract: bool = False) -> TrainProgram:
+    """The program of `task` on `mesh` (module docstring).
+
+    learning_rate_fn: reported as the step's `learning_rate` metric (None: not reported).
+    manager: an Orbax checkpoint manager (checkpointing.make_manager) to resume from; its newest
+      readable step is restored, with `train_iterator`'s state. None: a fresh state.
+    abstract: the state as ShapeDtypeStructs, nothing allocated (no manager then).
+    """
+    if abstract and manager is not None:
+        raise ValueError("an abstract program restores nothing: pass a manager or abstract=True")
+    if manager is not None:
+        state, start_step, shardings = state_lib.create_or_restore(
+            task.init_fn, task.initial_params, optimizer, mesh, config.seed, manager,
+            task.model_config, train_iterator)
+    else:
+        target = state_lib.abstract_state(task.init_fn, optimizer, mesh, config.seed)
+        shardings = jax.tree.map(lambda a: a.sharding, target)
+        start_step = 0
+        state = target if abstract else state_lib.fresh_state(
+            task.init_fn, task.initial_params, optimizer, mesh, config.seed)
+    batch_sharding = sharding.batch_sharding(mesh)
+    explicit_fsdp = (shardings.params if fsdp.uses_explicit(config.fsdp_collectives, mesh)
+                     else None)
+    step_fn = steps.make_train_step(task.loss_fn, optimizer, config.accumulation_steps,
+                                    learning_rate_fn, batch_sharding, config.dropout_rng,
+                                    explicit_fsdp)
+    train_step = jax.jit(
+        sharding.with_activation_sharding(step_fn, mesh),
+        in_shardings=(shardings, batch_sharding),
+        out_shardings=(shardings, sharding.replicated(mesh)),
+        donate_argnums=(0,),
+        compiler_options=xla_options.compiler_options(platform.platform_of(mesh)))
+    return TrainProgram(state=state, start_step=start_step, shardings=shardings,
+                        batch_sharding=batch_sharding, train_step=train_step)
