@@ -14,8 +14,8 @@ v5e:2x4, v4:4x4x4, v5p:2x2x1, v6e:2x2, ...) compiles for that slice's chips inst
 reports, per chip, memory against the chip's HBM (fits, headroom), XLA's cost analysis, the
 roofline bound on step time and MFU (bert_jax/scaling/roofline.py, chips.py), and the fsdp
 traffic against its all-gather + reduce-scatter ideal. --max_batch finds the largest global
-batch that fits in HBM (in steps of the data-parallel size; about four compilations). --recipe=finetune compiles the
-fine-tuning step of a sequence classifier instead of pre-training.
+batch that fits in HBM (in steps of the data-parallel size; about four compilations).
+--recipe=finetune compiles the fine-tuning step of a sequence classifier instead of pre-training.
 
 For each --mesh (data,fsdp,tensor; one -1 takes the remaining devices) the real train step of
 bert_jax.recipes.pretrain is compiled ahead of time for --devices fake CPU devices (nothing runs,
@@ -31,6 +31,7 @@ The library: bert_jax/scaling/.
 """
 
 import json
+import math
 import os
 import re
 import sys
@@ -113,6 +114,7 @@ def main(argv):
             sys.exit(f"{SCRIPT}: error: --devices={FLAGS.devices} must be positive")
         _run_with_devices(FLAGS.devices)
     import jax
+
     from bert_jax.scaling import chips, report, targets
 
     for name in FLAGS.targets:
@@ -182,6 +184,8 @@ def largest_batch(shape: tuple[int, int, int], mesh, chip) -> dict:
     known to fit and the smallest known not to, until they are one row per device apart. Returns
     {largest, rows_per_device, tried: [[batch, peak GiB, fits], ...], step: the largest's
     CompiledStep}."""
+    import jax
+
     from bert_jax.scaling import memory
     if chip is None:
         raise ValueError("--max_batch needs --target=tpu:<topology> (a chip with known HBM)")
@@ -190,12 +194,22 @@ def largest_batch(shape: tuple[int, int, int], mesh, chip) -> dict:
 
     def peak(rows: int) -> float:
         if rows not in steps:
-            step = compile_step(shape, mesh, rows * unit)
-            steps[rows] = (memory.memory_per_device(step.compiled).get("peak", 0), step)
+            try:
+                step = compile_step(shape, mesh, rows * unit)
+                steps[rows] = (memory.memory_per_device(step.compiled).get("peak", 0), step)
+            except jax.errors.JaxRuntimeError as error:
+                # XLA:TPU refuses to compile a program that cannot fit in HBM; its message names
+                # the temporaries' size, a lower bound of the peak (the secant step uses it).
+                if "RESOURCE_EXHAUSTED" not in str(error):
+                    raise
+                needed = re.search(r"HLO temporaries \(([\d.]+)G\)", str(error))
+                at_least = float(needed.group(1)) * 2**30 if needed else math.inf
+                steps[rows] = (max(at_least, chip.hbm_bytes + 1), None)
             fits = steps[rows][0] <= chip.hbm_bytes
             tried.append([rows * unit, round(steps[rows][0] / 2**30, 2), fits])
+            refused = " (XLA refused to compile it: out of HBM)" if steps[rows][1] is None else ""
             print(f"   batch {rows * unit}: {steps[rows][0] / 2**30:.2f} GiB per chip, "
-                  + ("fits" if fits else "does not fit"), flush=True)
+                  + ("fits" if fits else "does not fit") + refused, flush=True)
             if not fits:  # keep only what may be returned
                 steps[rows] = (steps[rows][0], None)
         return steps[rows][0]
