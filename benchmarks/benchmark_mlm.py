@@ -3,7 +3,9 @@ encoder's forward pass ("infer") on random token ids, ours against transformers 
 
 The timed region is the jitted (or eager, for torch) step, warm-up steps excluded; the figure is
 the median over the timed steps. tokens/s counts every position (rows are full), MFU the model
-FLOPs of the useful work (the MLM head at the masked positions only).
+FLOPs of the useful work (the MLM head at the masked positions only). Our train step is the
+program that training runs (benchmarks/pretrain_step.py: the recipe's task, optimizer and loop
+settings, built by bert_jax.train.program), on one device.
 """
 
 from __future__ import annotations
@@ -51,21 +53,19 @@ def time_steps(run_step, settings: dict) -> list[float]:
 # ----- implementations: step times; imports inside (one framework a process) ------------------
 
 def run_ours(settings: dict) -> list[float]:
-    """The real pre-training step (bert_jax.train.steps), jitted with the state donated."""
+    """train: the pre-training step that training runs (benchmarks/pretrain_step.py); infer: the
+    encoder's jitted forward pass. On one device."""
     import jax
     import jax.numpy as jnp
 
-    from bert_jax import BertConfig, BertForPreTraining, BertModel, sharding, xla_options
-    from bert_jax.recipes import pretrain
-    from bert_jax.train import optimizer as optimizer_lib
-    from bert_jax.train import steps
+    from benchmarks import pretrain_step
+    from bert_jax import BertConfig, BertModel, sharding
 
-    cfg = BertConfig.preset(settings["preset"], dtype=settings["dtype"],
-                            remat_policy=settings["remat"])
-    input_ids, positions, masked_ids = random_batch(settings, cfg.vocab_size)
     mesh = sharding.make_mesh(devices=jax.devices()[:1])
-
     if settings["mode"] == "infer":
+        cfg = BertConfig.preset(settings["preset"], dtype=settings["dtype"],
+                                remat_policy=settings["remat"])
+        input_ids, _, _ = random_batch(settings, cfg.vocab_size)
         model = BertModel(cfg)
         params, _ = sharding.init_sharded(
             lambda: model.init(jax.random.key(0), input_ids[:1])["params"], mesh)
@@ -73,13 +73,11 @@ def run_ours(settings: dict) -> list[float]:
         ids = jnp.asarray(input_ids)
         return time_steps(lambda: forward(params, ids).block_until_ready(), settings)
 
-    model = BertForPreTraining(cfg, with_nsp=False)
-    params, _ = sharding.init_sharded(
-        lambda: model.init(jax.random.key(0), input_ids[:1], positions[:1])["params"], mesh)
-    optimizer = optimizer_lib.make_optimizer(optimizer_lib.OptimizerConfig(
-        learning_rate=1e-4, total_steps=1000, warmup_steps=10))
-    train_step = jax.jit(steps.make_train_step(pretrain.make_loss(model), optimizer),
-                         donate_argnums=(0,), compiler_options=xla_options.compiler_options())
+    config = pretrain_step.config(settings["preset"], settings["batch_size"], settings["seq_len"],
+                                  settings["max_predictions"], settings["dtype"],
+                                  settings["remat"])
+    _, train = pretrain_step.build(config, mesh)
+    input_ids, positions, masked_ids = random_batch(settings, config.tokenizer.vocab_size)
     batch = {"input_ids": input_ids, "token_type_ids": np.zeros_like(input_ids),
              "segment_ids": np.ones_like(input_ids),
              "position_ids": np.broadcast_to(np.arange(input_ids.shape[1], dtype=np.int32),
@@ -87,10 +85,10 @@ def run_ours(settings: dict) -> list[float]:
              "masked_positions": positions, "masked_ids": masked_ids,
              "masked_weights": np.ones(positions.shape, np.float32)}
     batch = sharding.device_put_batch(batch, mesh)
-    state = [steps.TrainState.create(params, optimizer, jax.random.key_data(jax.random.key(0)))]
+    state = [train.state]
 
     def run_step():
-        state[0], metrics = train_step(state[0], batch)
+        state[0], metrics = train.train_step(state[0], batch)
         metrics["loss"].block_until_ready()
 
     with jax.transfer_guard("disallow"):  # no hidden host<->device copies inside the step

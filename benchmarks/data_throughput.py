@@ -6,9 +6,9 @@ consumes them in training, on the machine it runs on.
       --model_batch=8 --model_steps=3
 
 Prints one JSON object per setting: {"mode", "num_workers", "seq_len", "tokens_per_s",
-"padding_fraction", ...} and, with --model_preset, {"model", "tokens_per_s"} for a jitted
-BertForPreTraining forward + backward + AdamW update on random ids (the data pipeline is not in
-that loop, so the two numbers are independent).
+"padding_fraction", ...} and, with --model_preset, {"model", "tokens_per_s"} for the
+pre-training step that training runs (benchmarks/pretrain_step.py) on random ids (the data
+pipeline is not in that loop, so the two numbers are independent).
 docs/results.md has the measured figures.
 """
 
@@ -57,51 +57,27 @@ def time_pipeline(mode: str, num_workers: int) -> dict:
 
 
 def time_model(preset: str) -> dict:
+    """Tokens/s of the pre-training step that training runs (benchmarks/pretrain_step.py) on one
+    device, one batch of the synthetic corpus over and over."""
     import jax
-    import jax.numpy as jnp
-    import numpy as np
-    import optax
-    from flax import linen as nn
 
-    from bert_jax import BertConfig, BertForPreTraining
+    from benchmarks import pretrain_step
+    from bert_jax import sharding
 
-    cfg = BertConfig.preset(preset)
-    model = BertForPreTraining(cfg, with_nsp=False)
-    rows, length, predictions = FLAGS.model_batch, FLAGS.seq_len, 20
-    rng = np.random.default_rng(0)
-    batch = {"input_ids": jnp.asarray(rng.integers(5, cfg.vocab_size, (rows, length)), jnp.int32),
-             "masked_positions": jnp.asarray(rng.integers(0, length, (rows, predictions)),
-                                             jnp.int32),
-             "masked_ids": jnp.asarray(rng.integers(5, cfg.vocab_size, (rows, predictions)),
-                                       jnp.int32)}
-    params = nn.meta.unbox(model.init(jax.random.PRNGKey(0), batch["input_ids"],
-                                      batch["masked_positions"])["params"])
-    optimizer = optax.adamw(1e-4)
-    opt_state = optimizer.init(params)
-
-    def loss_fn(params, batch, dropout_rng):
-        out = model.apply({"params": params}, batch["input_ids"], batch["masked_positions"],
-                          deterministic=False, rngs={"dropout": dropout_rng})
-        return optax.softmax_cross_entropy_with_integer_labels(out.mlm_logits,
-                                                               batch["masked_ids"]).mean()
-
-    @jax.jit
-    def step(params, opt_state, batch, dropout_rng):
-        loss, grads = jax.value_and_grad(loss_fn)(params, batch, dropout_rng)
-        updates, opt_state = optimizer.update(grads, opt_state, params)
-        return optax.apply_updates(params, updates), opt_state, loss
-
-    step = jax.jit(step.__wrapped__, donate_argnums=(0, 1))
-    key = jax.random.PRNGKey(1)
-    params, opt_state, loss = step(params, opt_state, batch, key)
-    loss.block_until_ready()
+    config = pretrain_step.config(preset, FLAGS.model_batch, FLAGS.seq_len, max_predictions=20)
+    mesh = sharding.make_mesh(devices=jax.devices()[:1])
+    _, train = pretrain_step.build(config, mesh)
+    batch = sharding.device_put_batch(next(pretrain_step.batches(config)), mesh)
+    state, metrics = train.train_step(train.state, batch)  # compiles
+    jax.block_until_ready(metrics)
     start = time.perf_counter()
-    for i in range(FLAGS.model_steps):
-        params, opt_state, loss = step(params, opt_state, batch, jax.random.fold_in(key, i))
-    loss.block_until_ready()
+    for _ in range(FLAGS.model_steps):
+        state, metrics = train.train_step(state, batch)
+    jax.block_until_ready(metrics)
     seconds = time.perf_counter() - start
-    return {"model": preset, "batch": rows, "seq_len": length,
-            "tokens_per_s": round(FLAGS.model_steps * rows * length / seconds, 1)}
+    return {"model": preset, "batch": FLAGS.model_batch, "seq_len": FLAGS.seq_len,
+            "tokens_per_s": round(FLAGS.model_steps * FLAGS.model_batch * FLAGS.seq_len
+                                  / seconds, 1)}
 
 
 def main(argv):
