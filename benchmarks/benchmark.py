@@ -12,25 +12,23 @@ token ids (benchmarks/benchmark_mlm.py: tokens/s, MFU); `finetune`, training ste
 (classification, token_classification, span_qa) on real short texts
 (benchmarks/benchmark_finetune.py: examples/s, real tokens/s, compile time).
 
-Each implementation runs in its own process (torch and JAX in one process slow each other), at
-the same settings, on the same data; ours first (unless --skip_ours), then each --peer (or, with
---all, hf_torch and hf_flax). A peer may run at its own dtype (`hf_flax@float32`), so that ours
-at its best settings and a peer at its own are measured in one run. Every setting prints one line
-(one JSON object with --json), then the ratios ours / peer. Peers need the `bench` extra:
-pip install -e '.[bench]'.
+Each implementation runs in its own process (benchmarks/worker.py; torch and JAX in one process
+slow each other), at the same settings, on the same data; ours first (unless --skip_ours), then
+each --peer (or, with --all, hf_torch and hf_flax). A peer may run at its own dtype
+(`hf_flax@float32`), so that ours at its best settings and a peer at its own are measured in one
+run. Every setting prints one line (one JSON object with --json), then the ratios ours / peer.
+Peers need the `bench` extra: pip install -e '.[bench]'.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import resource
-import subprocess
-import sys
+import tempfile
 
 from absl import app, flags
 
-from benchmarks import benchmark_finetune, benchmark_finetune_data, benchmark_mlm
+from benchmarks import benchmark_finetune, benchmark_finetune_data, benchmark_mlm, worker
 
 IMPLEMENTATIONS = ("ours", "hf_flax", "hf_torch")
 MODES = {"train": benchmark_mlm, "infer": benchmark_mlm, "finetune": benchmark_finetune}
@@ -55,7 +53,6 @@ flags.DEFINE_integer("warmup", 3, "Untimed steps first (compilation, allocator w
 flags.DEFINE_alias("warmup_steps", "warmup")
 flags.DEFINE_float("peak_flops", None, "Peak FLOP/s of the device for MFU (default: by device).")
 flags.DEFINE_boolean("json", False, "Print one JSON object per measured setting.")
-flags.DEFINE_string("worker", None, "Internal: run one implementation in this process.")
 # --mode=finetune
 flags.DEFINE_enum("task", "classification", list(benchmark_finetune_data.TASKS),
                   "finetune: the task kind whose step is measured.")
@@ -82,24 +79,22 @@ flags.DEFINE_string("profile_dir", None, "finetune, ours: trace the timed steps 
                     "needs --bucket_lengths=none (one program).")
 
 
-def _worker(name: str) -> None:
-    module = MODES[FLAGS.mode]
-    result = module.RUNNERS[name](module.settings(FLAGS))
-    peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print("BENCHMARK_RESULT " + json.dumps(
-        {"impl": name, **result, "peak_rss_mb": round(peak_rss_mb, 1)}), flush=True)
+def measure(spec: dict) -> dict:
+    """The job of a worker process (benchmarks/worker.py): one implementation at the settings."""
+    settings = spec["settings"]
+    return {"impl": spec["impl"], **MODES[settings["mode"]].RUNNERS[spec["impl"]](settings)}
 
 
-def _measure_in_subprocess(name: str, dtype: str) -> dict:
-    argv = [sys.executable, os.path.abspath(__file__), f"--worker={name}", f"--dtype={dtype}"]
-    argv += [a for a in sys.argv[1:]
-             if not a.startswith(("--peer", "--worker", "--json", "--dtype", "--all"))]
-    proc = subprocess.run(argv, capture_output=True, text=True)
-    for line in proc.stdout.splitlines():
-        if line.startswith("BENCHMARK_RESULT "):
-            return json.loads(line[len("BENCHMARK_RESULT "):])
-    raise RuntimeError(f"benchmark worker {name!r} failed (exit {proc.returncode}):\n"
-                       f"{proc.stderr[-3000:]}")
+def _measure_in_subprocess(name: str, settings: dict) -> dict:
+    """`measure` in a fresh process; its spec, result and log in a temporary folder."""
+    with tempfile.TemporaryDirectory(prefix="benchmark_") as folder:
+        spec = {"job": "benchmarks.benchmark:measure", "impl": name, "settings": settings,
+                "result_path": os.path.join(folder, "result.json")}
+        try:
+            return worker.run(spec, os.path.join(folder, "spec.json"),
+                              os.path.join(folder, "worker.log"), f"benchmark worker {name!r}")
+        except worker.WorkerError as e:
+            raise RuntimeError(f"{e}:\n{e.log_tail}") from None
 
 
 def _parse_peer(text: str) -> tuple[str, str]:
@@ -154,9 +149,6 @@ def _print_ratios(reports: dict, speed: str) -> None:
 
 def main(argv):
     del argv
-    if FLAGS.worker:
-        _worker(FLAGS.worker)
-        return
     module = MODES[FLAGS.mode]
     settings = module.settings(FLAGS)
     runs = _runs()
@@ -165,8 +157,9 @@ def main(argv):
     reports = {}
     for name, dtype in runs:
         label = name if dtype == FLAGS.dtype else f"{name}@{dtype}"
-        reports[label] = module.report(_measure_in_subprocess(name, dtype),
-                                       {**settings, "dtype": dtype}, FLAGS.peak_flops)
+        run_settings = {**settings, "dtype": dtype}
+        reports[label] = module.report(_measure_in_subprocess(name, run_settings), run_settings,
+                                       FLAGS.peak_flops)
         print(json.dumps(reports[label]) if FLAGS.json else module.line(label, reports[label]),
               flush=True)
     if "ours" in reports:

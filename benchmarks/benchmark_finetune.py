@@ -16,12 +16,14 @@ benchmarks/peers/finetune.py):
             recipe's batches (data.training_batches: every batch cut to its length bucket,
             --bucket_lengths, or with --pack_examples=K the batch's examples packed up to K
             to a row); each batch shape's program is compiled before the timing.
-  hf_torch  AutoModelFor<task> (from --hf_dir, or the preset's config), AdamW with weight decay
-            off biases and LayerNorm, linear schedule, clipping at 1.0, each batch padded to
+  hf_torch  AutoModelFor<task> (from --hf_dir, or the preset's config), each batch padded to
             its longest row (DataCollatorWithPadding): Trainer with run_glue's dynamic padding;
             --dtype=bfloat16 runs under torch.autocast on CPU.
-  hf_flax   FlaxAutoModelFor<task>, optax AdamW with a decay mask, a jitted step with the state
-            donated, every row padded to max_seq_len: transformers' run_flax_glue.
+  hf_flax   FlaxAutoModelFor<task>, a jitted step with the state donated, every row padded to
+            max_seq_len: transformers' run_flax_glue.
+Both peers train with the reference recipe (benchmarks/peers/recipe.py: AdamW with weight decay
+off biases and LayerNorm, linear warm-up and decay, clipping at 1.0) at our config's learning
+rate, warm-up and optimizer settings.
 
 Figures after the warm-up steps: examples/s (rows: windows for span_qa), real tokens/s (tokens
 under the attention mask), the share of computed positions that were padding; compilation (JAX)

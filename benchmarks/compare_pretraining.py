@@ -21,7 +21,7 @@ hyper-parameter: --batch_size, --learning_rate, --warmup_fraction, and BERT's Ad
 0.999, eps 1e-6, weight decay 0.01 off biases and LayerNorm, gradients clipped to norm 1.0).
 ours_efficient keeps its own unless one of those three flags is given.
 
-What counts (benchmarks/peers/worker.py): training wall-clock from parameter initialisation on,
+What counts (benchmarks/peers/clocked.py): training wall-clock from parameter initialisation on,
 compilation and each step's input processing (masking; ours also tokenizes and packs as it
 streams) included, evaluation excluded. Outside every clock: starting the process, the one-off
 shared inputs (the vocabulary, the held-out rows, the peers' tokenized blocks, made once as
@@ -116,11 +116,11 @@ def compare() -> dict:
 def main(argv):
     if len(argv) > 1:
         sys.exit(f"{SCRIPT}: error: unexpected arguments {argv[1:]}")
-    from benchmarks.peers import race  # pylint: disable=import-outside-toplevel
+    from benchmarks import worker  # pylint: disable=import-outside-toplevel
 
     try:
         paths = cli.run_or_exit(SCRIPT, compare)
-    except race.WorkerError as e:
+    except worker.WorkerError as e:
         sys.exit(f"{SCRIPT}: error: {e}")
     print(json.dumps(paths))
 

@@ -1,6 +1,6 @@
-"""The session's warning filter (tests/conftest.py): a DeprecationWarning attributed to our own
-code (bert_jax, experiments, the tests) is an error, one that a library attributes to itself is
-not."""
+"""The session's warning filter (filterwarnings in pyproject.toml's [tool.pytest.ini_options]):
+a DeprecationWarning attributed to our own code (bert_jax, experiments, benchmarks, the tests) is
+an error, one that a library attributes to itself is not."""
 
 import warnings
 
@@ -19,7 +19,7 @@ def _call_from(module_name: str) -> None:
 
 
 @pytest.mark.parametrize("module", ["bert_jax", "bert_jax.model.layers", "experiments.pretrain",
-                                    "benchmarks.peers.worker",
+                                    "benchmarks.worker",
                                     "test_model", "faults.test_run_faults", "tests.test_model",
                                     "pretrain_runs"])
 def test_a_deprecated_call_from_our_code_is_an_error(module):

@@ -1,18 +1,24 @@
-"""The pre-training implementations that benchmarks/compare_pretraining.py races, and the harness
-that drives them alike.
+"""The reference implementations that benchmarks/ measures ours against, and the pre-training
+race of benchmarks/compare_pretraining.py.
 
-    inputs.py       made once, shared by all: the vocabulary, the held-out rows, the peers' blocks
+    recipe.py       the reference training recipe, once per framework (torch, optax): every peer
+                    and benchmarks/compare_polarity.py train with it
+    finetune.py     hf_torch and hf_flax fine-tuning steps (benchmarks/benchmark.py
+                    --mode=finetune)
+    inputs.py       the race's shared inputs, made once: vocabulary, held-out rows, peers' blocks
     heldout.py      the held-out rows (.npz) and the Hugging Face view of them
-    mlm_blocks.py   the peers' data, as transformers' run_mlm examples make it
-    race.py         the parent: one worker process per run, one after another; the results
-    worker.py       one run against the clock: calibration, training, evaluation points
+    mlm_blocks.py   the race peers' data, as transformers' run_mlm examples make it
+    race.py         the race's parent: worker processes (benchmarks/worker.py) per run, one run
+                    after another; the results
+    clocked.py      one run against the clock (the workers' jobs): calibration, training,
+                    evaluation points
     ours_mlm.py     ours_classic and ours_efficient: bert_jax's pre-training recipe
     hf_flax_mlm.py  hf_flax: transformers' FlaxBertForMaskedLM, run_mlm_flax style
     torch_mlm.py    hf_torch: transformers' BertForMaskedLM in torch, the same recipe
     report.py       time to target, the seed-to-seed spread, the PNG
 
-Every implementation has the calls of `worker.Implementation`. `make` imports only the one asked
-for, so that the torch worker never imports JAX.
+Every race implementation has the calls of `clocked.Implementation`. `make` imports only the one
+asked for, so that the torch worker never imports JAX.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """The peers of benchmarks/benchmark_finetune.py: transformers + torch (as Trainer with
 run_glue's dynamic padding trains) and transformers + Flax (as run_flax_glue trains), on the rows
-and batches of benchmarks/benchmark_finetune_data.py. Imports stay inside the functions: one
-framework a process.
+and batches of benchmarks/benchmark_finetune_data.py, both with the reference recipe
+(benchmarks/peers/recipe.py) at our config's hyper-parameters. Imports stay inside the functions:
+one framework a process.
 """
 
 from __future__ import annotations
@@ -11,8 +12,15 @@ from typing import Iterator
 
 import numpy as np
 
-from benchmarks.benchmark_finetune_data import (LEARNING_RATE, Rows, batch_rows, encode,
-                                                 timed_steps, tokenizer_dir)
+from benchmarks.benchmark_finetune_data import Rows, batch_rows, encode, timed_steps, tokenizer_dir
+from benchmarks.peers import recipe
+
+
+def reference_recipe(config) -> recipe.Recipe:
+    """The reference recipe at our run's hyper-parameters: the config's learning rate, warm-up
+    fraction, optimizer block and step count (benchmarks/benchmark_finetune_data.py)."""
+    return recipe.Recipe.of(config.learning_rate, config.warmup_fraction, config.total_steps,
+                            config.optimizer)
 
 
 # ----- transformers + torch ------------------------------------------------------------------
@@ -68,19 +76,13 @@ def run_hf_torch(settings: dict) -> dict:
     collator = (transformers.DataCollatorForTokenClassification(hf_tokenizer)
                 if task == "token_classification"
                 else transformers.DataCollatorWithPadding(hf_tokenizer))
-    optimizer, schedule = _torch_optimizer(model, rows.config.total_steps)
+    trainer = recipe.TorchTrainer(model, reference_recipe(rows.config))
     autocast = torch.autocast("cpu", dtype=torch.bfloat16,
                               enabled=settings["dtype"] == "bfloat16")
 
     def step(order: Iterator[np.ndarray]) -> tuple[int, int]:
         batch = collator([_torch_row(rows, i, task) for i in next(order)])
-        with autocast:
-            loss = model(**batch).loss
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        schedule.step()
-        optimizer.zero_grad(set_to_none=True)
+        trainer.step(batch, autocast)
         return int(batch["attention_mask"].sum()), batch["attention_mask"].numel()
 
     start = time.perf_counter()
@@ -89,21 +91,6 @@ def run_hf_torch(settings: dict) -> dict:
     order = batch_rows(settings, rows)
     return {**timed_steps(lambda: step(order), lambda: None, settings),
             "first_step_seconds": first, "compile_seconds": None}
-
-
-def _torch_optimizer(model, total_steps: int):
-    """AdamW (weight decay 0.01 off biases and LayerNorm, eps 1e-6) and a linear schedule."""
-    import torch
-    import transformers
-
-    named = list(model.named_parameters())
-    no_decay = [p for n, p in named if n.endswith("bias") or "LayerNorm" in n]
-    decay = [p for n, p in named if not (n.endswith("bias") or "LayerNorm" in n)]
-    optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01},
-                                   {"params": no_decay, "weight_decay": 0.0}],
-                                  lr=LEARNING_RATE, eps=1e-6)
-    return optimizer, transformers.get_linear_schedule_with_warmup(
-        optimizer, int(0.1 * total_steps), total_steps)
 
 
 # ----- transformers + Flax -----------------------------------------------------------------
@@ -136,7 +123,6 @@ def run_hf_flax(settings: dict) -> dict:
     import jax.numpy as jnp
     import optax
     import transformers
-    from flax import traverse_util
 
     rows = encode(settings)
     task, dtype = settings["task"], jnp.dtype(settings["dtype"])
@@ -144,14 +130,7 @@ def run_hf_flax(settings: dict) -> dict:
     config = hf_config(settings, rows)
     model = (head.from_pretrained(settings["hf_dir"], config=config, dtype=dtype)
              if settings["hf_dir"] else head.from_config(config, seed=0, dtype=dtype))
-    schedule = optax.linear_schedule(LEARNING_RATE, 0.0, rows.config.total_steps)
-
-    def decay_mask(params):
-        flat = traverse_util.flatten_dict(params)
-        return traverse_util.unflatten_dict({path: path[-1] != "bias" and path[-2:] != (
-            "LayerNorm", "scale") for path in flat})
-
-    tx = optax.adamw(schedule, b1=0.9, b2=0.999, eps=1e-6, weight_decay=0.01, mask=decay_mask)
+    tx = recipe.optax_transform(reference_recipe(rows.config))
 
     def train_step(state, batch):
         params, opt_state, rng = state

@@ -5,9 +5,10 @@ it, written here in that style (no code taken from it).
                128-token blocks, a new order each epoch, dynamic 80/10/10 masking at 15%
     model      FlaxBertForMaskedLM from a BertConfig (random init, seeded), float32; logits over
                the whole vocabulary at every position, the loss over the masked ones
-    optimizer  a flax TrainState with optax AdamW (weight decay off biases and LayerNorm) on a
-               linear warm-up then linear decay to 0, after global-norm clipping (the
-               comparison's shared hyper-parameters; run_mlm_flax itself does not clip)
+    optimizer  a flax TrainState with the reference recipe as an optax transform
+               (benchmarks/peers/recipe.py: AdamW without decay on biases and LayerNorm, linear
+               warm-up then linear decay to 0, after global-norm clipping: the comparison's
+               shared hyper-parameters; run_mlm_flax itself does not clip)
     step       jax.jit, the state donated, a dropout key split off each step
 
 Evaluation: the held-out rows as Hugging Face inputs (benchmarks/peers/heldout.py), no dropout.
@@ -20,25 +21,10 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import transformers
-from flax import traverse_util
 from flax.training import train_state
 
 from benchmarks.peers import heldout as heldout_lib
-from benchmarks.peers import mlm_blocks
-
-
-def decay_mask(params) -> dict:
-    """True where weight decay applies: not biases, not LayerNorm parameters."""
-    flat = traverse_util.flatten_dict(params)
-    return traverse_util.unflatten_dict(
-        {path: path[-1] != "bias" and "LayerNorm" not in path for path in flat})
-
-
-def linear_schedule(learning_rate: float, total_steps: int, warmup_steps: int) -> optax.Schedule:
-    """0 -> learning_rate over warmup_steps, then linearly to 0 at total_steps."""
-    warmup = optax.linear_schedule(0.0, learning_rate, max(warmup_steps, 1))
-    decay = optax.linear_schedule(learning_rate, 0.0, max(total_steps - warmup_steps, 1))
-    return optax.join_schedules([warmup, decay], boundaries=[warmup_steps])
+from benchmarks.peers import mlm_blocks, recipe
 
 
 def masked_lm_sums(logits: jax.Array, labels: jax.Array) -> tuple[jax.Array, ...]:
@@ -68,7 +54,7 @@ def train_step(state: train_state.TrainState, batch: dict, dropout_rng: jax.Arra
 
 
 class HFFlaxMLM(mlm_blocks.BlocksPeer):
-    """The peer behind the harness's calls (benchmarks/peers/worker.py)."""
+    """The peer behind the harness's calls (benchmarks/peers/clocked.py)."""
 
     def __init__(self, spec: dict):
         super().__init__(spec)
@@ -79,13 +65,9 @@ class HFFlaxMLM(mlm_blocks.BlocksPeer):
     def prepare(self, total_steps: int) -> None:
         self.batches = mlm_blocks.EpochBatches(self.blocks, self.train["batch_size"], self.vocab,
                                                self.spec["seed"])
-        opt = self.train["optimizer"]
-        schedule = linear_schedule(self.train["learning_rate"], total_steps,
-                                   int(round(self.train["warmup_fraction"] * total_steps)))
-        adamw = optax.adamw(schedule, b1=opt["b1"], b2=opt["b2"], eps=opt["eps"],
-                            weight_decay=opt["weight_decay"], mask=decay_mask)
-        self.optimizer = (optax.chain(optax.clip_by_global_norm(opt["clip_norm"]), adamw)
-                          if opt["clip_norm"] > 0 else adamw)  # 0: no clipping, as in bert_jax
+        self.optimizer = recipe.optax_transform(recipe.Recipe.of(
+            self.train["learning_rate"], self.train["warmup_fraction"], total_steps,
+            self.train["optimizer"]))
 
     def init(self) -> None:
         self.state = self.pending = None

@@ -25,13 +25,13 @@ import importlib
 import jax
 import numpy as np
 
+from benchmarks.peers import heldout as heldout_lib
+from benchmarks.peers import inputs
 from bert_jax import sharding
 from bert_jax.config import gated_intermediate_size
 from bert_jax.recipes import pretrain
 from bert_jax.train import evaluation
 from experiments.configs import common as config_common
-from benchmarks.peers import heldout as heldout_lib
-from benchmarks.peers import inputs
 
 EFFICIENT_MODULE = "experiments.configs.efficient"
 PLACEHOLDER_EFFICIENT = {"model.layer_norm_position": "pre",
@@ -92,7 +92,7 @@ def efficient_config(spec: dict):
 
 
 class _Ours:
-    """The recipe's pieces behind the harness's calls (benchmarks/peers/worker.py)."""
+    """The recipe's pieces behind the harness's calls (benchmarks/peers/clocked.py)."""
 
     def __init__(self, spec: dict, config, source: str):
         self.spec, self.config, self.source = spec, config, source

@@ -1,5 +1,6 @@
-"""The parent side of the comparison: the shared inputs, one worker process per run, one after
-another, and their results.
+"""The parent side of the comparison: the shared inputs, worker processes for each run
+(benchmarks/worker.py: a calibration, then the clocked run), one run after another, and their
+results.
 
     settings = race.Settings(...)
     shared = race.prepare_shared(settings)          # vocabulary, held-out rows, peers' blocks
@@ -13,19 +14,14 @@ of the machine's speed touches every implementation alike. Each worker's output 
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
-import subprocess
-import sys
 from typing import Optional
 
+from benchmarks import worker
 from benchmarks.peers import IMPLEMENTATIONS, inputs
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-class WorkerError(RuntimeError):
-    """A worker process failed; the message names the run, its exit status and its log."""
+CALIBRATE = "benchmarks.peers.clocked:calibrate_job"
+RUN = "benchmarks.peers.clocked:run_job"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -110,7 +106,7 @@ def prepare_shared(settings: Settings) -> dict:
 
 
 def run_spec(settings: Settings, shared: dict, implementation: str, seed: int) -> dict:
-    """The SPEC.json of one run (benchmarks/peers/worker.py)."""
+    """The spec of one run (benchmarks/peers/clocked.py reads it)."""
     name = f"{implementation}_seed{seed}"
     run_dir = os.path.join(os.path.abspath(settings.output_dir), "runs", name)
     return {
@@ -132,38 +128,17 @@ def run_spec(settings: Settings, shared: dict, implementation: str, seed: int) -
 
 
 def run_one(spec: dict, log_path: str, timeout: Optional[float] = None) -> dict:
-    """Runs one worker process to the end and returns its result (WorkerError if it fails)."""
-    os.makedirs(spec["run_dir"], exist_ok=True)
-    spec_path = os.path.join(spec["run_dir"], "spec.json")
-    with open(spec_path, "w", encoding="utf-8") as f:
-        json.dump(spec, f, indent=1)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        p for p in (ROOT, os.environ.get("PYTHONPATH", "")) if p))
+    """Runs one race run, its calibration then its clocked run, each in a worker process
+    (benchmarks/worker.py, jobs of benchmarks/peers/clocked.py), both logged to `log_path`;
+    returns the clocked run's result (WorkerError if a process fails)."""
     run = f"{spec['implementation']} (seed {spec['seed']})"
-    with open(log_path, "w", encoding="utf-8") as log:
-        for mode in ("calibrate", "run"):
-            log.write(f"----- {mode}\n")
-            log.flush()
-            try:
-                done = subprocess.run(
-                    [sys.executable, "-m", "benchmarks.peers.worker", mode, spec_path],
-                    stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, env=env, timeout=timeout,
-                    check=False)
-            except subprocess.TimeoutExpired as e:
-                raise WorkerError(f"{run}: the {mode} process was still running after "
-                                  f"{timeout:.0f} s and was stopped (its log: {log_path})") from e
-            if done.returncode != 0:
-                raise WorkerError(f"{run}: the {mode} process failed with exit status "
-                                  f"{done.returncode}: {_last_line(log_path)} (its log: "
-                                  f"{log_path})")
-    with open(spec["result_path"], encoding="utf-8") as f:
-        return json.load(f)
-
-
-def _last_line(path: str) -> str:
-    with open(path, encoding="utf-8", errors="replace") as f:
-        lines = [line.strip() for line in f if line.strip()]
-    return lines[-1] if lines else "(no output)"
+    spec_path = os.path.join(spec["run_dir"], "spec.json")
+    with open(log_path, "w", encoding="utf-8"):
+        pass  # a fresh log for each run
+    worker.run({**spec, "job": CALIBRATE, "result_path": spec["calibration_path"]}, spec_path,
+               log_path, f"{run}: calibration", timeout)
+    return worker.run({**spec, "job": RUN}, spec_path, log_path, f"{run}: clocked run",
+                      timeout)
 
 
 def run_all(settings: Settings, shared: dict, report=print) -> list[dict]:

@@ -1,6 +1,6 @@
 """What the comparison reports: time to a target accuracy, the seed-to-seed spread, the PNG.
 
-Time to target: the training seconds (the clock of benchmarks/peers/worker.py) of the first
+Time to target: the training seconds (the clock of benchmarks/peers/clocked.py) of the first
 evaluation whose held-out masked-LM accuracy is at or above the target; None if no evaluation
 reached it. Its resolution is the spacing of the evaluation points (budget / eval_points).
 """

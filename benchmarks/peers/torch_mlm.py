@@ -4,9 +4,9 @@
                DataCollatorForLanguageModeling does it: 15%, 80/10/10, drawn anew each batch)
     model      BertForMaskedLM from a BertConfig (random init after torch.manual_seed(seed)),
                float32, dropout as configured; the loss of the model over the labelled positions
-    optimizer  torch.optim.AdamW (weight decay off biases and LayerNorm weights),
-               get_linear_schedule_with_warmup (linear warm-up, linear decay to 0), gradients
-               clipped to global norm clip_norm first, as transformers' Trainer does
+    optimizer  the reference recipe in torch (benchmarks/peers/recipe.py: AdamW without decay on
+               biases and LayerNorm, linear warm-up and decay to 0, clipping at clip_norm first,
+               as transformers' Trainer does)
     step       eager, on the GPU if this torch build sees one, else on spec["torch_threads"] CPU
                threads (0: torch's default); the step ends when its loss is on the host
 
@@ -20,7 +20,7 @@ import torch
 import transformers
 
 from benchmarks.peers import heldout as heldout_lib
-from benchmarks.peers import mlm_blocks
+from benchmarks.peers import mlm_blocks, recipe
 
 
 def _tensors(batch: dict[str, np.ndarray], device: torch.device) -> dict[str, torch.Tensor]:
@@ -29,12 +29,12 @@ def _tensors(batch: dict[str, np.ndarray], device: torch.device) -> dict[str, to
 
 
 class TorchMLM(mlm_blocks.BlocksPeer):
-    """The peer behind the harness's calls (benchmarks/peers/worker.py)."""
+    """The peer behind the harness's calls (benchmarks/peers/clocked.py)."""
 
     def __init__(self, spec: dict):
         super().__init__(spec)
         self.total_steps = 0
-        self.model = self.optimizer = self.schedule = self.batches = None
+        self.model = self.trainer = self.batches = None
         if spec.get("torch_threads"):
             torch.set_num_threads(spec["torch_threads"])
         # A GPU where this torch build has one, as JAX takes one where it is installed for it.
@@ -46,32 +46,15 @@ class TorchMLM(mlm_blocks.BlocksPeer):
         self.total_steps = total_steps
 
     def init(self) -> None:
-        self.model = self.optimizer = self.schedule = None
+        self.model = self.trainer = None
         torch.manual_seed(self.spec["seed"])
         self.model = transformers.BertForMaskedLM(self.hf_config).to(self.device).train()
-        opt = self.train["optimizer"]
-        named = list(self.model.named_parameters())
-        no_decay = lambda name: name.endswith("bias") or "LayerNorm" in name  # noqa: E731
-        groups = [{"params": [p for n, p in named if not no_decay(n)],
-                   "weight_decay": opt["weight_decay"]},
-                  {"params": [p for n, p in named if no_decay(n)], "weight_decay": 0.0}]
-        self.optimizer = torch.optim.AdamW(groups, lr=self.train["learning_rate"],
-                                           betas=(opt["b1"], opt["b2"]), eps=opt["eps"])
-        warmup = int(round(self.train["warmup_fraction"] * self.total_steps))
-        self.schedule = transformers.get_linear_schedule_with_warmup(
-            self.optimizer, warmup, self.total_steps)
+        self.trainer = recipe.TorchTrainer(self.model, recipe.Recipe.of(
+            self.train["learning_rate"], self.train["warmup_fraction"], self.total_steps,
+            self.train["optimizer"]))
 
     def train_step(self) -> None:
-        batch = _tensors(next(self.batches), self.device)
-        loss = self.model(**batch).loss
-        loss.backward()
-        clip_norm = self.train["optimizer"]["clip_norm"]
-        if clip_norm > 0:  # 0: no clipping, as in bert_jax's optimizer
-            torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip_norm)
-        self.optimizer.step()
-        self.schedule.step()
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.item()
+        self.trainer.step(_tensors(next(self.batches), self.device)).item()  # on the host
 
     def sync(self) -> None:
         """Nothing runs after train_step returns (torch on the CPU is eager)."""

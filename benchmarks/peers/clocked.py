@@ -1,11 +1,12 @@
-"""One run of one implementation against the clock, in its own process:
+"""One run of one implementation against the clock: the two jobs of the race's worker processes
+(benchmarks/worker.py), each in a fresh process, one after the other:
 
-    python -m benchmarks.peers.worker calibrate SPEC.json    # -> spec["calibration_path"]
-    python -m benchmarks.peers.worker run SPEC.json          # -> spec["result_path"]
+    calibrate_job(spec)  -> spec["result_path"] (the race's calibration_path): the planned steps
+    run_job(spec)        -> spec["result_path"]: the evaluations along the clock, the description
 
-SPEC.json (written by benchmarks/peers/race.py) names the implementation, the seed, the shared
-inputs and the settings. The two calls run in two fresh processes, one after the other, so that
-the clocked run starts as cold as any training run (no compilation cached by the calibration).
+The spec (written by benchmarks/peers/race.py) names the implementation, the seed, the shared
+inputs and the settings. The two jobs run in two fresh processes so that the clocked run starts
+as cold as any training run (no compilation cached by the calibration).
 
 What the clock counts. An implementation has the same five calls (`Implementation`). The clock
 runs through `init` (parameters and optimizer state) and every `train_step` (next batch, masking
@@ -29,10 +30,10 @@ parameters' evaluation, at the clock's final reading.
 from __future__ import annotations
 
 import json
-import sys
 import time
 from typing import Protocol
 
+from benchmarks import peers
 from benchmarks.peers import heldout as heldout_lib
 
 CALIBRATION_STEPS = 10
@@ -139,31 +140,19 @@ def run_against_clock(impl: Implementation, rows: heldout_lib.Heldout, budget: f
     return evaluations
 
 
-def main(argv: list[str]) -> None:
-    """argv: [program, "calibrate" | "run", SPEC.json] (module docstring)."""
-    from benchmarks import peers  # pylint: disable=import-outside-toplevel
+def calibrate_job(spec: dict) -> dict:
+    """The job of the calibration process: `calibrate` of a fresh implementation."""
+    return calibrate(peers.make(spec["implementation"], spec), spec["budget_seconds"])
 
-    mode, spec_path = argv[1:3]
-    with open(spec_path, encoding="utf-8") as f:
-        spec = json.load(f)
-    impl = peers.make(spec["implementation"], spec)
-    if mode == "calibrate":
-        _write(spec["calibration_path"], calibrate(impl, spec["budget_seconds"]))
-        return
+
+def run_job(spec: dict) -> dict:
+    """The job of the clocked process: the run planned by the calibration (its
+    spec["calibration_path"]) scored on the held-out rows, and the implementation's description."""
     with open(spec["calibration_path"], encoding="utf-8") as f:
-        calibration = json.load(f)
+        planned = json.load(f)
+    impl = peers.make(spec["implementation"], spec)
     rows = heldout_lib.load(spec["heldout_path"], spec["heldout_sha256"])
     evaluations = run_against_clock(impl, rows, spec["budget_seconds"], spec["eval_points"],
-                                    calibration["planned_steps"])
-    _write(spec["result_path"], {"implementation": spec["implementation"], "seed": spec["seed"],
-                                 "calibration": calibration, "evaluations": evaluations,
-                                 **impl.describe()})
-
-
-def _write(path: str, record: dict) -> None:
-    with open(path, "w", encoding="utf-8") as f:
-        json.dump(record, f, indent=1)
-
-
-if __name__ == "__main__":
-    main(sys.argv)
+                                    planned["planned_steps"])
+    return {"implementation": spec["implementation"], "seed": spec["seed"],
+            "calibration": planned, "evaluations": evaluations, **impl.describe()}
