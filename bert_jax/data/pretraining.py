@@ -68,7 +68,7 @@ class PretrainingDataConfig:
       its document) fit.
     short_seq_prob: sentence-pair mode: probability of a shorter target length (as in BERT).
     num_workers: grain worker processes making rows (0: threads of this process only; see
-      experiments/data_throughput.py for when they pay off). num_workers > 0 needs parsed absl
+      benchmarks/data_throughput.py for when they pay off). num_workers > 0 needs parsed absl
       flags (module docstring).
     document_delimiter, invalid_utf8, validation_fraction: options of "text:GLOB" corpora.
     """
