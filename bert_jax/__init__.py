@@ -1,10 +1,16 @@
 """bert_jax: BERT encoders in JAX/Flax, for pre-training and fine-tuning on TPUs and GPUs."""
 
 from bert_jax.config import BertConfig, ConfigError
-from bert_jax.model import (BertForPreTraining, BertForQuestionAnswering,
-                            BertForSequenceClassification, BertForTokenClassification, BertModel,
-                            BertOutput)
+from bert_jax.model import (
+    BertForPreTraining,
+    BertForQuestionAnswering,
+    BertForSequenceClassification,
+    BertForTokenClassification,
+    BertModel,
+    BertOutput,
+)
 
 __all__ = ["BertConfig", "ConfigError", "BertModel", "BertOutput", "BertForPreTraining",
-           "BertForQuestionAnswering", "BertForSequenceClassification", "BertForTokenClassification"]
+           "BertForQuestionAnswering", "BertForSequenceClassification",
+           "BertForTokenClassification"]
 __version__ = "0.1.0"

@@ -130,8 +130,8 @@ class BertConfig:
                 f"BertConfig.hidden_size={self.hidden_size} is not divisible by "
                 f"num_attention_heads={self.num_attention_heads}")
         if self.hidden_act not in ACTIVATIONS:
-            raise ConfigError(
-                f"BertConfig.hidden_act={self.hidden_act!r} is unknown; choose one of {ACTIVATIONS}")
+            raise ConfigError(f"BertConfig.hidden_act={self.hidden_act!r} is unknown; "
+                              f"choose one of {ACTIVATIONS}")
         for name in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
             value = getattr(self, name)
             if not 0.0 <= value < 1.0:
@@ -140,12 +140,14 @@ class BertConfig:
             raise ConfigError("BertConfig.layer_norm_eps and initializer_range must be positive")
         for name in ("dtype", "param_dtype"):
             if getattr(self, name) not in DTYPES:
-                raise ConfigError(f"BertConfig.{name}={getattr(self, name)!r}; choose one of {DTYPES}")
+                raise ConfigError(
+                    f"BertConfig.{name}={getattr(self, name)!r}; choose one of {DTYPES}")
         if self.remat_policy not in REMAT_POLICIES:
             raise ConfigError(
                 f"BertConfig.remat_policy={self.remat_policy!r}; choose one of {REMAT_POLICIES}")
         if not 0 <= self.pad_token_id < self.vocab_size:
-            raise ConfigError(f"BertConfig.pad_token_id={self.pad_token_id} is outside the vocabulary")
+            raise ConfigError(
+                f"BertConfig.pad_token_id={self.pad_token_id} is outside the vocabulary")
         for name, choices in (("layer_norm_position", LAYER_NORM_POSITIONS),
                               ("ffn_kind", FFN_KINDS),
                               ("position_embedding_type", POSITION_EMBEDDING_TYPES),
@@ -166,7 +168,7 @@ class BertConfig:
         return self.hidden_size // self.num_attention_heads
 
     @classmethod
-    def preset(cls, name: str, **overrides: Any) -> "BertConfig":
+    def preset(cls, name: str, **overrides: Any) -> BertConfig:
         """The named preset (tiny, mini, small, medium, base, large), with fields overridden."""
         if name not in PRESETS:
             raise ConfigError(f"unknown BERT preset {name!r}; choose one of {sorted(PRESETS)}")
@@ -174,7 +176,7 @@ class BertConfig:
         return cls(**{"num_hidden_layers": layers, "hidden_size": hidden,
                       "num_attention_heads": heads, "intermediate_size": ffn, **overrides})
 
-    def replace(self, **changes: Any) -> "BertConfig":
+    def replace(self, **changes: Any) -> BertConfig:
         return dataclasses.replace(self, **changes)
 
     def num_params(self, with_pooler: bool = True) -> int:
@@ -209,7 +211,7 @@ class BertConfig:
 
     @classmethod
     def from_hf_dict(cls, hf: Mapping[str, Any], source: str = "config.json",
-                     **overrides: Any) -> "BertConfig":
+                     **overrides: Any) -> BertConfig:
         """A BertConfig from a Hugging Face `config.json` dict; `source` names it in errors."""
         model_type = hf.get("model_type", "bert")
         if model_type != "bert":
@@ -227,7 +229,7 @@ class BertConfig:
             raise ConfigError(f"{source}: {e}") from None
 
     @classmethod
-    def from_json_file(cls, path: str | os.PathLike, **overrides: Any) -> "BertConfig":
+    def from_json_file(cls, path: str | os.PathLike, **overrides: Any) -> BertConfig:
         path = os.fspath(path)
         if not os.path.isfile(path):
             raise FileNotFoundError(f"no BERT config file at {path}")

@@ -38,12 +38,11 @@ import numpy as np
 from absl import logging
 from etils import epath
 
-from bert_jax import progress
+from bert_jax import paths, progress
 from bert_jax.config import BertConfig
 from bert_jax.data import tokenizer as tokenizer_lib
 from bert_jax.data import unlabelled
 from bert_jax.data.textfiles import DataError
-from bert_jax import paths
 
 POOLINGS = ("mean", "cls")
 FORMATS = ("auto", "text", "jsonl", "csv", "tsv")
@@ -85,12 +84,12 @@ def load_encoder(hf_dir: Optional[str] = None, workdir: Optional[str] = None,
     if (hf_dir is None) == (workdir is None):
         raise ValueError("give exactly one of a Hugging Face folder and a run's workdir")
     if hf_dir is not None:
-        from bert_jax.convert import hf  # pylint: disable=import-outside-toplevel
+        from bert_jax.convert import hf
         cfg, params = hf.load(hf_dir, with_heads=False)
         tokenizer, source = tokenizer_lib.load_tokenizer(hf_dir), hf_dir
     else:
-        from bert_jax.recipes import saved_runs  # pylint: disable=import-outside-toplevel
-        from bert_jax.train import checkpointing, params_loading  # pylint: disable=import-outside-toplevel
+        from bert_jax.recipes import saved_runs
+        from bert_jax.train import checkpointing, params_loading
         source = checkpointing.checkpoint_dir(workdir)
         cfg, params = params_loading.load_params(source, step=step)
         tokenizer = saved_runs.run_tokenizer(workdir)
@@ -182,7 +181,7 @@ def make_embed_fn(cfg: BertConfig, pooling: str, normalize: bool):
     """jitted (params, input_ids [B, L], attention_mask [B, L]) -> float32 [B, H]."""
     if pooling not in POOLINGS:
         raise ValueError(f"pooling {pooling!r} is unknown; choose one of {POOLINGS}")
-    from bert_jax.model import BertModel  # pylint: disable=import-outside-toplevel
+    from bert_jax.model import BertModel
     model = BertModel(cfg, add_pooler=False)
 
     def embed_fn(params, input_ids, attention_mask):

@@ -33,7 +33,7 @@ def normalise(platform: str) -> str:
 def platform_of(mesh_or_devices) -> str:
     """The platform of a Mesh's (or a sequence of devices') first device."""
     devices = getattr(mesh_or_devices, "devices", mesh_or_devices)
-    first = devices.flat[0] if hasattr(devices, "flat") else list(devices)[0]
+    first = devices.flat[0] if hasattr(devices, "flat") else next(iter(devices))
     return normalise(first.platform)
 
 

@@ -29,8 +29,8 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from bert_jax.train import metrics_writer
 from bert_jax import paths
+from bert_jax.train import metrics_writer
 
 X_AXES = ("step", "seconds")
 DEFAULT_METRICS = ("loss", "mlm_accuracy")

@@ -43,10 +43,11 @@ def enabled() -> bool:
 
 
 def bar(iterable: Optional[Iterable[T]] = None, total: Optional[int] = None,
-        desc: Optional[str] = None, unit: str = "it", wanted: bool = True) -> "tqdm.tqdm[T]":
+        desc: Optional[str] = None, unit: str = "it", wanted: bool = True) -> tqdm.tqdm[T]:
     """A tqdm bar over `iterable` (or a manual one: `.update(n)`), on the stderr of the moment,
     disabled unless `enabled()`. total None: the length of the iterable if it has one, else a
     count and a rate without a percentage. The bar is cleared when done (leave=False): the logs
     say what was done, the bar only that it is going on. wanted=False: no bar in any case."""
     return tqdm.tqdm(iterable, total=total, desc=desc, unit=unit, file=sys.stderr,
-                     disable=not (wanted and enabled()), leave=False, dynamic_ncols=True, mininterval=0.5)
+                     disable=not (wanted and enabled()), leave=False, dynamic_ncols=True,
+                     mininterval=0.5)

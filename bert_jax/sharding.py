@@ -21,7 +21,8 @@ import flax.linen as nn
 import jax
 import numpy as np
 from jax.experimental import mesh_utils
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from bert_jax import platform, xla_options
 
@@ -152,7 +153,8 @@ def data_parallel_size(mesh: Mesh) -> int:
 
 
 def device_put_batch(host_batch: Mapping[str, np.ndarray], mesh: Mesh) -> dict[str, jax.Array]:
-    """Host-local numpy batch (this process's rows) -> global jax.Arrays sharded over (data, fsdp)."""
+    """Host-local numpy batch (this process's rows) -> global jax.Arrays sharded over
+    (data, fsdp)."""
     sharding = batch_sharding(mesh)
     return {k: jax.make_array_from_process_local_data(sharding, np.asarray(v))
             for k, v in host_batch.items()}

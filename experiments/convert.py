@@ -1,10 +1,11 @@
-"""Convert BERT weights between Hugging Face folders and our Orbax checkpoints.
+r"""Convert BERT weights between Hugging Face folders and our Orbax checkpoints.
 
   # Hugging Face folder (config.json + model.safetensors or pytorch_model.bin) -> our checkpoint
   python experiments/convert.py --direction=hf_to_ours --hf_dir=PATH --checkpoint_dir=OUT
 
   # our checkpoint (newest step, or --step) -> a folder transformers.BertModel.from_pretrained loads
-  python experiments/convert.py --direction=ours_to_hf --checkpoint_dir=WORKDIR/checkpoints --hf_dir=OUT
+  python experiments/convert.py --direction=ours_to_hf --checkpoint_dir=WORKDIR/checkpoints \
+      --hf_dir=OUT
 
 The checkpoint written by hf_to_ours is an ordinary step-0 checkpoint of our trainer (params and
 model config; no optimizer state): `bert_jax.train.params_loading.load_params(OUT)` reads it.

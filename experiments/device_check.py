@@ -38,7 +38,7 @@ from absl import app, flags
 
 # Runnable from a checkout without installing it (an accelerator image with jax but not us).
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from bert_jax import cli  # noqa: E402
+from bert_jax import cli
 
 FLAGS = flags.FLAGS
 SCRIPT = "device_check.py"
@@ -98,7 +98,7 @@ def check_attention(sizes: dict, kernel: str) -> dict:
     for name, (mask, real) in _masks(sizes["batch"], sizes["seq_len"]).items():
         real = jnp.asarray(real, jnp.bfloat16)[:, :, None, None]
 
-        def objective(impl, q, k, v):
+        def objective(impl, q, k, v, mask=mask, real=real):
             context = getattr(attention, impl)(q, k, v, mask)  # the kernel itself
             return jnp.sum((context * real * cotangent).astype(jnp.float32)), context
 
@@ -112,7 +112,7 @@ def check_attention(sizes: dict, kernel: str) -> dict:
                                                 argnums=(0, 1, 2), has_aux=True))
                 (_, context), g = fn(q, k, v)
                 grads[impl] = (context * real, g)
-            diff = lambda a, b: float(jnp.max(jnp.abs(a.astype(jnp.float32)  # noqa: E731
+            diff = lambda a, b: float(jnp.max(jnp.abs(a.astype(jnp.float32)
                                                       - b.astype(jnp.float32))))
             result["output_max_abs_diff"] = diff(grads["xla"][0], grads[kernel][0])
             for label, a, b in zip("qkv", grads["xla"][1], grads[kernel][1]):

@@ -23,25 +23,8 @@ _CACHE = tempfile.mkdtemp(prefix="bert_jax_tests_xla_")
 os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", _CACHE)
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 
-
-# Modules whose DeprecationWarnings are errors: ours. A warning is attributed to the module of the
-# frame `stacklevel` above its warn() call: jax's deprecations (stacklevel 2) name the module that
-# calls the deprecated API, so calling one from bert_jax, experiments, benchmarks or a test fails
-# that test.
-# The regex is matched at the start of the module's __name__; test files are imported by their
-# basename (rootdir `prepend` mode: test_model, faults.test_run_faults, pretrain_runs) or, with
-# --import-mode=importlib, under tests. Warnings that a library attributes to itself (flax's
-# stacklevel-1 warnings, for one) are not ours and keep pytest's default (shown in the summary).
-OWN_MODULES = (r"(bert_jax|experiments|benchmarks|tests|faults|test_\w+|conftest|eight_devices"
-               r"|pretrain_runs|finetune_runs)(\.|$)")
-
-
-def pytest_configure(config):
-    config.addinivalue_line(
-        "markers", "slow: an end-to-end run of minutes (deselect with -m 'not slow')")
-    # No ini file configures pytest here: the filter is added as if it were one (-W and
-    # PYTHONWARNINGS still take precedence, e.g. -W default::DeprecationWarning to list them).
-    config.addinivalue_line("filterwarnings", f"error::DeprecationWarning:{OWN_MODULES}")
+# pytest's settings (testpaths, the `slow` marker, the filter that makes our own
+# DeprecationWarnings errors) are in pyproject.toml's [tool.pytest.ini_options].
 
 
 def pytest_unconfigure(config):

@@ -20,9 +20,9 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-import eight_devices
-
 from bert_jax import BertConfig, BertModel, sharding
+
+import eight_devices
 
 # Sizes chosen so that no activation shape can be mistaken for a weight's: rows per device 2,
 # sequence 24, masked positions 3.
@@ -124,7 +124,7 @@ def test_constraints_apply_only_under_activation_sharding():
     model = BertModel(cfg)
     ids = jnp.ones((2, SEQ), jnp.int32)
     params = nn.meta.unbox(model.init(jax.random.PRNGKey(0), ids)["params"])
-    apply = lambda p: model.apply({"params": p}, ids).sequence_output  # noqa: E731
+    apply = lambda p: model.apply({"params": p}, ids).sequence_output
     assert _constraints_in(apply, params) == 0  # a plain apply: no rules, no mesh
     mesh = sharding.make_mesh(1, 1, 1, devices=jax.devices()[:1])
     with nn.logical_axis_rules(sharding.LOGICAL_AXIS_RULES):

@@ -8,6 +8,7 @@ bucket at most, not one per batch. Length-grouped batching (an option, off by de
 redistributes the rows of a window of batches.
 """
 
+import itertools
 import json
 import logging
 import os
@@ -23,6 +24,7 @@ from bert_jax.recipes import common as recipe_common
 from bert_jax.recipes.finetune import data as data_lib
 from bert_jax.recipes.finetune import recipe
 from bert_jax.train import evaluation
+
 from finetune_runs import tiny_finetune_config
 
 WORDS = ["john", "mary", "paris", "berlin", "acme", "globex", "book", "car", "visited", "met",
@@ -160,7 +162,7 @@ def test_grouping_by_length_redistributes_rows_within_each_window():
         padded["plain"] += sum(8 * lengths[r].max() for r in a)
         padded["grouped"] += sum(8 * lengths[r].max() for r in b)
         spans = sorted((lengths[r].min(), lengths[r].max()) for r in b)
-        assert all(hi <= lo_next for (_, hi), (lo_next, _) in zip(spans, spans[1:]))
+        assert all(hi <= lo_next for (_, hi), (lo_next, _) in itertools.pairwise(spans))
     assert padded["grouped"] < padded["plain"]
 
 
@@ -303,8 +305,8 @@ def test_heldout_predictions_equal_with_and_without_buckets(task, tmp_path):
     (bucketed, metrics, records), (plain, plain_metrics, plain_records) = (
         results[BUCKETED], results["none"])
     real = row_layout.row_lengths(inputs["attention_mask"])
-    assert len(set(batches.Buckets(BUCKETS, ("attention_mask",)).length_for(
-        real[i:i + 4].max(), MAX_LEN) for i in range(0, len(real), 4))) == 3  # every bucket
+    assert len({batches.Buckets(BUCKETS, ("attention_mask",)).length_for(
+        real[i:i + 4].max(), MAX_LEN) for i in range(0, len(real), 4)}) == 3  # every bucket
     for name, value in plain.items():
         assert bucketed[name].shape == value.shape  # token outputs padded back to max_seq_len
         if name in data.kind.token_outputs:  # every real position agrees

@@ -12,8 +12,7 @@ import pytest
 
 from bert_jax import BertConfig
 from bert_jax.model import BertForPreTraining
-from bert_jax.train import checkpointing, loop, optimizer, steps
-from bert_jax.train import params_loading
+from bert_jax.train import checkpointing, optimizer, params_loading, steps
 from bert_jax.train import state as state_lib
 
 
@@ -47,8 +46,10 @@ def make_state(cfg, with_nsp=False):
 
     boxed = init_fn(jax.random.PRNGKey(0))
     state = steps.TrainState.create(nn.meta.unbox(boxed), tx, jax.random.PRNGKey(1))
-    mesh = jax.sharding.Mesh(np.array(jax.devices()[:1]).reshape(1, 1, 1), ("data", "fsdp", "tensor"))
-    _, shardings = state_lib.state_shardings(jax.eval_shape(init_fn, jax.random.PRNGKey(0)), tx, mesh)
+    mesh = jax.sharding.Mesh(np.array(jax.devices()[:1]).reshape(1, 1, 1),
+                             ("data", "fsdp", "tensor"))
+    _, shardings = state_lib.state_shardings(jax.eval_shape(init_fn, jax.random.PRNGKey(0)), tx,
+                                             mesh)
     abstract = jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
                             jax.eval_shape(lambda: state), shardings)
     return state.replace(step=jnp.asarray(7, jnp.int32)), abstract
@@ -123,7 +124,8 @@ def test_load_params_latest_and_named_step(tmp_path):
 
     loaded_cfg, params = params_loading.load_params(tmp_path)
     assert loaded_cfg == cfg
-    jax.tree.map(np.testing.assert_array_equal, jax.device_get(params), jax.device_get(later.params))
+    jax.tree.map(np.testing.assert_array_equal, jax.device_get(params),
+                 jax.device_get(later.params))
     _, params_3 = params_loading.load_params(tmp_path, step=3)
     jax.tree.map(np.testing.assert_array_equal, jax.device_get(params_3),
                  jax.device_get(state.params))

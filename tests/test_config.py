@@ -1,4 +1,5 @@
-"""BertConfig: presets, the parameter-count formula, validation, Hugging Face config.json both ways."""
+"""BertConfig: presets, the parameter-count formula, validation, Hugging Face config.json both
+ways."""
 
 import json
 

@@ -119,8 +119,10 @@ def test_minilm_bf16_compute_is_close_to_fp32(minilm):
     assert np.isfinite(low).all()
     abs_diff = np.abs(low - high)[mask].max()
     relative = (np.linalg.norm(low - high, axis=-1) / np.linalg.norm(high, axis=-1))[mask].max()
-    pooled = np.abs(np.asarray(bf16.pooled_output, np.float32) - np.asarray(fp32.pooled_output)).max()
-    print(f"MiniLM bf16 vs fp32: max |diff| {abs_diff:.3g}, relative {relative:.3g}, pooled {pooled:.3g}")
+    pooled = np.abs(np.asarray(bf16.pooled_output, np.float32)
+                    - np.asarray(fp32.pooled_output)).max()
+    print(f"MiniLM bf16 vs fp32: max |diff| {abs_diff:.3g}, relative {relative:.3g}, "
+          f"pooled {pooled:.3g}")
     assert abs_diff <= BF16_MAX_ABS
     assert relative <= BF16_MAX_RELATIVE
     assert pooled <= BF16_POOLED_MAX_ABS
@@ -186,7 +188,8 @@ def test_pretraining_heads_match_transformers(tmp_path):
     batch, positions = small_batch()
     ours = apply_pretraining(cfg, params, batch, positions, with_nsp=True)
     ref = torch_outputs(reference, batch)
-    mlm_diff = np.abs(np.asarray(ours.mlm_logits) - gathered(ref.prediction_logits.numpy(), positions))
+    mlm_diff = np.abs(np.asarray(ours.mlm_logits)
+                      - gathered(ref.prediction_logits.numpy(), positions))
     nsp_diff = np.abs(np.asarray(ours.nsp_logits) - ref.seq_relationship_logits.numpy())
     print(f"random BertForPreTraining parity: MLM max |diff| {mlm_diff.max():.3g}, "
           f"NSP {nsp_diff.max():.3g}")
@@ -209,14 +212,15 @@ def test_pretraining_round_trip_loads_in_transformers(tmp_path):
     hf.save(cfg, params, tmp_path / "out")
     written = json.loads((tmp_path / "out" / "config.json").read_text())
     assert written["architectures"] == ["BertForPreTraining"]
-    batch, positions = small_batch(1)
+    batch, _ = small_batch(1)
     expected = torch_outputs(reference, batch)
 
     reloaded, info = transformers.BertForPreTraining.from_pretrained(
         tmp_path / "out", output_loading_info=True)
     assert not info["missing_keys"] and not info["unexpected_keys"]
     again = torch_outputs(reloaded.eval(), batch)
-    np.testing.assert_array_equal(again.prediction_logits.numpy(), expected.prediction_logits.numpy())
+    np.testing.assert_array_equal(again.prediction_logits.numpy(),
+                                  expected.prediction_logits.numpy())
     np.testing.assert_array_equal(again.seq_relationship_logits.numpy(),
                                   expected.seq_relationship_logits.numpy())
     # The decoder is tied again on load.
@@ -273,7 +277,8 @@ def test_our_freshly_initialised_model_runs_the_same_in_transformers(tmp_path):
 def test_pytorch_bin_checkpoint_with_old_layer_norm_names(tmp_path):
     """A .bin file (read through torch) with the TF-era LayerNorm gamma/beta names."""
     reference = random_reference(transformers.BertModel, seed=3)
-    state = {k.replace("LayerNorm.weight", "LayerNorm.gamma").replace("LayerNorm.bias", "LayerNorm.beta"): v
+    state = {k.replace("LayerNorm.weight", "LayerNorm.gamma")
+              .replace("LayerNorm.bias", "LayerNorm.beta"): v
              for k, v in reference.state_dict().items()}
     torch.save(state, tmp_path / "pytorch_model.bin")
     (tmp_path / "config.json").write_text(json.dumps(transformers.BertConfig(**SMALL).to_dict()))
@@ -284,7 +289,8 @@ def test_pytorch_bin_checkpoint_with_old_layer_norm_names(tmp_path):
     ref = torch_outputs(reference, batch)
     assert np.abs(np.asarray(ours.sequence_output) - ref.last_hidden_state.numpy())[mask].max() \
         <= FP32_TOLERANCE
-    assert np.abs(np.asarray(ours.pooled_output) - ref.pooler_output.numpy()).max() <= FP32_TOLERANCE
+    assert np.abs(np.asarray(ours.pooled_output) - ref.pooler_output.numpy()).max() \
+        <= FP32_TOLERANCE
 
 
 def test_pytorch_bin_without_torch_says_so(tmp_path, monkeypatch):
@@ -393,7 +399,8 @@ def test_untied_decoder_is_refused(tmp_path):
     reference = random_reference(transformers.BertForMaskedLM, seed=6)
     reference.save_pretrained(tmp_path, safe_serialization=True)
     decoder = reference.bert.embeddings.word_embeddings.weight.detach().numpy() + 1.0
-    path = rewrite_tensors(tmp_path, lambda t: t.update({"cls.predictions.decoder.weight": decoder}))
+    path = rewrite_tensors(tmp_path,
+                           lambda t: t.update({"cls.predictions.decoder.weight": decoder}))
     with pytest.raises(hf.CheckpointError) as error:
         hf.load(tmp_path)
     assert path in str(error.value) and "'cls.predictions.decoder.weight'" in str(error.value)
@@ -401,7 +408,8 @@ def test_untied_decoder_is_refused(tmp_path):
 
 def test_save_refuses_params_that_do_not_fit_the_config(tmp_path, small_checkpoint):
     cfg, params = hf.load(small_checkpoint)
-    with pytest.raises(hf.CheckpointError, match="encoder/layer_0/attention/query/kernel has shape"):
+    with pytest.raises(hf.CheckpointError,
+                       match="encoder/layer_0/attention/query/kernel has shape"):
         hf.save(cfg.replace(num_attention_heads=2), params, tmp_path / "a")
     with pytest.raises(hf.CheckpointError, match="encoder/layer_1/.* is not a parameter"):
         hf.save(cfg.replace(num_hidden_layers=1), params, tmp_path / "b")
@@ -437,17 +445,21 @@ def test_fine_tuning_checkpoints_both_ways(tmp_path, architecture):
             <= FP32_TOLERANCE
 
     hf.save(cfg, params, tmp_path / "out")
-    assert json.loads((tmp_path / "out" / "config.json").read_text())["architectures"] == [architecture]
+    written = json.loads((tmp_path / "out" / "config.json").read_text())
+    assert written["architectures"] == [architecture]
     reloaded, info = hf_class.from_pretrained(tmp_path / "out", output_loading_info=True)
     assert not info["missing_keys"] and not info["unexpected_keys"]
     again = torch_outputs(reloaded.eval(), batch)
-    for name in ("start_logits", "end_logits") if architecture == "BertForQuestionAnswering" else ("logits",):
+    names = (("start_logits", "end_logits") if architecture == "BertForQuestionAnswering"
+             else ("logits",))
+    for name in names:
         np.testing.assert_array_equal(getattr(again, name).numpy(), getattr(expected, name).numpy())
 
 
 def run_convert_script(*flags, succeed=True):
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    result = subprocess.run([sys.executable, os.path.join(root, "experiments", "convert.py"), *flags],
+    script = os.path.join(root, "experiments", "convert.py")
+    result = subprocess.run([sys.executable, script, *flags],
                             capture_output=True, text=True, timeout=300, cwd=root,
                             env={**os.environ, "JAX_PLATFORMS": "cpu"})
     assert (result.returncode == 0) == succeed, result.stderr[-3000:]
@@ -455,7 +467,8 @@ def run_convert_script(*flags, succeed=True):
 
 
 def test_convert_script_both_directions(tmp_path):
-    """HF BertForPreTraining -> our Orbax checkpoint -> HF again: transformers gives the same logits."""
+    """HF BertForPreTraining -> our Orbax checkpoint -> HF again: transformers gives the same
+    logits."""
     reference = random_reference(transformers.BertForPreTraining, seed=8)
     reference.save_pretrained(tmp_path / "hf_in", safe_serialization=True)
     run_convert_script("--direction=hf_to_ours", f"--hf_dir={tmp_path / 'hf_in'}",
@@ -465,7 +478,8 @@ def test_convert_script_both_directions(tmp_path):
     batch, _ = small_batch(6)
     reloaded = transformers.BertForPreTraining.from_pretrained(tmp_path / "hf_out").eval()
     expected, again = torch_outputs(reference, batch), torch_outputs(reloaded, batch)
-    np.testing.assert_array_equal(again.prediction_logits.numpy(), expected.prediction_logits.numpy())
+    np.testing.assert_array_equal(again.prediction_logits.numpy(),
+                                  expected.prediction_logits.numpy())
     np.testing.assert_array_equal(again.seq_relationship_logits.numpy(),
                                   expected.seq_relationship_logits.numpy())
 
@@ -508,7 +522,7 @@ def test_one_table_names_the_architecture_both_ways(tmp_path):
     for row in hf_layout.ARCHITECTURES:
         for pooler in ((True, False) if row.pooler is None else (row.pooler,)):
             encoder = {"pooler": {}} if pooler else {}
-            tree = {"bert": encoder, **{h: dense for h in row.heads}} if row.heads else encoder
+            tree = {"bert": encoder, **dict.fromkeys(row.heads, dense)} if row.heads else encoder
             assert hf_layout.architecture(hf.heads_of(tree), pooler) is row
             if row.our_class is None:
                 with pytest.raises(ValueError, match="no single model of ours"):

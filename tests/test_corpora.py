@@ -122,7 +122,7 @@ Things were named in 1999.
 | cell || cell
 |}
 [[Category:Words]]
-"""
+"""  # noqa: E501 - wikitext as a dump holds it: one line per paragraph
 
 DUMP = """<mediawiki xmlns="http://www.mediawiki.org/xml/export-0.10/">
 <page><title>Thing</title><ns>0</ns><revision><text>{article}</text></revision></page>

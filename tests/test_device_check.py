@@ -59,4 +59,5 @@ def test_device_check_bad_input_is_one_line(tmp_path):
                            "--tiny", "--steps=0", f"--json={tmp_path / 'x.json'}"],
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 1
-    assert done.stderr.strip().splitlines()[-1] == "device_check.py: error: --steps=0 must be positive"
+    assert done.stderr.strip().splitlines()[-1] == \
+        "device_check.py: error: --steps=0 must be positive"

@@ -18,6 +18,7 @@ import pytest
 from bert_jax.data import batches, example_packing, row_layout
 from bert_jax.recipes.finetune import data as data_lib
 from bert_jax.recipes.finetune import recipe
+
 from test_bucketing import CompileCounter, read_losses, task_config
 
 L = 32

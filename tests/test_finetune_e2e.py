@@ -20,6 +20,7 @@ from bert_jax.recipes import common as recipe_common
 from bert_jax.recipes.finetune import kinds, recipe
 from bert_jax.recipes.finetune.data import build_task_data
 from experiments.configs import common
+
 from finetune_runs import tiny_finetune_config
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -64,7 +64,8 @@ def _worker(out_dir: str) -> None:
             losses = [json.loads(line)["loss"] for line in f]
         params = jax.device_get(result.state.params)
         results[name] = {"losses": losses,
-                         "params": [np.asarray(x).ravel().tolist() for x in jax.tree.leaves(params)]}
+                         "params": [np.asarray(x).ravel().tolist()
+                                    for x in jax.tree.leaves(params)]}
         if name == "2x4x1":
             train = program.build(task, optimizer.make_optimizer(opt_cfg), loop_cfg, mesh,
                                   abstract=True)

@@ -29,7 +29,7 @@ import pytest
 # Read when gcsfs is imported: its experimental gRPC bucket probe has no emulator to talk to.
 os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
 
-from pretrain_runs import EVALUATE, ROOT, TINY_RUN, command, env, losses, run  # noqa: E402
+from pretrain_runs import EVALUATE, ROOT, TINY_RUN, command, env, losses, run
 
 FINETUNE = os.path.join(ROOT, "experiments", "finetune.py")
 LAUNCHER = os.path.join(ROOT, "launch", "multihost_local.sh")

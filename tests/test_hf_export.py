@@ -26,16 +26,21 @@ import tokenizers
 import torch
 import transformers
 
-from bert_jax import BertConfig, BertForPreTraining, BertForSequenceClassification
-from bert_jax import BertForTokenClassification, BertModel
+from bert_jax import (
+    BertConfig,
+    BertForPreTraining,
+    BertForSequenceClassification,
+    BertForTokenClassification,
+    BertModel,
+)
 from bert_jax.convert import hf
 from bert_jax.convert import runs as convert_runs
 from bert_jax.data import corpora, encoding, readers
 from bert_jax.data import tokenizer as tok
 from bert_jax.recipes.finetune import recipe
-from bert_jax.train import checkpointing
-from bert_jax.train import params_loading
+from bert_jax.train import checkpointing, params_loading
 from experiments.configs import common
+
 from finetune_runs import tiny_finetune_config
 
 torch.set_num_threads(2)

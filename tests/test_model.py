@@ -9,8 +9,14 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from bert_jax import (BertConfig, BertForPreTraining, BertForQuestionAnswering,
-                      BertForSequenceClassification, BertForTokenClassification, BertModel)
+from bert_jax import (
+    BertConfig,
+    BertForPreTraining,
+    BertForQuestionAnswering,
+    BertForSequenceClassification,
+    BertForTokenClassification,
+    BertModel,
+)
 from bert_jax.model.encoder import positions_from_segments
 
 TINY = BertConfig.preset("tiny", vocab_size=211, max_position_embeddings=64)
@@ -30,7 +36,8 @@ def randomise(params, seed=1, scale=0.2):
     leaves, treedef = jax.tree.flatten(params)
     keys = jax.random.split(jax.random.key(seed), len(leaves))
     return jax.tree.unflatten(treedef, [
-        leaf + scale * jax.random.normal(k, leaf.shape, leaf.dtype) for k, leaf in zip(keys, leaves)])
+        leaf + scale * jax.random.normal(k, leaf.shape, leaf.dtype)
+        for k, leaf in zip(keys, leaves)])
 
 
 def random_ids(seed, shape, vocab=TINY.vocab_size):
@@ -52,7 +59,8 @@ def test_parameter_tree_names_shapes_and_logical_axes():
     cfg = TINY
     d, n, h, f = cfg.hidden_size, cfg.num_attention_heads, cfg.head_dim, cfg.intermediate_size
     ids = jnp.zeros((1, 4), jnp.int32)
-    boxed = BertForPreTraining(cfg).init(jax.random.key(0), ids, jnp.zeros((1, 2), jnp.int32))["params"]
+    boxed = BertForPreTraining(cfg).init(jax.random.key(0), ids,
+                                         jnp.zeros((1, 2), jnp.int32))["params"]
     shapes = {"/".join(k.key for k in path): tuple(v.shape)
               for path, v in jax.tree_util.tree_leaves_with_path(nn.meta.unbox(boxed))}
     layer = "bert/encoder/layer_1"
@@ -110,7 +118,8 @@ def test_packed_sequences_equal_each_sequence_alone():
 
     pad = 4
     packed_ids = jnp.concatenate([first, second, jnp.zeros((1, pad), jnp.int32)], axis=1)
-    packed_types = jnp.concatenate([types_first, types_second, jnp.zeros((1, pad), jnp.int32)], axis=1)
+    packed_types = jnp.concatenate([types_first, types_second, jnp.zeros((1, pad), jnp.int32)],
+                                   axis=1)
     segments = jnp.array([[1] * 9 + [2] * 6 + [0] * pad])
     packed = model.apply({"params": params}, packed_ids, packed_types,
                          segment_ids=segments).sequence_output
@@ -190,7 +199,8 @@ def test_masked_lm_logits_at_masked_positions_only():
     var = ((transformed - mean) ** 2).mean(-1, keepdims=True)
     normed = (transformed - mean) / jnp.sqrt(var + TINY.layer_norm_eps)
     normed = normed * mlm["transform_layer_norm"]["scale"] + mlm["transform_layer_norm"]["bias"]
-    logits = normed @ params["bert"]["embeddings"]["word_embeddings"]["embedding"].T + mlm["output_bias"]
+    word_embeddings = params["bert"]["embeddings"]["word_embeddings"]["embedding"]
+    logits = normed @ word_embeddings.T + mlm["output_bias"]
     np.testing.assert_allclose(some.mlm_logits[0, 0], logits[0], atol=1e-4)
 
 

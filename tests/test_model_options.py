@@ -20,10 +20,10 @@ import pytest
 from bert_jax import BertConfig, BertForPreTraining, BertModel
 from bert_jax.config import ConfigError, gated_intermediate_size
 from bert_jax.convert import hf_export
+from bert_jax.convert.hf_layout import CheckpointError
 from bert_jax.model.layers import Embeddings, FeedForward, apply_rotary, rotary_angles
 from bert_jax.recipes import pretrain
 from bert_jax.train import optimizer, steps
-from bert_jax.convert.hf_layout import CheckpointError
 
 from pretrain_runs import EVALUATE, command, env, last_logged_step, losses, wait_for
 
@@ -167,7 +167,7 @@ def test_hugging_face_export_refuses_every_option(name):
 
 
 def test_hf_config_of_the_default_keeps_absolute_positions():
-    hf = hf_export._hf_config(SMALL)  # pylint: disable=protected-access
+    hf = hf_export._hf_config(SMALL)
     assert hf["position_embedding_type"] == "absolute"
     for key in ("layer_norm_position", "ffn_kind", "use_bias"):
         assert key not in hf
@@ -252,7 +252,7 @@ def test_pre_ln_keeps_the_residual_stream_unnormalised():
     np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-4)
     # post-LN with the same zeroed sub-layers normalises the stream twice per layer instead
     post = SMALL.replace(layer_norm_eps=1e-6)
-    post_params = {k: v for k, v in params.items()}
+    post_params = dict(params)
     post_params["encoder"] = {k: v for k, v in params["encoder"].items() if k != "final_layer_norm"}
     post_out = BertModel(post, add_pooler=False).apply({"params": post_params}, x).sequence_output
     assert not np.allclose(post_out, out, atol=1e-3)

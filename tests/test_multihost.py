@@ -19,9 +19,10 @@ def pretrain_on_two_processes(workdir: str, total_steps: int, logdir: str, *extr
     proc = subprocess.run(
         ["bash", LAUNCHER, "2", "2", "experiments/pretrain.py",
          "--config=experiments/configs/demo.py", f"--workdir={workdir}",
-         "--config.tokenizer.vocab_size=512", "--config.max_seq_len=64", "--config.data.max_predictions=10",
-         f"--config.total_steps={total_steps}",
-         "--config.warmup_fraction=0.1", "--config.log_every_steps=1", "--config.eval_every_steps=3",
+         "--config.tokenizer.vocab_size=512", "--config.max_seq_len=64",
+         "--config.data.max_predictions=10", f"--config.total_steps={total_steps}",
+         "--config.warmup_fraction=0.1", "--config.log_every_steps=1",
+         "--config.eval_every_steps=3",
          "--config.checkpoint_every_steps=3", "--config.batch_size=8", "--config.eval_batches=2",
          "--config.mesh.fsdp=2", "--config.async_checkpoints=False", *extra],
         cwd=ROOT, capture_output=True, text=True, timeout=600,

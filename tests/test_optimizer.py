@@ -1,4 +1,5 @@
-"""The optimizer: schedule shape, weight-decay mask by parameter path, clipping, LAMB, bad config."""
+"""The optimizer: schedule shape, weight-decay mask by parameter path, clipping, LAMB, bad
+config."""
 
 import flax.linen as nn
 import jax
@@ -76,12 +77,12 @@ def test_clipping_to_global_norm(params):
     norm = float(optimizer.optax.tree.norm(grads))
     assert norm > 1.0
     unit = jax.tree.map(lambda g: g / norm, grads)
-    update = lambda tx, g: tx.update(g, tx.init(params), params)[0]  # noqa: E731
+    update = lambda tx, g: tx.update(g, tx.init(params), params)[0]
     clipped, reference, unclipped = update(make(1.0), grads), update(make(0.0), unit), \
         update(make(0.0), grads)
     jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-8),
                  clipped, reference)
-    kernel = lambda u: u["bert"]["encoder"]["layer_0"]["attention"]["query"]["kernel"]  # noqa
+    kernel = lambda u: u["bert"]["encoder"]["layer_0"]["attention"]["query"]["kernel"]
     assert not np.allclose(kernel(clipped), kernel(unclipped))
 
 
@@ -92,7 +93,7 @@ def test_lamb_differs_from_adamw(params):
         tx = optimizer.make_optimizer(optimizer.OptimizerConfig(
             learning_rate=1e-2, total_steps=10, warmup_steps=0, name=name))
         updates[name], _ = tx.update(grads, tx.init(params), params)
-    kernel = lambda u: u["bert"]["encoder"]["layer_0"]["attention"]["query"]["kernel"]  # noqa
+    kernel = lambda u: u["bert"]["encoder"]["layer_0"]["attention"]["query"]["kernel"]
     assert not np.allclose(kernel(updates["adamw"]), kernel(updates["lamb"]))
 
 
@@ -150,7 +151,7 @@ def test_bad_schedule_options_are_named(bad, message):
 
 @pytest.mark.parametrize("decay", ["wsd", "one_cycle"])
 def test_new_schedules_build_an_optimizer_from_the_config_blocks(decay):
-    from experiments.configs import common  # pylint: disable=import-outside-toplevel
+    from experiments.configs import common
     block = common.optimizer_block(decay=decay)
     assert block.decay_fraction == 0.2
     cfg = optimizer.OptimizerConfig(learning_rate=1e-3, total_steps=10, warmup_steps=1,

@@ -1,4 +1,5 @@
-"""bf16 matmuls with fp32 accumulation: values and gradients against fp32, and the model uses them."""
+"""bf16 matmuls with fp32 accumulation: values and gradients against fp32, and the model uses
+them."""
 
 import re
 
@@ -9,7 +10,6 @@ import pytest
 
 from bert_jax import BertConfig, BertForPreTraining
 from bert_jax.model.precision import matmul, matmul_transposed, transpose_row_major
-
 
 
 def _dot_signatures(stablehlo: str) -> list[tuple[str, str]]:

@@ -8,6 +8,7 @@ writing, or skip and count), over-long inputs (counted, never dropped), the unla
 and the real polarity config.
 """
 
+import itertools
 import json
 import os
 import subprocess
@@ -18,6 +19,7 @@ import pytest
 
 from bert_jax.data import readers, unlabelled
 from bert_jax.recipes.finetune import recipe
+
 from finetune_runs import tiny_finetune_config
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -258,10 +260,10 @@ def test_pair_regression_and_multi_label_records_equal_the_runs_own(task, tmp_pa
     rng = np.random.default_rng(3)
     rows = text_rows(rng, 80)
     if task == "regression":  # a score for a pair of texts
-        lines = [f"{a}\t{b}\t{len(a) / len(b):.3f}" for (a, _), (b, _) in zip(rows, rows[1:])]
+        lines = [f"{a}\t{b}\t{len(a) / len(b):.3f}" for (a, _), (b, _) in itertools.pairwise(rows)]
         header, columns = "a\tb\tlabel", {"data.text_column": "a", "data.text_pair_column": "b"}
     else:  # two labels where the text holds two entity kinds
-        lines = [f"{a} {b}\t{x}|{y}" for (a, x), (b, y) in zip(rows, rows[1:])]
+        lines = [f"{a} {b}\t{x}|{y}" for (a, x), (b, y) in itertools.pairwise(rows)]
         header, columns = "text\tlabel", {}
     for name, part in (("train.tsv", lines[:60]), ("dev.tsv", lines[60:])):
         (tmp_path / name).write_text("\n".join([header] + part) + "\n", encoding="utf-8")

@@ -1,6 +1,6 @@
-"""experiments/pretrain.py end to end, in subprocesses: exact resume after SIGTERM and after SIGKILL,
-evaluate.py in a new process, and the bad-input errors (unknown config key, a workdir holding a
-checkpoint of another model shape, a batch the data-parallel size does not divide).
+"""experiments/pretrain.py end to end, in subprocesses: exact resume after SIGTERM and after
+SIGKILL, evaluate.py in a new process, and the bad-input errors (unknown config key, a workdir
+holding a checkpoint of another model shape, a batch the data-parallel size does not divide).
 
 A tiny BERT on the synthetic corpus (random tokens: the point is the bookkeeping, not learning),
 dropout on, so that resuming must also restore the dropout randomness and the data position.
@@ -16,6 +16,7 @@ import sys
 import pytest
 
 from pretrain_runs import EVALUATE, command, env, last_logged_step, losses, run, wait_for
+
 
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory):

@@ -27,9 +27,9 @@ import sys
 import numpy as np
 import pytest
 
-import eight_devices
-
 from bert_jax.scaling import collectives, groups, hlo, projection, targets, traffic
+
+import eight_devices
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CASES = {"dp": ((8, 1, 1), 1), "dp_accumulation": ((8, 1, 1), 2), "fsdp": ((1, 8, 1), 1),

@@ -25,18 +25,18 @@ import safetensors.numpy
 import torch
 import transformers
 
-import pretrain_runs
 from bert_jax import BertConfig, BertModel, sharding
-from bert_jax.pytree import flatten_dict
 from bert_jax.convert import hf
 from bert_jax.data.synthetic import RandomTokenBatches
 from bert_jax.model import BertForPreTraining, scan
+from bert_jax.pytree import flatten_dict
 from bert_jax.recipes import common as recipe_common
 from bert_jax.recipes import pretrain
-from bert_jax.train import checkpointing, optimizer, steps
-from bert_jax.train import params_loading
+from bert_jax.train import checkpointing, optimizer, params_loading, steps
 from experiments.configs import common as config_common
 from experiments.configs import demo
+
+import pretrain_runs
 
 torch.set_num_threads(1)
 transformers.logging.set_verbosity_error()

@@ -60,8 +60,8 @@ def _worker(out_dir: str) -> None:
         params = result.state.params
         word = params["bert"]["embeddings"]["word_embeddings"]["embedding"]
         ffn = params["bert"]["encoder"]["layer_0"]["feed_forward"]["intermediate"]["kernel"]
-        mu = result.state.opt_state.inner_state[1][0].mu["bert"]["encoder"]["layer_0"]["feed_forward"][
-            "intermediate"]["kernel"]
+        mu = (result.state.opt_state.inner_state[1][0].mu["bert"]["encoder"]["layer_0"]
+              ["feed_forward"]["intermediate"]["kernel"])
         results[name] = {
             "losses": losses,
             "word_spec": list(map(str, word.sharding.spec)),

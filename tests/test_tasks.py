@@ -46,7 +46,7 @@ def test_fasttext_polarity_file_reads_200_balanced():
     examples = readers.read_text_examples(path, encoding="cp1252")
     assert any("amélie" in e.text for e in examples)
     assert len(examples) == 200
-    assert sorted(set(e.label for e in examples)) == ["neg", "pos"]
+    assert sorted({e.label for e in examples}) == ["neg", "pos"]
     assert sum(e.label == "pos" for e in examples) == 100
     train, held = readers.holdout_split(examples, 0.25, seed=0)
     assert len(held) == 50 and sum(e.label == "pos" for e in held) == 25

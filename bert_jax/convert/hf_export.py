@@ -24,9 +24,17 @@ from etils import epath
 from safetensors import numpy as safetensors_numpy
 
 from bert_jax.config import BertConfig
-from bert_jax.convert.hf_layout import (CONFIG, SAFETENSORS, CheckpointError, architecture_of,
-                                        encoder_entries, encoder_of, head_entries, heads_of,
-                                        num_classes)
+from bert_jax.convert.hf_layout import (
+    CONFIG,
+    SAFETENSORS,
+    CheckpointError,
+    architecture_of,
+    encoder_entries,
+    encoder_of,
+    head_entries,
+    heads_of,
+    num_classes,
+)
 from bert_jax.pytree import flatten_dict
 
 if TYPE_CHECKING:
@@ -49,7 +57,7 @@ Params = dict[str, Any]
 def _plain(params: Mapping[str, Any]) -> Params:
     """Unboxed numpy float32 arrays (accepts boxed Flax params and sharded jax arrays)."""
     try:
-        import flax.linen as nn  # pylint: disable=import-outside-toplevel
+        import flax.linen as nn
         params = nn.meta.unbox(params)
     except ImportError:  # pragma: no cover - flax is a dependency, kept for numpy-only use
         pass
@@ -72,7 +80,7 @@ def to_hf_tensors(cfg: BertConfig, params: Mapping[str, Any]) -> dict[str, np.nd
     """Our tree -> Hugging Face tensors (torch layouts, float32), checked against the config
     (and the config against what the Hugging Face BERT format holds: `check_exportable`)."""
     check_exportable(cfg)
-    from bert_jax.model import scan  # pylint: disable=import-outside-toplevel
+    from bert_jax.model import scan
     params = scan.unstack_layers(_plain(params), cfg.num_hidden_layers)  # HF's layout: unrolled
     heads = heads_of(params)
     prefix = "bert." if heads else ""
@@ -85,8 +93,8 @@ def to_hf_tensors(cfg: BertConfig, params: Mapping[str, Any]) -> dict[str, np.nd
     expected = {root + e.path for _, root, e in entries}
     unknown = sorted(set(flatten_dict(params)) - expected)
     if unknown:
-        raise CheckpointError(f"params: {'/'.join(unknown[0])} is not a parameter of the BERT model "
-                              f"that the config describes ({len(unknown)} such leaves)")
+        raise CheckpointError(f"params: {'/'.join(unknown[0])} is not a parameter of the BERT "
+                              f"model that the config describes ({len(unknown)} such leaves)")
     tensors = {}
     for key_prefix, root, entry in entries:
         name = "/".join(root + entry.path)
@@ -157,7 +165,7 @@ def _label_entries(fit_class: str, num_labels: Optional[int], label_map: Optiona
 
 
 def save(cfg: BertConfig, params: Mapping[str, Any], directory: str | os.PathLike, *,
-         tokenizer: "Optional[WordPieceTokenizer]" = None,
+         tokenizer: Optional[WordPieceTokenizer] = None,
          label_map: Optional[Sequence[str]] = None,
          problem_type: Optional[str] = None) -> None:
     """Write a folder that transformers loads: `config.json` and `model.safetensors` (float32),
@@ -190,7 +198,6 @@ def save(cfg: BertConfig, params: Mapping[str, Any], directory: str | os.PathLik
     num_labels = tensors["classifier.bias"].shape[0] if "classifier" in heads else None
     hf_config.update(_label_entries(fit.hf_class, num_labels, label_map, problem_type))
     if tokenizer is not None:
-        # pylint: disable-next=import-outside-toplevel
         from bert_jax.data import tokenizer as tokenizer_lib
         if tokenizer.vocab_size > cfg.vocab_size:
             raise CheckpointError(f"tokenizer {tokenizer.source} has {tokenizer.vocab_size} tokens "

@@ -109,7 +109,8 @@ def encoder_entries(cfg: BertConfig, with_pooler: bool = True) -> list[Entry]:
               ("embeddings", "position_embeddings", "embedding"), (cfg.max_position_embeddings, d),
               _same()),
         Entry("embeddings.token_type_embeddings.weight",
-              ("embeddings", "token_type_embeddings", "embedding"), (cfg.type_vocab_size, d), _same()),
+              ("embeddings", "token_type_embeddings", "embedding"), (cfg.type_vocab_size, d),
+              _same()),
         *_layer_norm("embeddings.LayerNorm", ("embeddings", "layer_norm"), d),
     ]
     for i in range(cfg.num_hidden_layers):
@@ -142,7 +143,8 @@ def head_entries(cfg: BertConfig, head: str, num_labels: int = 2) -> list[Entry]
     if head == "mlm":
         # The decoder weight is the word embedding matrix (tied), so it is not a tensor of its own.
         return [*_dense("cls.predictions.transform.dense", ("mlm", "transform"), d, d),
-                *_layer_norm("cls.predictions.transform.LayerNorm", ("mlm", "transform_layer_norm"), d),
+                *_layer_norm("cls.predictions.transform.LayerNorm",
+                             ("mlm", "transform_layer_norm"), d),
                 Entry("cls.predictions.bias", ("mlm", "output_bias"), (cfg.vocab_size,), _same())]
     if head == "nsp":
         return _dense("cls.seq_relationship", ("nsp", "dense"), d, 2)

@@ -21,12 +21,10 @@ import numpy as np
 from absl import logging
 from etils import epath
 
+from bert_jax import paths
 from bert_jax.convert import hf, hf_layout
 from bert_jax.recipes import saved_runs
-from bert_jax.train import checkpointing
-from bert_jax.train import params_loading
-from bert_jax import paths
-
+from bert_jax.train import checkpointing, params_loading
 
 # task kind (task.json) -> config.json problem_type of its sequence-classification head
 PROBLEM_TYPES = {"classification": "single_label_classification", "regression": "regression",
@@ -98,7 +96,7 @@ def run_export_options(workdir: str | None, params) -> dict:
         logging.warning("no run's config.json beside the checkpoint: writing no tokenizer and no "
                         "labels (give --workdir)")
         return {}
-    from bert_jax.recipes.finetune.data import read_task_file  # pylint: disable=C0415
+    from bert_jax.recipes.finetune.data import read_task_file
     options = {"tokenizer": saved_runs.run_tokenizer(workdir)}
     if options["tokenizer"] is None:
         logging.warning("%s: the run has no vocabulary (synthetic corpus): writing no tokenizer",

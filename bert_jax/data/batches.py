@@ -111,7 +111,7 @@ def _grouped(rows: grain.MapDataset, lengths: np.ndarray, batch_size: int, group
     """Global batches of `rows` grouped by length: each window of `group` consecutive batches
     of the stream is sorted by row length, cut into batches, and those are put in a seeded
     random order. The same rows as ungrouped batches, only redistributed inside a window."""
-    import grain  # pylint: disable=import-outside-toplevel (see train_batches)
+    import grain  # not with the module: see train_batches
     windows = rows.batch(group * batch_size, drop_remainder=True)
 
     def batch(number: int) -> np.ndarray:
@@ -127,7 +127,7 @@ def _grouped(rows: grain.MapDataset, lengths: np.ndarray, batch_size: int, group
 def train_batches(features: Mapping[str, np.ndarray], global_batch_size: int, seed: int,
                   process_index: int = 0, process_count: int = 1,
                   buckets: Optional[Buckets] = None, group_by_length: int = 0,
-                  packer: Optional["Packer"] = None) -> grain.DatasetIterator:
+                  packer: Optional[Packer] = None) -> grain.DatasetIterator:
     """Endless host-local batches of rows, reshuffled every epoch; get_state/set_state resume.
 
     Global batch k holds rows k * B .. (k + 1) * B - 1 of the shuffled stream (B the global batch
@@ -141,7 +141,7 @@ def train_batches(features: Mapping[str, np.ndarray], global_batch_size: int, se
     """
     # grain is imported here, not with the module: evaluation (pad_rows, eval_batches) and so the
     # train loop import this module without needing grain.
-    import grain  # pylint: disable=import-outside-toplevel
+    import grain
     num_rows = len(next(iter(features.values())))
     if num_rows == 0:
         raise DataError("no training rows")

@@ -50,8 +50,7 @@ from typing import Any, Iterator, Protocol, Sequence
 import tensorflow_datasets as tfds
 from etils import epath
 
-from bert_jax import progress
-from bert_jax import paths
+from bert_jax import paths, progress
 
 DEMO = "demo"
 TEXT_PREFIX = "text:"
@@ -253,8 +252,9 @@ def gensim_test_data() -> str:
     spec = importlib.util.find_spec("gensim")
     if spec is None or not spec.submodule_search_locations:
         raise FileNotFoundError("the demo corpus and the polarity sentences need the gensim wheel "
-                                "(pip install gensim), which ships them under gensim/test/test_data/")
-    folder = os.path.join(list(spec.submodule_search_locations)[0], "test", "test_data")
+                                "(pip install gensim), which ships them under "
+                                "gensim/test/test_data/")
+    folder = os.path.join(next(iter(spec.submodule_search_locations)), "test", "test_data")
     for name in (WIKI_SAMPLE, LEE_CORPUS):
         if not os.path.isfile(os.path.join(folder, name)):
             raise FileNotFoundError(f"demo corpus file {os.path.join(folder, name)} is missing")

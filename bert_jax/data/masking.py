@@ -30,7 +30,7 @@ class MaskingSpec:
 
     @classmethod
     def from_tokenizer(cls, vocab: tok.WordPieceTokenizer, mask_rate: float, max_predictions: int,
-                       whole_word: bool) -> "MaskingSpec":
+                       whole_word: bool) -> MaskingSpec:
         special = np.asarray(vocab.special_ids, np.int32)
         replacement = np.flatnonzero(vocab.is_ordinary).astype(np.int32)
         replacement = replacement[~np.isin(replacement, special)]

@@ -246,7 +246,7 @@ class PretrainingIterator:
         self._rows_read = 0
         self._finished = False
 
-    def __iter__(self) -> "PretrainingIterator":
+    def __iter__(self) -> PretrainingIterator:
         return self
 
     def __next__(self) -> dict[str, np.ndarray]:
@@ -359,7 +359,7 @@ def _checked_version(state: dict[str, Any] | str | bytes) -> dict[str, Any]:
 
 def _jsonable(value):
     """grain states hold ints, strings, lists and dicts, sometimes numpy scalars: plain JSON."""
-    plain = lambda v: v.item() if hasattr(v, "item") else str(v)  # noqa: E731
+    plain = lambda v: v.item() if hasattr(v, "item") else str(v)
     return json.loads(json.dumps(value, default=plain))
 
 
@@ -370,7 +370,7 @@ def _check_worker_flags(num_workers: int) -> None:
     fail here instead, saying what the caller must do."""
     if num_workers == 0:
         return
-    from absl import flags  # pylint: disable=import-outside-toplevel
+    from absl import flags
 
     if not flags.FLAGS.is_parsed():
         raise ValueError(

@@ -27,6 +27,7 @@ from typing import Any, Iterable, Iterator, Mapping, Optional, Sequence
 import numpy as np
 
 from bert_jax.data import textfiles
+
 # Defined beside the file plumbing that raises it too; `readers.DataError` is the name callers use.
 from bert_jax.data.textfiles import DataError
 

@@ -64,7 +64,7 @@ def _undecodable(path: str, encoding: str) -> DataError:
     decoder = codecs.getincrementaldecoder(decoding(encoding))()
     number, error = 0, None
     with open(path, "rb") as f:
-        for number, raw in enumerate(f, 1):
+        for number, raw in enumerate(f, 1):  # noqa: B007 - `number` is read after the loop
             try:
                 decoder.decode(raw)
             except UnicodeDecodeError as e:

@@ -37,7 +37,7 @@ def tfds_source(name: str, split: str, data_dir: Optional[str] = None, download:
     With download=False a dataset not yet prepared in data_dir is an error that says so (no
     network is touched); with download=True TFDS downloads and prepares it (network needed).
     """
-    import tensorflow_datasets as tfds  # pylint: disable=import-outside-toplevel
+    import tensorflow_datasets as tfds
 
     module = (TFDS_TEXT_TASKS.get(name, (None,))[0] or TFDS_TAGGING_TASKS.get(name, (None,))[0]
               or TFDS_QA_TASKS.get(name))

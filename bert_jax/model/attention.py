@@ -206,7 +206,6 @@ def cudnn(query: Array, key: Array, value: Array, mask: Mask) -> Array:
 
 def _splash_module():
     """jax's splash attention, imported where it is used (Pallas is not needed elsewhere)."""
-    # pylint: disable-next=import-outside-toplevel
     from jax.experimental.pallas.ops.tpu import splash_attention
     return splash_attention
 
@@ -276,7 +275,7 @@ def splash(query: Array, key: Array, value: Array, mask: Mask) -> Array:
     head_spec = mesh_axes_for(HEAD_AXES, query.shape, mesh, rules)
     token_spec = jax.sharding.PartitionSpec(*head_spec[:2])  # [batch, seq] as the heads' first two
     if segment_ids is None:
-        body = lambda q, k, v: local(q, k, v, None)  # noqa: E731
+        body = lambda q, k, v: local(q, k, v, None)
         specs, args = (head_spec,) * 3, (query, key, value)
     else:
         body, specs, args = local, (head_spec,) * 3 + (token_spec,), (query, key, value,

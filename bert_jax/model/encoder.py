@@ -93,7 +93,8 @@ def scanned_layers(cfg: BertConfig) -> type[nn.Module]:
 
 
 class Encoder(nn.Module):
-    """num_hidden_layers EncoderLayers, each optionally rematerialised: [batch, seq, hidden] -> same.
+    """num_hidden_layers EncoderLayers, each optionally rematerialised: [batch, seq, hidden] ->
+    same.
 
     mask: the attention.Mask of the batch (padding, packed rows), the same for every layer.
 
@@ -180,5 +181,6 @@ class BertModel(nn.Module):
         return BertOutput(sequence_output=x, pooled_output=pooled)
 
     def attend(self, hidden: Array) -> Array:
-        """Logits over the vocabulary with the (tied) word embeddings: [..., hidden] -> [..., vocab]."""
+        """Logits over the vocabulary with the (tied) word embeddings:
+        [..., hidden] -> [..., vocab]."""
         return self.embeddings.attend(hidden)

@@ -1,7 +1,8 @@
 """Task heads on top of BertModel, and the composite models that pair them with the encoder.
 
 Heads are small modules that take the encoder output. The masked-LM head gathers the masked
-positions first, so its vocabulary-sized matmul costs [batch, max_predictions] rows, not [batch, seq].
+positions first, so its vocabulary-sized matmul costs [batch, max_predictions] rows, not
+[batch, seq].
 Every composite keeps the encoder under the name `bert`, as Hugging Face checkpoints do.
 """
 
@@ -15,8 +16,8 @@ import jax
 import jax.numpy as jnp
 
 from bert_jax.config import BertConfig
-from bert_jax.model.encoder import BertModel
 from bert_jax.model.activations import ACTIVATION_FNS
+from bert_jax.model.encoder import BertModel
 from bert_jax.model.layers import dense, layer_norm, zeros_init
 from bert_jax.sharding import constrain
 
@@ -50,7 +51,8 @@ class MaskedLMHead(nn.Module):
 
 
 class ClassifierHead(nn.Module):
-    """dropout then dense: [..., hidden] -> [..., num_labels]. Used for NSP, sequence and token tasks."""
+    """dropout then dense: [..., hidden] -> [..., num_labels]. Used for NSP, sequence and token
+    tasks."""
 
     cfg: BertConfig
     num_labels: int

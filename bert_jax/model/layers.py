@@ -113,7 +113,8 @@ class Embeddings(nn.Module):
         return constrain(self.dropout(self.layer_norm(x), deterministic=deterministic), HIDDEN_AXES)
 
     def attend(self, hidden: Array) -> Array:
-        """Scores against every word embedding (the tied MLM decoder): [..., hidden] -> [..., vocab]."""
+        """Scores against every word embedding (the tied MLM decoder):
+        [..., hidden] -> [..., vocab]."""
         table = self.word_embeddings.embedding  # [vocab, hidden], in param_dtype
         return matmul_transposed(hidden, table, self.cfg.dtype)
 
@@ -146,7 +147,8 @@ def apply_rotary(x: Array, rotary: tuple[Array, Array]) -> Array:
 
 
 class SelfAttention(nn.Module):
-    """Multi-head self-attention: softmax(Q K^T / sqrt(head_dim)) V per head, then an output projection.
+    """Multi-head self-attention: softmax(Q K^T / sqrt(head_dim)) V per head, then an output
+    projection.
 
     x: [batch, seq, hidden]; mask: an attention.Mask (padding, packed rows) -> [batch, seq, hidden].
     rotary: None, or rotary_angles(position_ids) to rotate queries and keys (RoPE).

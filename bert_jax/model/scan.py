@@ -139,7 +139,7 @@ def to_layout(params: Any, cfg: BertConfig) -> Any:
     """
     if is_scanned(params) in (None, cfg.scan_layers):
         return params
-    import flax.linen as nn  # pylint: disable=import-outside-toplevel
+    import flax.linen as nn
     return relayout(nn.meta.unbox(params), cfg.scan_layers, cfg.num_hidden_layers)
 
 

@@ -2,14 +2,14 @@
 tokenizer, optimizer, loop settings, and a checkpoint's parameters placed on the mesh. (A saved
 run's tokenizer, whatever its recipe: bert_jax.recipes.saved_runs.)
 
-The config keys read here mean the same in every recipe (experiments/configs/common.py holds
-their blocks): `recipe`, `model.*` (a BertConfig preset and field overrides), `dtype`, `remat`, `init.*`
+The config keys read here mean the same in every recipe (experiments/configs/common.py holds their
+blocks): `recipe`, `model.*` (a BertConfig preset and field overrides), `dtype`, `remat`, `init.*`
 (hf_dir | checkpoint, with_heads), `tokenizer.*` (path, lowercase), `max_seq_len`, `batch_size`,
-`eval_batch_size`, `accumulation_steps`, `learning_rate`, `warmup_fraction`, `optimizer.*`,
-`seed`, `log_every_steps`, `eval_every_steps`, `checkpoint_every_steps`, `keep_checkpoints`,
+`eval_batch_size`, `accumulation_steps`, `learning_rate`, `warmup_fraction`, `optimizer.*`, `seed`,
+`log_every_steps`, `eval_every_steps`, `checkpoint_every_steps`, `keep_checkpoints`,
 `async_checkpoints`, `mesh.*` (data, fsdp, tensor), `peak_flops_per_device`, `total_steps`,
-`nonfinite`, `max_nonfinite_in_a_row` (bert_jax.train.loop.LoopConfig) and
-`allow_config_change` (bert_jax.train.workdir).
+`nonfinite`, `max_nonfinite_in_a_row` (bert_jax.train.loop.LoopConfig) and `allow_config_change`
+(bert_jax.train.workdir).
 """
 
 from __future__ import annotations
@@ -22,8 +22,7 @@ from absl import logging
 from bert_jax import sharding
 from bert_jax.config import SHAPE_FIELDS, BertConfig
 from bert_jax.model import scan
-from bert_jax.train import checkpointing, loop, optimizer
-from bert_jax.train import params_loading, program
+from bert_jax.train import checkpointing, loop, optimizer, params_loading, program
 
 Config = Any  # an ml_collections.ConfigDict (imported where configs are read, not here)
 
@@ -141,7 +140,7 @@ def optimizer_config(config: Config, total_steps: int) -> optimizer.OptimizerCon
         raise ValueError(f"config.warmup_fraction={config.warmup_fraction} must be in [0, 1]")
     return optimizer.OptimizerConfig(
         learning_rate=config.learning_rate, total_steps=total_steps,
-        warmup_steps=int(round(config.warmup_fraction * total_steps)),
+        warmup_steps=round(config.warmup_fraction * total_steps),
         **config.optimizer.to_dict())
 
 

@@ -1,9 +1,9 @@
 """Accelerator chips: the published figures a compiled program is measured against.
 
 One row per chip, each figure per chip, with where it is published; the bf16 peaks are those of
-bert_jax.train.flops.PEAK_FLOPS_BY_DEVICE_KIND (the MFU of the training log), read from there. `bidirectional_ici` is the
-vendor's per-chip interconnect figure (ICI for TPUs, NVLink for GPUs), both directions summed;
-a collective's bytes leave a chip at up to half of it (`link_bandwidth`).
+bert_jax.train.flops.PEAK_FLOPS_BY_DEVICE_KIND (the MFU of the training log), read from there.
+`bidirectional_ici` is the vendor's per-chip interconnect figure (ICI for TPUs, NVLink for GPUs),
+both directions summed; a collective's bytes leave a chip at up to half of it (`link_bandwidth`).
 
     chip       bf16 peak     HBM        HBM bandwidth  interconnect (bidirectional)
     TPU v4     275 TFLOP/s   32 GiB     1200 GB/s      300 GB/s (6 ICI links x 50 GB/s: the v4

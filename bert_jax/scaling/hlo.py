@@ -162,7 +162,7 @@ def executions_per_computation(module: HloModule) -> dict[str, int]:
     A while loop whose trip count cannot be read counts once and is listed in
     `module.unknown_trip_counts`. Conditional branches count as if each ran (an upper bound).
     """
-    @functools.lru_cache(maxsize=None)
+    @functools.cache
     def count(name: str) -> int:
         if name == module.entry:
             return 1

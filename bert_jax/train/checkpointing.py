@@ -39,9 +39,16 @@ from etils import epath
 
 from bert_jax import paths, pytree
 from bert_jax.config import SHAPE_FIELDS, BertConfig
-from bert_jax.train.checkpoint_errors import (CheckpointMismatchError,  # noqa: F401 (public)
-                                              CheckpointUnreadableError, CheckpointWriteError,
-                                              Reading, describe, unreadable)
+from bert_jax.train.checkpoint_errors import (
+    CheckpointMismatchError,
+    CheckpointWriteError,
+    Reading,
+    describe,
+    unreadable,
+)
+
+# Re-exported (`x as x`): callers catch checkpointing.CheckpointUnreadableError.
+from bert_jax.train.checkpoint_errors import CheckpointUnreadableError as CheckpointUnreadableError
 
 STATE, DATA, METADATA = "state", "data_iterator", "metadata"
 CHECKPOINTS = "checkpoints"  # the folder of a run's checkpoints inside its workdir
@@ -90,7 +97,7 @@ def make_manager(directory: str | os.PathLike, keep: int = 3,
 def _grain_checkpoint():
     """grain's Orbax handler of iterator states, imported where a checkpoint is made or read, so
     that importing this module (and the train state, the loop) does not load grain."""
-    from grain import checkpoint as grain_checkpoint  # pylint: disable=import-outside-toplevel
+    from grain import checkpoint as grain_checkpoint
     return grain_checkpoint
 
 

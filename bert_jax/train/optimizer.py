@@ -77,7 +77,7 @@ class OptimizerConfig:
     @property
     def wsd_decay_start(self) -> int:
         """decay="wsd": the step where the decay starts, total_steps * (1 - decay_fraction)."""
-        return self.total_steps - int(round(self.decay_fraction * self.total_steps))
+        return self.total_steps - round(self.decay_fraction * self.total_steps)
 
 
 def learning_rate_schedule(cfg: OptimizerConfig) -> optax.Schedule:

@@ -23,6 +23,7 @@ them.
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Callable, Optional
 
 import flax.linen as nn
@@ -121,7 +122,7 @@ def fresh_state(init_fn: Callable[[jax.Array], Any], initial_params: Any,
     init_rng, state_rng = jax.random.split(jax.random.PRNGKey(seed))
     param_shardings, shardings = state_shardings(jax.eval_shape(init_fn, init_rng), optimizer,
                                                  mesh)
-    create = lambda p: steps.TrainState.create(p, optimizer, state_rng)  # noqa: E731
+    create = lambda p: steps.TrainState.create(p, optimizer, state_rng)
     params, _ = sharding.init_sharded(lambda: init_fn(init_rng), mesh)
     if initial_params is not None:
         params, fresh, unused = overlay_params(params, initial_params, param_shardings)
@@ -196,14 +197,15 @@ def _restore_newest_readable(manager, abstract_state: Any, model_config: BertCon
     candidates = sorted(manager.all_steps(), reverse=True)
     for i, step in enumerate(candidates):
         where = f"{manager.directory}/{step}"
-        _, problem = _attempt(lambda: checkpointing.check_readable(  # noqa: B023
-            manager, step, data_iterator=data_iterator is not None), where)
+        _, problem = _attempt(functools.partial(
+            checkpointing.check_readable, manager, step,
+            data_iterator=data_iterator is not None), where)
         if problem is None:
             logging.info("resuming from %s", where)
             # restore sets the iterator only once its process read the whole step; if another
             # process could not, the restore of the previous step sets it again.
-            state, problem = _attempt(lambda: checkpointing.restore(  # noqa: B023
-                manager, step, abstract_state, model_config=model_config,
+            state, problem = _attempt(functools.partial(
+                checkpointing.restore, manager, step, abstract_state, model_config=model_config,
                 data_iterator=data_iterator), where)
         if problem is None:
             if unreadable:

@@ -22,15 +22,21 @@ import json
 import os
 import socket
 import time
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 import jax
 from absl import logging
 from etils import epath
 
 from bert_jax import multiprocess, pytree
-from bert_jax.paths import (create_exclusively, is_remote, path,  # noqa: F401 (re-exported)
-                            read_json, write_text_atomically)
+from bert_jax.paths import create_exclusively, read_json, write_text_atomically
+
+# Re-exported (`x as x`): callers use workdir.path and workdir.is_remote.
+from bert_jax.paths import is_remote as is_remote
+from bert_jax.paths import path as path
+
+if TYPE_CHECKING:  # annotations only: ml_collections is imported where a saved config is read
+    import ml_collections
 
 CONFIG_FILE = "config.json"
 LOCK_FILE = "run.lock"
@@ -109,7 +115,7 @@ def _record(config: ml_collections.ConfigDict, workdir: str) -> None:
     write_text_atomically(config_path, json.dumps(config.to_dict(), indent=2, sort_keys=True))
 
 
-def load_config(workdir: str) -> "ml_collections.ConfigDict":
+def load_config(workdir: str) -> ml_collections.ConfigDict:
     """<workdir>/config.json as a ConfigDict (every key of the run's resolved config)."""
     config_path = epath.Path(workdir) / CONFIG_FILE
     if not config_path.exists():

@@ -16,8 +16,8 @@ the paper's batch on few chips use `--config.accumulation_steps`, or LAMB
 
 Expected runtime (estimated from bert_jax.train.flops, not measured): 62 TFLOP per step at
 128 tokens (x 900k) plus 261 TFLOP at 512 (x 100k) = 8.2e19 FLOP: about 2 days on a TPU v4-8 at
-40% MFU. Expected result: roughly 73-74% held-out masked-LM accuracy on Wikipedia text, as published for
-BERT-large (not yet run to the end).
+40% MFU. Expected result: roughly 73-74% held-out masked-LM accuracy on Wikipedia text, as
+published for BERT-large (not yet run to the end).
 """
 
 from experiments.configs.bert_base import paper_config

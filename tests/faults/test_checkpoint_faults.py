@@ -14,15 +14,13 @@ import subprocess
 import sys
 
 import jax.numpy as jnp
-import numpy as np
 import pytest
 
 from bert_jax import BertConfig, cli, sharding
 from bert_jax.data.synthetic import RandomTokenBatches
 from bert_jax.model import BertForPreTraining
 from bert_jax.recipes import pretrain
-from bert_jax.train import checkpointing, loop, optimizer
-from bert_jax.train import params_loading
+from bert_jax.train import checkpointing, loop, optimizer, params_loading
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TOTAL_STEPS = 8  # checkpoints every 2 steps, the newest 3 kept: 4, 6, 8
@@ -41,7 +39,8 @@ def train(workdir, async_checkpoints=False):
     config = loop.LoopConfig(total_steps=TOTAL_STEPS, global_batch_size=4, log_every_steps=1,
                              checkpoint_every_steps=2, keep_checkpoints=3,
                              async_checkpoints=async_checkpoints)
-    return loop.train(task, tx, RandomTokenBatches(4, 16, 2, 100, seed=0), str(workdir), config, sharding.make_mesh())
+    return loop.train(task, tx, RandomTokenBatches(4, 16, 2, 100, seed=0), str(workdir), config,
+                      sharding.make_mesh())
 
 
 def losses(workdir):
@@ -222,7 +221,7 @@ def test_a_leftover_orbax_temporary_folder_is_not_a_step(uninterrupted, run_copy
 def test_a_failed_save_names_its_folder_and_stops_the_run(uninterrupted, tmp_path, monkeypatch,
                                                           restored_steps):
     from grain import checkpoint as grain_checkpoint
-    real_save, calls = grain_checkpoint.CheckpointHandler.save, []
+    real_save = grain_checkpoint.CheckpointHandler.save
 
     def disk_full_at_step_4(self, directory, *args, **kwargs):
         if directory.parent.name.startswith("4."):  # <dir>/4.orbax-checkpoint-tmp*/data_iterator

@@ -1,5 +1,6 @@
-"""Script faults (issue 11): a torn metrics line that blocks every resume, and experiments/convert.py
-answering a user's mistake with a traceback instead of one line naming the file."""
+"""Script faults (issue 11): a torn metrics line that blocks every resume, and
+experiments/convert.py answering a user's mistake with a traceback instead of one line naming the
+file."""
 
 import json
 import logging
@@ -14,13 +15,12 @@ import pytest
 
 from bert_jax import BertConfig, BertModel, ConfigError
 from bert_jax.convert import hf
-from bert_jax.train import checkpointing, metrics_writer
-from bert_jax.train import params_loading
+from bert_jax.train import checkpointing, metrics_writer, params_loading
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-# ----- a torn last line in metrics.jsonl -----------------------------------------------------------
+# ----- a torn last line in metrics.jsonl ----------------------------------------------------------
 
 GOOD = [{"step": 10, "loss": 3.5}, {"step": 20, "loss": 2.5}, {"step": 30, "loss": 1.5}]
 
@@ -135,13 +135,15 @@ def set_field(name, value):
     return edit
 
 
-@pytest.mark.parametrize("case", ["random_bytes", "truncated", "config_not_json", "config_bad_value"])
+@pytest.mark.parametrize("case", ["random_bytes", "truncated", "config_not_json",
+                                  "config_bad_value"])
 def test_damaged_hugging_face_folder_is_one_line(hf_folder, tmp_path, case):
     if case == "random_bytes":
         folder, named = copy_with(hf_folder, tmp_path, case, hf.SAFETENSORS,
                                   lambda b: np.random.default_rng(0).bytes(len(b)))
     elif case == "truncated":
-        folder, named = copy_with(hf_folder, tmp_path, case, hf.SAFETENSORS, lambda b: b[:len(b) // 2])
+        folder, named = copy_with(hf_folder, tmp_path, case, hf.SAFETENSORS,
+                                  lambda b: b[:len(b) // 2])
     elif case == "config_not_json":
         folder, named = with_config(hf_folder, tmp_path, case, lambda b: b[: len(b) // 2])
     else:
@@ -175,7 +177,7 @@ def test_output_that_already_holds_checkpoints_is_one_line(hf_folder, tmp_path):
     assert "already holds checkpoints" in result.stderr
 
 
-# ----- the same errors from hf.load, for damage that needs no subprocess to show -------------------
+# ----- the same errors from hf.load, for damage that needs no subprocess to show ------------------
 
 def test_more_damaged_files_raise_errors_naming_the_file(hf_folder, tmp_path):
     _, config = with_config(hf_folder, tmp_path, "list", b"[1, 2]")

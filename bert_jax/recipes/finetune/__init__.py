@@ -8,8 +8,13 @@ registered by importing it here.
     span_qa                every token -> (start, end) logits [B, L]            (SQuAD 1.1/2.0)
 """
 
-from bert_jax.recipes.finetune import (classification, multi_label, regression, span_qa,
-                                       token_classification)
+from bert_jax.recipes.finetune import (
+    classification,
+    multi_label,
+    regression,
+    span_qa,
+    token_classification,
+)
 from bert_jax.recipes.finetune.recipe import evaluate, train_and_evaluate
 
 __all__ = ["train_and_evaluate", "evaluate", "classification", "regression", "multi_label",

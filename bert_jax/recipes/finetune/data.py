@@ -165,7 +165,7 @@ def bucket_lengths(config) -> tuple[int, ...]:
         except ValueError:
             raise ValueError(f"config.data.bucket_lengths={config.data.bucket_lengths!r}: use "
                              "auto, none, or lengths such as '16,32,64'") from None
-    lengths = sorted(set(int(n) for n in spec))
+    lengths = sorted({int(n) for n in spec})
     if any(n < 1 or n > max_len for n in lengths):
         raise ValueError(f"config.data.bucket_lengths={config.data.bucket_lengths!r}: each "
                          f"length must be in [1, max_seq_len={max_len}]")

@@ -45,14 +45,14 @@ import numpy as np
 import optax
 
 from bert_jax.config import BertConfig
-from bert_jax.train import workdir as workdir_lib
 from bert_jax.data import unlabelled
+from bert_jax.train import workdir as workdir_lib
 
 Weighted = tuple[jax.Array, jax.Array]
 LossOutput = tuple[dict[str, Weighted], dict[str, Weighted]]
 MODEL_INPUTS = ("input_ids", "token_type_ids", "attention_mask")
 
-REGISTRY: dict[str, "TaskKind"] = {}
+REGISTRY: dict[str, TaskKind] = {}
 
 
 class TaskKind:

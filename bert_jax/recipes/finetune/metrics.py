@@ -20,7 +20,6 @@ from typing import Mapping, Optional, Sequence
 
 import numpy as np
 
-
 # ----- classification ---------------------------------------------------------------------------
 
 def accuracy(predictions: Sequence[int], labels: Sequence[int]) -> float:

@@ -233,7 +233,7 @@ def write_jsonl_atomically(records: Iterable[Mapping[str, Any]], path: str,
     count = 0
     try:
         with os.fdopen(descriptor, "w", encoding="utf-8") as f:
-            for count, record in enumerate(records, 1):
+            for count, record in enumerate(records, 1):  # noqa: B007 - read after the loop
                 f.write(json.dumps(record, ensure_ascii=False) + "\n")
         if expected is not None and count != expected:
             raise RuntimeError(f"{expected} good rows but {count} records")  # a bug

@@ -28,12 +28,17 @@ from bert_jax.config import BertConfig
 from bert_jax.data import example_packing
 from bert_jax.recipes import common
 from bert_jax.recipes.finetune import kinds
-from bert_jax.recipes.finetune.data import (TaskData, build_task_data, eval_buckets,
-                                            read_task_file, save_task_file, training_batches,
-                                            TASK_FILE)
+from bert_jax.recipes.finetune.data import (
+    TASK_FILE,
+    TaskData,
+    build_task_data,
+    eval_buckets,
+    read_task_file,
+    save_task_file,
+    training_batches,
+)
 from bert_jax.train import evaluation, flops, loop, steps
 from bert_jax.train import workdir as workdir_lib
-
 
 # The inputs only packed training batches have (bert_jax.data.example_packing).
 PACKED_INPUTS = (example_packing.SEGMENT_IDS, example_packing.EXAMPLE_POSITIONS)
@@ -152,8 +157,8 @@ def _train(config, workdir: str, cfg: BertConfig, data: TaskData, initial_params
     iterator = training_batches(config, data, jax.process_index(), jax.process_count(),
                                 row_multiple=sharding.data_parallel_size(mesh))
     logging.info("%s: %d train rows (%d examples), %d eval examples; %d steps; labels %s",
-                 data.kind.name, len(train_features["input_ids"]), len(data.train_examples), len(data.eval_examples),
-                 total_steps, data.labels.get("label_map"))
+                 data.kind.name, len(train_features["input_ids"]), len(data.train_examples),
+                 len(data.eval_examples), total_steps, data.labels.get("label_map"))
     result = common.train(config, workdir, make_task(config, cfg, data, initial_params),
                           iterator, mesh, total_steps, evaluate=evaluator)
     if not result.preempted and evaluator.last_records is not None:
