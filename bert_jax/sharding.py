@@ -87,7 +87,7 @@ def mesh_axes_for(logical_axes: Sequence[str | None] | None, shape: Sequence[int
     for name, size in zip(logical_axes, shape):
         target = rule_table.get(name) if name is not None else None
         axes = (target,) if isinstance(target, str) else tuple(target or ())
-        axes = tuple(a for a in axes if a not in used and mesh.shape[a] > 1)
+        axes = tuple(a for a in axes if a not in used and mesh.shape.get(a, 1) > 1)
         if axes and size % int(np.prod([mesh.shape[a] for a in axes])) == 0:
             used.update(axes)
             spec.append(axes[0] if len(axes) == 1 else axes)

@@ -2,7 +2,8 @@
 CPU devices (a subprocess with XLA_FLAGS set before jax is imported).
 
 Without dropout the explicit step computes what the partitioner's does: on (data, fsdp, tensor)
-= (2, 4, 1) and (2, 2, 2), with and without gradient accumulation, the logged losses of 6 steps
+= (2, 4, 1) and (2, 2, 2), with and without gradient accumulation, and on (1, 8, 1) with its
+collectives in two levels (as TPU slices of more than 8 chips run them), the logged losses of 6 steps
 through the real loop equal a one-device run's within 1e-5 relative, and the parameters after
 them within 1e-5. Its program reduces the gradients with reduce-scatters over fsdp and gathers
 the parameters with all-gathers. With dropout it runs (finite losses, other than without).
@@ -22,7 +23,9 @@ STEPS = 6
 RUNS = {"one_device": (None, "xla", 1, 0.0), "2x4x1": ((2, 4, 1), "explicit", 1, 0.0),
         "2x2x2": ((2, 2, 2), "explicit", 1, 0.0),
         "one_device_acc2": (None, "xla", 2, 0.0), "2x4x1_acc2": ((2, 4, 1), "explicit", 2, 0.0),
-        "2x4x1_dropout": ((2, 4, 1), "explicit", 1, 0.1)}
+        "2x4x1_dropout": ((2, 4, 1), "explicit", 1, 0.1),
+        # fsdp over every device in two levels (fsdp.two_level_mesh: 4 groups of 2), as on TPU
+        "1x8x1_two_level": ((1, 8, 1), "explicit", 1, 0.0)}
 
 
 def _worker(out_dir: str) -> None:
@@ -33,7 +36,7 @@ def _worker(out_dir: str) -> None:
     from bert_jax.data.synthetic import RandomTokenBatches
     from bert_jax.model import BertForPreTraining
     from bert_jax.recipes import pretrain
-    from bert_jax.train import loop, optimizer, program
+    from bert_jax.train import fsdp, loop, optimizer, program
 
     seq_len, predictions, batch_size = 16, 3, 16
     results = {}
@@ -55,6 +58,11 @@ def _worker(out_dir: str) -> None:
                                    fsdp_collectives=collectives)
         mesh = (sharding.make_mesh(1, 1, 1, devices=jax.devices()[:1]) if shape is None
                 else sharding.make_mesh(*shape))
+        two_level = name.endswith("two_level")
+        fsdp.TWO_LEVEL_ABOVE, fsdp.TWO_LEVEL_PLATFORMS = (2, ("cpu",)) if two_level else (
+            8, ("tpu",))
+        if two_level:
+            results["two_level_axes"] = list(fsdp.two_level_mesh(mesh)[0].axis_names)
         workdir = os.path.join(out_dir, name)
         batches = RandomTokenBatches(batch_size, seq_len, predictions, cfg.vocab_size, seed=0,
                                      sentence_pairs=True)
@@ -81,11 +89,16 @@ def results(tmp_path_factory):
 
 
 @pytest.mark.parametrize("name,reference", [("2x4x1", "one_device"), ("2x2x2", "one_device"),
-                                            ("2x4x1_acc2", "one_device_acc2")])
+                                            ("2x4x1_acc2", "one_device_acc2"),
+                                            ("1x8x1_two_level", "one_device")])
 def test_explicit_step_equals_the_one_device_step(results, name, reference):
     np.testing.assert_allclose(results[name]["losses"], results[reference]["losses"], rtol=1e-5)
     for ours, theirs in zip(results[name]["params"], results[reference]["params"]):
         np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-6)
+
+
+def test_two_level_mesh_splits_fsdp(results):
+    assert results["two_level_axes"] == ["data", "fsdp_outer", "fsdp_inner", "tensor"]
 
 
 def test_explicit_program_reduce_scatters_gradients(results):

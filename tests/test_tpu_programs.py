@@ -145,3 +145,19 @@ def test_explicit_fsdp_collectives_meet_the_ideal():
     assert ("reduce-scatter", "fsdp") in kinds and ("all-gather", "fsdp") in kinds
     fsdp = record["chip_report"]["fsdp_traffic"]
     assert fsdp["ratio"] <= roofline.FSDP_RATIO_LIMIT and not fsdp["flagged"], fsdp
+
+
+def test_explicit_fsdp_over_a_whole_slice_in_two_levels():
+    """fsdp over all 16 chips of v5e:4x4: one-level collectives over the whole torus become
+    all-reduces in XLA:TPU; in two levels (groups of 4) the traffic is within the limit."""
+    from bert_jax.train import fsdp
+    devices = topology.devices("tpu:v5e:4x4")
+    config = _config((1, 16, 1))
+    config.batch_size = config.eval_batch_size = 32
+    config.fsdp_collectives = "explicit"
+    mesh = sharding.make_mesh(1, 16, 1, devices=devices)
+    assert fsdp.two_level_mesh(mesh)[1] == ("fsdp_outer", "fsdp_inner")
+    step = program.compile_pretrain_step(config, mesh)
+    record = report.analyse(step, [], 0.5, chips.for_device_kind(devices[0].device_kind))
+    fsdp_traffic = record["chip_report"]["fsdp_traffic"]
+    assert fsdp_traffic["ratio"] <= roofline.FSDP_RATIO_LIMIT, fsdp_traffic

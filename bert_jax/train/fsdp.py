@@ -13,7 +13,9 @@ up to 2.8x the bytes of the ideal. Here the batch axes (`data`, `fsdp`) are manu
     all-reduces them over `data`, and every gradient of a parameter that is not fsdp-split
     over (`data`, `fsdp`)
 
-which is the ideal that bert_jax.scaling.roofline.fsdp_ideal_bytes counts. The gathered
+which is the ideal that bert_jax.scaling.roofline.fsdp_ideal_bytes counts. Where the fsdp axis is
+a whole TPU slice of more than 8 chips, each gather and reduce-scatter runs in two levels
+(`two_level_mesh`: XLA:TPU would run one over the whole torus as an all-reduce). The gathered
 parameters live for the whole step (what XLA's own fsdp program keeps as well, unless remat).
 
 Results equal the partitioner's step up to the order of floating-point sums, with one
@@ -31,8 +33,13 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
+from bert_jax import platform
+
 BATCH_AXES = ("data", "fsdp")  # the manual axes: the batch's rows are split over both
 CHOICES = ("xla", "explicit")  # config.fsdp_collectives
+# fsdp axes of more devices than TWO_LEVEL_ABOVE that span a whole slice of these platforms run
+# their collectives in two levels (two_level_mesh).
+TWO_LEVEL_ABOVE, TWO_LEVEL_PLATFORMS = 8, ("tpu",)
 
 
 def uses_explicit(choice: str, mesh: Mesh) -> bool:
@@ -54,26 +61,47 @@ def _fsdp_dim(spec: P) -> Optional[int]:
     return None
 
 
-def _manual_spec(spec: P) -> P:
-    """The part of a spec over the manual axes (the partitioner keeps `tensor`)."""
+def _manual_spec(spec: P, fsdp_axes: tuple[str, ...]) -> P:
+    """The part of a spec over the manual axes (the partitioner keeps `tensor`), with `fsdp`
+    spelled as `fsdp_axes` (two_level_mesh)."""
     def keep(axes):
         names = (axes,) if isinstance(axes, str) else tuple(axes or ())
-        kept = tuple(a for a in names if a in BATCH_AXES)
+        kept = tuple(b for a in names if a in BATCH_AXES
+                     for b in (fsdp_axes if a == "fsdp" else (a,)))
         return kept[0] if len(kept) == 1 else (kept or None)
     return P(*(keep(axes) for axes in spec))
+
+
+def two_level_mesh(mesh: Mesh) -> tuple[Mesh, tuple[str, ...]]:
+    """The mesh the step's shard_map runs on, and the axes `fsdp` is spelled as there.
+
+    When the fsdp axis holds every device of a TPU slice of more than 8 chips, XLA:TPU (libtpu
+    0.0.42) runs collectives over the whole torus as all-reduces, even gathers and
+    reduce-scatters written as such (docs/results.md). Such an fsdp axis is split here into
+    (`fsdp_outer`, `fsdp_inner`) groups of the same devices in the same order, and each
+    collective runs in two levels (the bytes of one: (k-1)/k B + (m-1)/m B/k for n = m k).
+    Otherwise the mesh is kept and `fsdp` is one axis.
+    """
+    n = mesh.shape["fsdp"]
+    if n <= TWO_LEVEL_ABOVE or n != mesh.devices.size or platform.platform_of(mesh) not in TWO_LEVEL_PLATFORMS:
+        return mesh, ("fsdp",)
+    inner = max(d for d in range(1, int(math.isqrt(n)) + 1) if n % d == 0)
+    grid = mesh.devices.reshape(mesh.shape["data"], n // inner, inner, mesh.shape["tensor"])
+    return Mesh(grid, ("data", "fsdp_outer", "fsdp_inner", "tensor")), ("fsdp_outer", "fsdp_inner")
 
 
 # Collectives move each shard as whole TPU tiles of (8 rows, 128 lanes): [shards, rows, 128].
 # A shard of a few rows or lanes along a minor dimension fills no tile, and XLA:TPU then turns
 # its gather or reduce-scatter into an all-reduce of full-size, zero-padded buffers (twice the
-# bytes). The padding added here is < 1024 elements per parameter.
+# bytes). The padding added here is < 1024 elements per parameter (< 128 for one under 1024).
 TILE_ROWS, TILE_LANES = 8, 128
 
 
 def _to_tiles(shards: jax.Array) -> jax.Array:
-    """[k, *shard] -> [k, rows, 128]: each shard flattened and zero-padded to whole tiles."""
+    """[k, *shard] -> [k, rows, 128]: each shard flattened and zero-padded to whole tiles (a
+    shard of less than one tile to whole rows of 128: its bytes matter less than the padding's)."""
     flat = shards.reshape(shards.shape[0], -1)
-    tile = TILE_ROWS * TILE_LANES
+    tile = TILE_ROWS * TILE_LANES if flat.shape[1] >= TILE_ROWS * TILE_LANES else TILE_LANES
     padded = -(-flat.shape[1] // tile) * tile
     flat = jnp.pad(flat, ((0, 0), (0, padded - flat.shape[1])))
     return flat.reshape(flat.shape[0], padded // TILE_LANES, TILE_LANES)
@@ -95,10 +123,13 @@ def gradients(compute: Callable[[Any, Any, jax.Array, Callable], tuple[Any, Any]
     device's rows (for the loss weights of the whole batch). Its sums (loss terms and metrics)
     are added over the devices here.
     """
+    step_mesh, fsdp_axes = two_level_mesh(mesh)
+    batch_axes = ("data",) + fsdp_axes
     specs = jax.tree.map(lambda s: s.spec, param_shardings,
                          is_leaf=lambda s: isinstance(s, NamedSharding))
     dims = jax.tree.map(_fsdp_dim, specs, is_leaf=lambda s: isinstance(s, P))
-    manual_specs = jax.tree.map(_manual_spec, specs, is_leaf=lambda s: isinstance(s, P))
+    manual_specs = jax.tree.map(lambda spec: _manual_spec(spec, fsdp_axes), specs,
+                                is_leaf=lambda s: isinstance(s, P))
     # A None leaf is no pytree leaf: carry each dimension as a one-element tuple.
     dims = jax.tree.map(lambda d: (d,), dims, is_leaf=lambda d: d is None or isinstance(d, int))
 
@@ -106,30 +137,38 @@ def gradients(compute: Callable[[Any, Any, jax.Array, Callable], tuple[Any, Any]
         (dim,) = dim
         if dim is None:
             return shard
-        stacked = jax.lax.all_gather(_to_tiles(shard[None]), "fsdp", axis=0, tiled=True)
+        stacked = _to_tiles(shard[None])
+        for axis in reversed(fsdp_axes):  # the inner groups first: shard index outer x inner
+            stacked = jax.lax.all_gather(stacked, axis, axis=0, tiled=True)
         full_shape = shard.shape[:dim] + (-1,) + shard.shape[dim + 1:]
         return jnp.moveaxis(_from_tiles(stacked, shard.shape), 0, dim).reshape(full_shape)
 
     def reduce(grad, dim):
         (dim,) = dim
         if dim is None:
-            return jax.lax.psum(grad, BATCH_AXES)
-        n = jax.lax.psum(1, "fsdp")
+            return jax.lax.psum(grad, batch_axes)
+        n = jax.lax.psum(1, fsdp_axes)
         split = grad.shape[:dim] + (n, grad.shape[dim] // n) + grad.shape[dim + 1:]
         shards = jnp.moveaxis(grad.reshape(split), dim, 0)  # [n, *one shard's shape]
-        tiles = jax.lax.psum_scatter(_to_tiles(shards), "fsdp", scatter_dimension=0, tiled=True)
+        tiles = _to_tiles(shards)
+        for axis in fsdp_axes:  # the outer groups first, the transpose of `gather`
+            tiles = jax.lax.psum_scatter(tiles, axis, scatter_dimension=0, tiled=True)
         return jax.lax.psum(_from_tiles(tiles, shards.shape[1:])[0], "data")
 
     def global_sum(tree):
-        return jax.tree.map(lambda x: jax.lax.psum(x, BATCH_AXES), tree)
+        return jax.tree.map(lambda x: jax.lax.psum(x, batch_axes), tree)
 
     def local(param_shards, local_batch, key):
-        key = jax.random.fold_in(key, jax.lax.axis_index(BATCH_AXES))
+        key = jax.random.fold_in(key, jax.lax.axis_index(batch_axes))
         full = jax.tree.map(gather, param_shards, dims)
         grads, sums = compute(full, local_batch, key, global_sum)
         return jax.tree.map(reduce, grads, dims), global_sum(sums)
 
-    batch_specs = jax.tree.map(lambda _: P(BATCH_AXES), batch)
-    return jax.shard_map(local, mesh=mesh, in_specs=(manual_specs, batch_specs, P()),
-                         out_specs=(manual_specs, P()), axis_names=set(BATCH_AXES),
-                         check_vma=False)(params, batch, rng)
+    batch_specs = jax.tree.map(lambda _: P(batch_axes), batch)
+    step = jax.shard_map(local, mesh=step_mesh, in_specs=(manual_specs, batch_specs, P()),
+                         out_specs=(manual_specs, P()), axis_names=set(batch_axes),
+                         check_vma=False)
+    if step_mesh is mesh:
+        return step(params, batch, rng)
+    with jax.sharding.use_abstract_mesh(step_mesh.abstract_mesh):  # the mesh in context must be
+        return step(params, batch, rng)                             # the shard_map's
