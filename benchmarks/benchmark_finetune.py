@@ -98,7 +98,7 @@ def run_ours(settings: dict) -> dict:
         mask = host["attention_mask"]
         return int(mask.sum()), mask.size
 
-    finish = lambda: jax.block_until_ready(holder["metrics"])  # noqa: E731
+    finish = lambda: jax.block_until_ready(holder["metrics"])
     if not settings["profile_dir"]:
         result = timed_steps(run_step, finish, settings)
     else:

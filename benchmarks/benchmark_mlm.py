@@ -34,10 +34,10 @@ def settings(flags) -> dict:
 def random_batch(settings: dict, vocab_size: int):
     """Random token ids and masked positions, identical for every implementation (seeded)."""
     rng = np.random.default_rng(0)
-    b, l, p = settings["batch_size"], settings["seq_len"], settings["max_predictions"]
-    input_ids = rng.integers(1000, vocab_size, size=(b, l), dtype=np.int32)
-    positions = np.sort(np.stack([rng.choice(np.arange(1, l), p, replace=False) for _ in range(b)]),
-                        axis=1).astype(np.int32)
+    b, length, p = settings["batch_size"], settings["seq_len"], settings["max_predictions"]
+    input_ids = rng.integers(1000, vocab_size, size=(b, length), dtype=np.int32)
+    positions = np.sort(np.stack([rng.choice(np.arange(1, length), p, replace=False)
+                                  for _ in range(b)]), axis=1).astype(np.int32)
     masked_ids = np.take_along_axis(input_ids, positions, axis=1)
     return input_ids, positions, masked_ids
 
@@ -215,14 +215,14 @@ def report(result: dict, settings: dict, peak_flops: float | None) -> dict:
     from bert_jax.train import flops
 
     cfg = BertConfig.preset(settings["preset"])
-    b, l = settings["batch_size"], settings["seq_len"]
+    b, length = settings["batch_size"], settings["seq_len"]
     if settings["mode"] == "train":  # useful work only: the MLM head at the masked positions
-        step_flops = flops.pretraining_flops_per_step(cfg, b, l, settings["max_predictions"])
+        step_flops = flops.pretraining_flops_per_step(cfg, b, length, settings["max_predictions"])
     else:
-        step_flops = flops.encoder_flops_per_step(cfg, b, l, training=False)
+        step_flops = flops.encoder_flops_per_step(cfg, b, length, training=False)
     peak = peak_flops or flops.peak_flops_per_device()
     seconds = result["median_step_s"]
-    return {**settings, **result, "tokens_per_second": round(b * l / seconds, 1),
+    return {**settings, **result, "tokens_per_second": round(b * length / seconds, 1),
             "model_flops_per_step": step_flops, "mfu": round(step_flops / seconds / peak, 4)}
 
 

@@ -227,7 +227,7 @@ def main(argv):
             print(json.dumps(record), flush=True)
             per_fold.append(record)
     weights = np.asarray([r["eval_examples"] for r in per_fold], np.float64)
-    mean = lambda key: float(np.average([r[key] for r in per_fold], weights=weights))  # noqa: E731
+    mean = lambda key: float(np.average([r[key] for r in per_fold], weights=weights))
     summary = {"runs": per_fold, "folds": FLAGS.folds, "seeds": FLAGS.seeds,
                "ours_accuracy": mean("ours_accuracy"),
                "torch_accuracy": mean("torch_accuracy"),

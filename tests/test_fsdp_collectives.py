@@ -3,9 +3,9 @@ CPU devices (a subprocess with XLA_FLAGS set before jax is imported).
 
 Without dropout the explicit step computes what the partitioner's does: on (data, fsdp, tensor)
 = (2, 4, 1) and (2, 2, 2), with and without gradient accumulation, and on (1, 8, 1) with its
-collectives in two levels (as TPU slices of more than 8 chips run them), the logged losses of 6 steps
-through the real loop equal a one-device run's within 1e-5 relative, and the parameters after
-them within 1e-5. Its program reduces the gradients with reduce-scatters over fsdp and gathers
+collectives in two levels (as TPU slices of more than 8 chips run them), the logged losses of 6
+steps through the real loop equal a one-device run's within 1e-5 relative, and the parameters
+after them within 1e-5. Its program reduces the gradients with reduce-scatters over fsdp and gathers
 the parameters with all-gathers. With dropout it runs (finite losses, other than without).
 """
 

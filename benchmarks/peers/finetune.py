@@ -157,7 +157,7 @@ def run_hf_flax(settings: dict) -> dict:
         mask = batch["attention_mask"]
         return int(mask.sum()), mask.size
 
-    finish = lambda: jax.block_until_ready(holder["loss"])  # noqa: E731
+    finish = lambda: jax.block_until_ready(holder["loss"])
     start = time.perf_counter()
     step(batch_rows(settings, rows))
     finish()

@@ -104,5 +104,5 @@ class HFFlaxMLM(mlm_blocks.BlocksPeer):
         return {"config_source": "transformers.FlaxBertForMaskedLM, run_mlm_flax style",
                 "model": self.hf_config.to_dict(),
                 "recipe": {"max_seq_len": int(self.blocks.shape[1]), **self.train,
-                           "blocks": int(len(self.blocks))},
+                           "blocks": len(self.blocks)},
                 "num_params": int(sum(np.size(x) for x in jax.tree.leaves(self.state.params)))}

@@ -111,4 +111,4 @@ def write_blocks(corpus: str, data_dir: str, vocab_path: str, path: str) -> dict
     source = corpora.load_source(corpus, "train", data_dir, **_text_options(corpus))
     blocks = mlm_blocks.make_blocks(corpora.SourceTexts(source), vocab_path, SEQ_LEN)
     np.save(path, blocks)
-    return {"path": os.path.abspath(path), "blocks": int(len(blocks))}
+    return {"path": os.path.abspath(path), "blocks": len(blocks)}

@@ -95,7 +95,7 @@ class EpochBatches:
         self.rng = np.random.default_rng(seed)
         self.order: list[np.ndarray] = []
 
-    def __iter__(self) -> "EpochBatches":
+    def __iter__(self) -> EpochBatches:
         return self
 
     def __next__(self) -> dict[str, np.ndarray]:

@@ -82,7 +82,10 @@ def plot(results: Sequence[dict], output: str, targets: Sequence[float] = ()) ->
             axes.plot([e["seconds"] for e in evaluations], [e["accuracy"] for e in evaluations],
                       color=colour, linewidth=0.6, alpha=0.5)
         points = min(len(e) for e in runs)
-        mean = lambda key: np.mean([[e[key] for e in ev[:points]] for ev in runs], 0)  # noqa
+
+        def mean(key, runs=runs, points=points):
+            return np.mean([[e[key] for e in ev[:points]] for ev in runs], 0)
+
         axes.plot(mean("seconds"), mean("accuracy"), color=colour, linewidth=2.0, marker="o",
                   markersize=3, label=f"{name} ({len(runs)} seed{'s' * (len(runs) > 1)})")
     for target in targets:

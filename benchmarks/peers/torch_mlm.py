@@ -79,7 +79,7 @@ class TorchMLM(mlm_blocks.BlocksPeer):
         return {"config_source": "transformers.BertForMaskedLM (torch), the same recipe",
                 "model": self.hf_config.to_dict(),
                 "recipe": {"max_seq_len": int(self.blocks.shape[1]), **self.train,
-                           "blocks": int(len(self.blocks)),
+                           "blocks": len(self.blocks),
                            "torch_threads": torch.get_num_threads(),
                            "device": str(self.device)},
                 "num_params": int(sum(p.numel() for p in self.model.parameters()))}

@@ -31,7 +31,8 @@ from typing import Any, Callable, Optional
 
 import jax
 import jax.numpy as jnp
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from bert_jax import platform
 
@@ -83,9 +84,10 @@ def two_level_mesh(mesh: Mesh) -> tuple[Mesh, tuple[str, ...]]:
     Otherwise the mesh is kept and `fsdp` is one axis.
     """
     n = mesh.shape["fsdp"]
-    if n <= TWO_LEVEL_ABOVE or n != mesh.devices.size or platform.platform_of(mesh) not in TWO_LEVEL_PLATFORMS:
+    whole_slice = n == mesh.devices.size and platform.platform_of(mesh) in TWO_LEVEL_PLATFORMS
+    if n <= TWO_LEVEL_ABOVE or not whole_slice:
         return mesh, ("fsdp",)
-    inner = max(d for d in range(1, int(math.isqrt(n)) + 1) if n % d == 0)
+    inner = max(d for d in range(1, math.isqrt(n) + 1) if n % d == 0)
     grid = mesh.devices.reshape(mesh.shape["data"], n // inner, inner, mesh.shape["tensor"])
     return Mesh(grid, ("data", "fsdp_outer", "fsdp_inner", "tensor")), ("fsdp_outer", "fsdp_inner")
 

@@ -18,9 +18,10 @@ What varies between pre-training and fine-tuning is a `Task`:
          checkpoint_metadata={})       # extra JSON kept with each checkpoint (labels, task kind)
 
 `evaluate(params) -> dict[str, float]` is called every `eval_every_steps` and at the end
-(`bert_jax.train.evaluation`: a held-out loss, or predictions scored by the task). Step counts are in optimizer steps:
-for epochs use `steps_for_epochs(num_examples, batch_size, epochs)`. The train iterator yields
-host-local numpy batches (this process's rows) and, to resume exactly, has get_state/set_state.
+(`bert_jax.train.evaluation`: a held-out loss, or predictions scored by the task). Step counts
+are in optimizer steps: for epochs use `steps_for_epochs(num_examples, batch_size, epochs)`.
+The train iterator yields host-local numpy batches (this process's rows) and, to resume exactly,
+has get_state/set_state.
 
 What the loop does, in order: builds its program (`bert_jax.train.program`): the TrainState
 sharded on `mesh`, or the newest checkpoint in `<workdir>/checkpoints` restored onto this mesh

@@ -33,7 +33,6 @@ from jax.sharding import NamedSharding
 from bert_jax.train import fsdp
 from bert_jax.train import optimizer as optimizer_lib
 
-
 Array = jax.Array
 Params = Any
 Batch = Mapping[str, Array]
@@ -63,7 +62,7 @@ class TrainState:
 
     @classmethod
     def create(cls, params: Params, optimizer: optax.GradientTransformation,
-               rng: Array) -> "TrainState":
+               rng: Array) -> TrainState:
         return cls(step=jnp.zeros((), jnp.int32), params=params,
                    opt_state=optimizer.init(params), rng=jnp.asarray(rng, jnp.uint32))
 
@@ -233,7 +232,7 @@ def add_sums(total: Optional[tuple[dict, dict]], new: tuple[dict, dict]) -> tupl
 def summarize(sums: tuple[Mapping[str, Weighted], Mapping[str, Weighted]]) -> dict[str, float]:
     """(term sums, metric sums) -> {'loss': ..., term: mean, metric: mean} as Python floats."""
     terms, metrics = sums
-    mean = lambda pair: float(pair[0] / pair[1]) if float(pair[1]) > 0 else 0.0  # noqa: E731
+    mean = lambda pair: float(pair[0] / pair[1]) if float(pair[1]) > 0 else 0.0
     out = {"loss": sum(mean(pair) for pair in terms.values())}
     out.update({name: mean(pair) for name, pair in {**terms, **metrics}.items()})
     return out
