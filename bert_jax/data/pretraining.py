@@ -7,7 +7,7 @@
       -> tokenized (no special tokens)
       -> rows of exactly seq_len tokens:
            MLM mode (default): documents packed into rows, several per row, each piece with its
-             own segment id and positions (`bert_jax.data.packing`).
+             own segment id and positions (`bert_jax.data.document_packing`).
            sentence-pair mode (sentence_pairs=True): BERT's [CLS] A [SEP] B [SEP] with token types
              0/1 and an NSP label, one pair per row (`bert_jax.data.sentence_pairs`).
       -> (optional) grain worker processes (num_workers > 0)
@@ -45,8 +45,8 @@ from etils import epath
 
 from bert_jax.data import corpora, host_shards
 from bert_jax.data import tokenizer as tok
+from bert_jax.data.document_packing import PackedRowsIterDataset, PackingSpec, empty_row
 from bert_jax.data.masking import MaskingSpec, mask_row
-from bert_jax.data.packing import PackedRowsIterDataset, PackingSpec, empty_row
 from bert_jax.data.sentence_pairs import FlattenedIterDataset, PairRows, PairSpec
 
 _MASK_STREAM = 0x6D61736B  # "mask": separates the masking generator from other uses of the seed

@@ -15,7 +15,7 @@ from typing import Callable, Sequence
 import grain
 import numpy as np
 
-from bert_jax.data.packing import ItemsIterator, ItemsIterDataset, empty_row, split_point
+from bert_jax.data.document_packing import ItemsIterator, ItemsIterDataset, empty_row, split_point
 
 _PAIR_STREAM = 0x70616972  # "pair": separates the pairing generator from other uses of the seed
 
