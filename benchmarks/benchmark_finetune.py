@@ -63,14 +63,13 @@ def run_ours(settings: dict) -> dict:
 
     from bert_jax import sharding
     from bert_jax.recipes import common as recipe_common
-    from bert_jax.recipes.finetune import data as data_lib
-    from bert_jax.recipes.finetune import recipe
+    from bert_jax.recipes.finetune import recipe, task_data
 
     rows = encode(settings)
     config = rows.config
     init_cfg, initial_params = recipe_common.initial_weights(config)
     cfg = recipe_common.model_config(config, rows.tokenizer.vocab_size, init_cfg)
-    data = data_lib.TaskData(rows.kind, rows.labels, rows.examples, [], rows.features, {})
+    data = task_data.TaskData(rows.kind, rows.labels, rows.examples, [], rows.features, {})
     mesh = recipe_common.make_mesh(config)
     built = recipe_common.train_program(
         config, mesh, recipe.make_task(config, cfg, data, initial_params), config.total_steps)
@@ -86,7 +85,7 @@ def run_ours(settings: dict) -> dict:
     with jax.transfer_guard("disallow"):  # no hidden host<->device copies inside the step
         state, metrics = train_step(state, batch)
     holder = {"state": state, "metrics": metrics}
-    iterator = data_lib.training_batches(config, data)
+    iterator = task_data.training_batches(config, data)
 
     def run_step():  # what loop._Run.next_step does: next batch -> global arrays -> step
         host = next(iterator)
@@ -113,18 +112,18 @@ def run_ours(settings: dict) -> dict:
 def _one_batch_per_shape(config, data, kind, settings: dict) -> list[dict]:
     """A batch of every shape the timed steps will see, to compile before the timing: each
     bucket length (a batch cut to it), or with packing each row count the batches drawn."""
-    from bert_jax.recipes.finetune import data as data_lib
-    probe = data_lib.training_batches(config, data)
+    from bert_jax.recipes.finetune import task_data
+    probe = task_data.training_batches(config, data)
     if settings["pack_examples"]:
         shapes = {}
         for _ in range(settings["warmup"] + settings["steps"] + 1):
             batch = next(probe)
             shapes.setdefault(batch["attention_mask"].shape, batch)
         return list(shapes.values())
-    buckets, first = data_lib.train_buckets(config, kind), next(probe)
+    buckets, first = task_data.train_buckets(config, kind), next(probe)
     keys = buckets.token_keys if buckets else ()
     return [{k: v[:, :length] if k in keys else v for k, v in first.items()}
-            for length in data_lib.bucket_lengths(config) or (config.max_seq_len,)]
+            for length in task_data.bucket_lengths(config) or (config.max_seq_len,)]
 
 
 RUNNERS = {"ours": run_ours, "hf_torch": peers.run_hf_torch, "hf_flax": peers.run_hf_flax}

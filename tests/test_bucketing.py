@@ -21,8 +21,7 @@ import pytest
 
 from bert_jax.data import batches, row_layout
 from bert_jax.recipes import common as recipe_common
-from bert_jax.recipes.finetune import data as data_lib
-from bert_jax.recipes.finetune import recipe
+from bert_jax.recipes.finetune import recipe, task_data
 from bert_jax.train import evaluation
 
 from finetune_runs import tiny_finetune_config
@@ -77,7 +76,7 @@ def test_cut_keeps_rows_whole_and_leaves_other_arrays():
 def test_config_bucket_lengths(spec, expected):
     config = tiny_finetune_config("classification", "", max_seq_len=64)
     config.data.bucket_lengths = spec if isinstance(spec, str) else ",".join(map(str, spec))
-    assert data_lib.bucket_lengths(config) == expected
+    assert task_data.bucket_lengths(config) == expected
 
 
 def test_bad_bucket_configs_are_errors_and_an_old_config_pads_to_max_seq_len():
@@ -85,13 +84,13 @@ def test_bad_bucket_configs_are_errors_and_an_old_config_pads_to_max_seq_len():
     for bad in ("16,x", "0,32", "128"):
         config.data.bucket_lengths = bad
         with pytest.raises(ValueError, match="bucket_lengths"):
-            data_lib.check_batching(config)
+            task_data.check_batching(config)
     config.data.bucket_lengths, config.data.group_by_length = "auto", -1
     with pytest.raises(ValueError, match="group_by_length"):
-        data_lib.check_batching(config)
+        task_data.check_batching(config)
     old = config.to_dict()
     del old["data"]["bucket_lengths"]  # the config.json of a run recorded before the key
-    assert data_lib.bucket_lengths(ml_collections.ConfigDict(old)) == ()
+    assert task_data.bucket_lengths(ml_collections.ConfigDict(old)) == ()
 
 
 # ----- rows in == rows out -----------------------------------------------------------------------
@@ -285,7 +284,7 @@ class CompileCounter(logging.Handler):
 def test_heldout_predictions_equal_with_and_without_buckets(task, tmp_path):
     config = task_config(tmp_path, task)
     tokenizer = recipe_common.load_tokenizer(config)
-    data = data_lib.build_task_data(config, tokenizer)
+    data = task_data.build_task_data(config, tokenizer)
     cfg = recipe_common.model_config(config, tokenizer.vocab_size)
     model = data.kind.make_model(cfg, data.labels)
     params = nn.meta.unbox(recipe.make_init_fn(model, MAX_LEN)(jax.random.PRNGKey(0)))
@@ -298,7 +297,7 @@ def test_heldout_predictions_equal_with_and_without_buckets(task, tmp_path):
         predict = jax.jit(recipe.make_predict_fn(data.kind, model, MAX_LEN))
         with CompileCounter() as compiled:
             outputs = evaluation.predict_rows(predict, params, inputs, 4, mesh,
-                                              data_lib.eval_buckets(config))
+                                              task_data.eval_buckets(config))
         evaluator = recipe.make_evaluator(config, cfg, data, mesh)
         results[spec] = outputs, evaluator(params), evaluator.last_records
         assert 1 <= compiled.count("predict") <= (len(BUCKETS) if spec == BUCKETED else 1)

@@ -16,8 +16,7 @@ import numpy as np
 import pytest
 
 from bert_jax.data import batches, example_packing, row_layout
-from bert_jax.recipes.finetune import data as data_lib
-from bert_jax.recipes.finetune import recipe
+from bert_jax.recipes.finetune import recipe, task_data
 
 from test_bucketing import CompileCounter, read_losses, task_config
 
@@ -83,10 +82,10 @@ def test_process_shares_form_the_global_packed_batch():
 def test_kinds_that_cannot_be_packed_are_refused(tmp_path):
     config = task_config(tmp_path, "token_classification", **{"data.pack_examples": 4})
     with pytest.raises(ValueError, match="token_classification.*cannot be packed"):
-        data_lib.check_batching(config, data_lib.kinds.get("token_classification"))
+        task_data.check_batching(config, task_data.kinds.get("token_classification"))
     config.data.pack_examples = -1
     with pytest.raises(ValueError, match="pack_examples=-1 must be an integer >= 0"):
-        data_lib.check_batching(config)
+        task_data.check_batching(config)
 
 
 @pytest.mark.parametrize("task", ["classification"])

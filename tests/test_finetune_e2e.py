@@ -18,7 +18,7 @@ import pytest
 from bert_jax.data import encoding, readers
 from bert_jax.recipes import common as recipe_common
 from bert_jax.recipes.finetune import kinds, recipe
-from bert_jax.recipes.finetune.data import build_task_data
+from bert_jax.recipes.finetune.task_data import build_task_data
 from experiments.configs import common
 
 from finetune_runs import tiny_finetune_config

@@ -96,7 +96,7 @@ def run_export_options(workdir: str | None, params) -> dict:
         logging.warning("no run's config.json beside the checkpoint: writing no tokenizer and no "
                         "labels (give --workdir)")
         return {}
-    from bert_jax.recipes.finetune.data import read_task_file
+    from bert_jax.recipes.finetune.task_data import read_task_file
     options = {"tokenizer": saved_runs.run_tokenizer(workdir)}
     if options["tokenizer"] is None:
         logging.warning("%s: the run has no vocabulary (synthetic corpus): writing no tokenizer",

@@ -90,12 +90,11 @@ def compile_finetune_step(config: ml_collections.ConfigDict, mesh: Mesh,
     """AOT-compile the fine-tuning step of sequence classification (`num_labels` classes) for
     `config` (a finetune config: model, dtype, remat, optimizer, batch and length) on `mesh`:
     the recipe's task, loss and optimizer, padded rows of max_seq_len tokens."""
-    from bert_jax.recipes.finetune import data as data_lib
-    from bert_jax.recipes.finetune import kinds, recipe
+    from bert_jax.recipes.finetune import kinds, recipe, task_data
 
     cfg = common.model_config(config, config.tokenizer.vocab_size)
     labels = {"label_map": [str(i) for i in range(num_labels)]}
-    data = data_lib.TaskData(kinds.get("classification"), labels, [], [], None, {})
+    data = task_data.TaskData(kinds.get("classification"), labels, [], [], None, {})
     rows = jax.sharding.NamedSharding(mesh, sharding.batch_sharding(mesh).spec)
     batch = {key: jax.ShapeDtypeStruct((config.batch_size, config.max_seq_len), jax.numpy.int32,
                                        sharding=rows) for key in CLASSIFICATION_INPUTS}

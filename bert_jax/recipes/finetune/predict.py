@@ -39,8 +39,7 @@ from absl import logging
 from bert_jax import progress, sharding
 from bert_jax.data import batches, readers, row_layout, unlabelled
 from bert_jax.recipes import common
-from bert_jax.recipes.finetune import data as data_lib
-from bert_jax.recipes.finetune import kinds, recipe
+from bert_jax.recipes.finetune import kinds, recipe, task_data
 from bert_jax.train import evaluation, loop
 from bert_jax.train import workdir as workdir_lib
 
@@ -97,12 +96,12 @@ def load_run(workdir: str) -> tuple[Any, kinds.TaskKind, dict[str, Any]]:
     if config.get("recipe") != "finetune":
         raise ValueError(f"{workdir} holds a {config.get('recipe', 'pretrain')!r} run; "
                          "predictions need the workdir of a fine-tuning run (finetune.py)")
-    saved_task = data_lib.read_task_file(workdir)
+    saved_task = task_data.read_task_file(workdir)
     if saved_task is None:
-        raise FileNotFoundError(f"{os.path.join(workdir, data_lib.TASK_FILE)} not found: "
+        raise FileNotFoundError(f"{os.path.join(workdir, task_data.TASK_FILE)} not found: "
                                 f"is {workdir} the workdir of a finished fine-tuning run?")
     kind = kinds.get(saved_task["task"])
-    return config, kind, data_lib.labels_of(saved_task)
+    return config, kind, task_data.labels_of(saved_task)
 
 
 def read_input(kind: kinds.TaskKind, config, options: PredictOptions) -> unlabelled.Rows:
@@ -164,7 +163,7 @@ def warm_up(predictor: Predictor, batch_size: int) -> float:
     bucket of config.data.bucket_lengths, or max_seq_len): compiles every batch shape, so that
     the rows/s measured after it are those of the model."""
     started = time.perf_counter()
-    lengths = data_lib.bucket_lengths(predictor.config) or (predictor.config.max_seq_len,)
+    lengths = task_data.bucket_lengths(predictor.config) or (predictor.config.max_seq_len,)
     for length in lengths:
         zeros = {k: np.zeros((1, length), np.int32) for k in kinds.MODEL_INPUTS}
         batch = next(batches.eval_batches(zeros, batch_size, jax.process_index(),
@@ -206,7 +205,7 @@ def predict_records(predictor: Predictor, rows: unlabelled.Rows, options: Predic
         predict = _counting(p.predict, bar, len(inputs["input_ids"]), options.batch_size,
                             features.get("example_index"))
         outputs = evaluation.predict_rows(predict, p.params, inputs, options.batch_size,
-                                          p.mesh, data_lib.eval_buckets(p.config))
+                                          p.mesh, task_data.eval_buckets(p.config))
         records = p.kind.prediction_records(examples, features, outputs, p.labels, p.config)
         if len(records) != len(examples):
             raise RuntimeError(f"{p.kind.name}: {len(records)} records for {len(examples)} "

@@ -28,7 +28,7 @@ from bert_jax.config import BertConfig
 from bert_jax.data import example_packing
 from bert_jax.recipes import common
 from bert_jax.recipes.finetune import kinds
-from bert_jax.recipes.finetune.data import (
+from bert_jax.recipes.finetune.task_data import (
     TASK_FILE,
     TaskData,
     build_task_data,
