@@ -30,8 +30,9 @@ class Classification(TextTask):
         return encoding.encode_text_examples(tokenizer, examples, config.max_seq_len,
                                              labels["label_map"], source)
 
-    def loss(self, outputs, batch, rows):
-        return softmax_cross_entropy(outputs, batch["labels"], rows, "accuracy")  # [B, C]
+    def loss(self, outputs, batch, example_weights):
+        # outputs [B, C]
+        return softmax_cross_entropy(outputs, batch["labels"], example_weights, "accuracy")
 
     def score(self, data, outputs, config):
         label_map = data.labels["label_map"]

@@ -10,7 +10,10 @@ A kind says, for one family of tasks, everything that differs between them:
                                      numpy features, one row per model input row: input_ids,
                                      token_type_ids, attention_mask [N, L] and the targets
     make_model(cfg, labels)          the Flax module (encoder + head)
-    loss(outputs, batch, rows)       (loss terms, metrics) as (sum, weight) pairs (steps.LossFn)
+    loss(outputs, batch, example_weights)
+                                     (loss terms, metrics) as (sum, weight) pairs (steps.LossFn),
+                                     each example weighted by example_weights [B] (packed:
+                                     [R, K]; 0 for padding)
     predict(outputs, batch)          {name: float32 array [B, ...]}: what scoring needs
     score(data, outputs, config)     (metrics, prediction records) of the whole eval set
     write(records, directory)        prediction files; returns their paths
@@ -83,7 +86,8 @@ class TaskKind:
     def make_model(self, cfg: BertConfig, labels: Mapping[str, Any]) -> nn.Module:
         raise NotImplementedError
 
-    def loss(self, outputs: Any, batch: Mapping[str, jax.Array], rows: jax.Array) -> LossOutput:
+    def loss(self, outputs: Any, batch: Mapping[str, jax.Array],
+             example_weights: jax.Array) -> LossOutput:
         raise NotImplementedError
 
     def predict(self, outputs: Any, batch: Mapping[str, jax.Array]) -> dict[str, jax.Array]:

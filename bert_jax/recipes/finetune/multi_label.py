@@ -67,14 +67,14 @@ class MultiLabel(TextTask):
         features["labels"] = targets
         return features
 
-    def loss(self, outputs, batch, rows):
+    def loss(self, outputs, batch, example_weights):
         logits = outputs.astype(jnp.float32)  # [B, C]
         labels = batch["labels"]  # [B, C] 0/1
         per_row = jnp.sum(optax.sigmoid_binary_cross_entropy(logits, labels), axis=-1)
         correct = jnp.mean(((logits > 0) == (labels > 0.5)).astype(jnp.float32), axis=-1)
-        count = jnp.sum(rows)
-        return ({"binary_cross_entropy": (jnp.sum(per_row * rows), count)},
-                {"label_accuracy": (jnp.sum(correct * rows), count)})
+        count = jnp.sum(example_weights)
+        return ({"binary_cross_entropy": (jnp.sum(per_row * example_weights), count)},
+                {"label_accuracy": (jnp.sum(correct * example_weights), count)})
 
     def score(self, data, outputs, config):
         label_map = data.labels["label_map"]

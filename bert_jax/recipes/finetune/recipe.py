@@ -52,12 +52,13 @@ def _forward(model: nn.Module, params, batch, rng, deterministic: bool):
 
 
 def make_loss_fn(kind: kinds.TaskKind, model: nn.Module) -> steps.LossFn:
-    """loss_fn(params, batch, rng, deterministic) of the kind; rows weighted by example_weights
-    (0 for the padding rows of a last eval batch)."""
+    """loss_fn(params, batch, rng, deterministic) of the kind; examples weighted by the batch's
+    example_weights (0 for the padding rows of a last eval batch; all 1 when absent)."""
     def loss_fn(params, batch, rng, deterministic):
         outputs = _forward(model, params, batch, rng, deterministic)
-        rows = batch.get("example_weights", jnp.ones(batch["input_ids"].shape[:1], jnp.float32))
-        return kind.loss(outputs, batch, rows)
+        example_weights = batch.get("example_weights",
+                                    jnp.ones(batch["input_ids"].shape[:1], jnp.float32))
+        return kind.loss(outputs, batch, example_weights)
     return loss_fn
 
 

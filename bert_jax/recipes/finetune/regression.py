@@ -23,9 +23,10 @@ class Regression(TextTask):
         return encoding.encode_text_examples(tokenizer, examples, config.max_seq_len, None,
                                              source)
 
-    def loss(self, outputs, batch, rows):
+    def loss(self, outputs, batch, example_weights):
         error = outputs[..., 0].astype(jnp.float32) - batch["labels"]  # [B] (packed: [R, K])
-        return {"squared_error": (jnp.sum(error ** 2 * rows), jnp.sum(rows))}, {}
+        total = jnp.sum(example_weights)
+        return {"squared_error": (jnp.sum(error ** 2 * example_weights), total)}, {}
 
     def score(self, data, outputs, config):
         predicted = outputs["logits"][:, 0]

@@ -47,12 +47,13 @@ class SpanQA(TaskKind):
     def make_model(self, cfg, labels):
         return BertForQuestionAnswering(cfg)
 
-    def loss(self, outputs, batch, rows):
+    def loss(self, outputs, batch, example_weights):
         start, end = span_logits(*outputs, batch["attention_mask"])
         span_loss = 0.5 * (
             optax.softmax_cross_entropy_with_integer_labels(start, batch["start_positions"])
             + optax.softmax_cross_entropy_with_integer_labels(end, batch["end_positions"]))
-        return {"span_loss": (jnp.sum(span_loss * rows), jnp.sum(rows))}, {}
+        total = jnp.sum(example_weights)
+        return {"span_loss": (jnp.sum(span_loss * example_weights), total)}, {}
 
     def predict(self, outputs, batch):
         start, end = span_logits(*outputs, batch["attention_mask"])

@@ -40,9 +40,9 @@ class TokenClassification(TaskKind):
     def make_model(self, cfg, labels):
         return BertForTokenClassification(cfg, len(labels["label_map"]))
 
-    def loss(self, outputs, batch, rows):
+    def loss(self, outputs, batch, example_weights):
         labels = batch["labels"]  # [B, L], IGNORE where a position carries no tag
-        tagged = (labels != encoding.IGNORE).astype(jnp.float32) * rows[:, None]
+        tagged = (labels != encoding.IGNORE).astype(jnp.float32) * example_weights[:, None]
         safe_labels = jnp.where(labels == encoding.IGNORE, 0, labels)
         return softmax_cross_entropy(outputs, safe_labels, tagged, "token_accuracy")
 
