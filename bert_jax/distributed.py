@@ -14,8 +14,8 @@
 The flags exist once a script calls `define_flags()` (library imports define none).
 
 jax.distributed.initialize also starts JAX's preemption sync manager, which catches SIGTERM for
-the whole process: bert_jax.train.loop (_StopSignals) relies on it to stop all processes at one
-step when any of them is told to stop.
+the whole process: bert_jax.train.preemption (StopSignals) relies on it to stop all processes at
+one step when any of them is told to stop.
 """
 
 from __future__ import annotations

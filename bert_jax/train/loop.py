@@ -31,16 +31,15 @@ Every `log_every_steps` it records step, loss, the task's metrics, learning_rate
 tokens_per_second, mfu and seconds_per_step (`bert_jax.train.metrics_writer`: metrics.jsonl,
 TensorBoard) and logs a line; eval results go to eval_metrics.jsonl. Checkpoints every
 `checkpoint_every_steps`, at the end, and on SIGTERM or Ctrl-C (save, then return with
-`preempted=True` and the signal). A restart with the same arguments continues the same run:
-same batches, same dropout, same losses; log lines past the restored step are dropped so the
-files read as one run.
+`preempted=True` and the signal; the signal handling is bert_jax.train.preemption). A restart
+with the same arguments continues the same run: same batches, same dropout, same losses; log
+lines past the restored step are dropped so the files read as one run.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-import os
 import signal
 from typing import Any, Callable, Iterator, Mapping, Optional
 
@@ -53,7 +52,7 @@ from jax.sharding import Mesh
 
 from bert_jax import sharding
 from bert_jax.config import BertConfig
-from bert_jax.train import checkpointing, fsdp, program, steps
+from bert_jax.train import checkpointing, fsdp, preemption, program, steps
 from bert_jax.train.evaluation import Evaluator
 from bert_jax.train.metrics_writer import MetricsWriter, format_log_line, read_metrics
 from bert_jax.train.throughput import Throughput
@@ -157,88 +156,6 @@ def check_batch_size(global_batch_size: int, mesh: Mesh, accumulation_steps: int
             f"global batch_size={global_batch_size} is not divisible by accumulation_steps="
             f"{accumulation_steps} x data-parallel size {data_parallel}: each micro-batch must "
             "split evenly over the devices")
-
-
-# ----- preemption ------------------------------------------------------------------------------
-
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
-
-
-class _StopSignals:
-    """SIGTERM and SIGINT (Ctrl-C) ask the run to save and stop; a second SIGINT aborts at once.
-
-    All processes agree on the step (any process signalled = all save that step and stop).
-
-    One process: Python handlers for both signals set a flag, read after every step.
-
-    Several processes: jax.distributed.initialize starts JAX's preemption sync manager, whose
-    notifier catches SIGTERM itself (a C handler, installed at initialize and left in place).
-    Once any process gets SIGTERM, the coordination service tells every process in the
-    background and they settle on one step (the largest step any of them reached, plus one);
-    `multihost_utils.reached_preemption_sync_point(step)` turns True at that step on all of
-    them. Checking it is a local read (well under a microsecond): no collective per step.
-    SIGINT gets a Python handler that records it and sends this process SIGTERM, so that the
-    same protocol carries it; a process stops with the signal it got itself (Ctrl-C: 130) and
-    one that only learned of another's signal stops as after SIGTERM (143). SIGTERM before the
-    loop starts is held by the notifier and stops the run at its first steps; SIGTERM after
-    the loop (the final evaluation) is not acted on. Without the preemption service
-    (jax_enable_preemption_service=False) the processes all-gather the flags after every step.
-    """
-
-    def __init__(self):
-        self.received: Optional[int] = None
-        self._previous: dict[int, Any] = {}
-        self._sync_point = False  # several processes, through JAX's preemption sync manager
-
-    def __enter__(self):
-        self._sync_point = jax.process_count() > 1 and _preemption_sync_manager() is not None
-        # With the sync manager, SIGTERM stays with JAX's notifier (see the class docstring).
-        signals = (signal.SIGINT,) if self._sync_point else STOP_SIGNALS
-        for signum in signals:
-            try:
-                self._previous[signum] = signal.signal(signum, self._handle)
-            except ValueError:  # not the main thread: no handler, the run is not preemptible
-                pass
-        return self
-
-    def _handle(self, signum, frame):
-        del frame
-        self.received = self.received or signum
-        if signum == signal.SIGINT:  # the next Ctrl-C raises KeyboardInterrupt right away
-            signal.signal(signal.SIGINT, signal.default_int_handler)
-            if self._sync_point:  # tell the others through JAX's SIGTERM notifier
-                os.kill(os.getpid(), signal.SIGTERM)
-
-    def __exit__(self, *exc):
-        for signum, previous in self._previous.items():
-            signal.signal(signum, previous)
-
-    def should_stop(self, step: Optional[int] = None) -> bool:
-        """Whether to save this step and stop; with several processes, call it after every
-        step with the step reached (the same on all processes)."""
-        if jax.process_count() == 1:
-            return self.received is not None
-        from jax.experimental import multihost_utils
-        if self._sync_point:
-            if step is None:
-                raise ValueError("should_stop needs the step with several processes")
-            if not multihost_utils.reached_preemption_sync_point(step):
-                return False
-            self.received = self.received or signal.SIGTERM
-            return True
-        received = np.int32(self.received or 0)
-        signals = multihost_utils.process_allgather(received)
-        self.received = self.received or (int(np.max(signals)) or None)
-        return self.received is not None
-
-
-def _preemption_sync_manager() -> Any:
-    """JAX's preemption sync manager, made by jax.distributed.initialize (None: not there)."""
-    try:
-        from jax._src import distributed as jax_distributed
-    except ImportError:  # pragma: no cover - a JAX without it: all-gather instead
-        return None
-    return getattr(jax_distributed.global_state, "preemption_sync_manager", None)
 
 
 # ----- the loop --------------------------------------------------------------------------------
@@ -373,7 +290,7 @@ def train(task: Task, optimizer: optax.GradientTransformation, train_iterator: I
                evaluate)
     signal_number = None
     try:
-        with _StopSignals() as stop:  # SIGTERM or Ctrl-C: save this step, then stop
+        with preemption.StopSignals() as stop:  # SIGTERM or Ctrl-C: save this step, stop
             while run.step < config.total_steps and run.next_step():
                 if run.step % config.log_every_steps == 0 or run.step == config.total_steps:
                     run.log()

@@ -114,9 +114,9 @@ def test_ctrl_c_saves_and_exits_130_then_the_run_resumes(tmp_path):
 def test_a_second_ctrl_c_aborts_at_once():
     """The signals go to this thread (pthread_kill), so their handlers run here before the next
     line: os.kill may deliver to one of XLA's threads and the main thread see it a moment late."""
-    from bert_jax.train.loop import _StopSignals
+    from bert_jax.train.preemption import StopSignals
     before = signal.getsignal(signal.SIGINT)  # SIG_IGN when started in the background
-    with _StopSignals() as stop:
+    with StopSignals() as stop:
         signal.pthread_kill(threading.get_ident(), signal.SIGINT)
         assert stop.should_stop() and stop.received == signal.SIGINT
         with pytest.raises(KeyboardInterrupt):
