@@ -12,7 +12,8 @@ import numpy as np
 
 from bert_jax.data import encoding
 from bert_jax.recipes.finetune import metrics
-from bert_jax.recipes.finetune.kinds import register, softmax, softmax_cross_entropy
+from bert_jax.recipes.finetune.kinds import register, softmax
+from bert_jax.recipes.finetune.losses import softmax_cross_entropy
 from bert_jax.recipes.finetune.text import TextTask
 
 

@@ -45,14 +45,12 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 
 from bert_jax.config import BertConfig
 from bert_jax.data import unlabelled
+from bert_jax.recipes.finetune.losses import LossOutput
 from bert_jax.train import workdir as workdir_lib
 
-Weighted = tuple[jax.Array, jax.Array]
-LossOutput = tuple[dict[str, Weighted], dict[str, Weighted]]
 MODEL_INPUTS = ("input_ids", "token_type_ids", "attention_mask")
 
 REGISTRY: dict[str, TaskKind] = {}
@@ -132,18 +130,6 @@ def get(name: str) -> TaskKind:
     if name not in REGISTRY:
         raise ValueError(f"config.task={name!r} is unknown; choose one of {sorted(REGISTRY)}")
     return REGISTRY[name]
-
-
-def softmax_cross_entropy(logits: jax.Array, labels: jax.Array, weights: jax.Array,
-                          accuracy_name: str) -> LossOutput:
-    """({"cross_entropy": (sum, weight)}, {accuracy_name: (sum, weight)}) of class logits
-    [..., C] against integer labels [...], each position weighted by `weights` [...]."""
-    logits = logits.astype(jnp.float32)
-    cross_entropy = optax.softmax_cross_entropy_with_integer_labels(logits, labels)
-    correct = (jnp.argmax(logits, -1) == labels).astype(jnp.float32)
-    total = jnp.sum(weights)
-    return ({"cross_entropy": (jnp.sum(cross_entropy * weights), total)},
-            {accuracy_name: (jnp.sum(correct * weights), total)})
 
 
 def write_jsonl(records: Sequence[Mapping[str, Any]], path: str) -> str:

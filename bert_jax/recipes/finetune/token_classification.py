@@ -16,7 +16,8 @@ import numpy as np
 from bert_jax.data import encoding, readers, unlabelled
 from bert_jax.model import BertForTokenClassification
 from bert_jax.recipes.finetune import metrics
-from bert_jax.recipes.finetune.kinds import TaskKind, register, softmax_cross_entropy
+from bert_jax.recipes.finetune.kinds import TaskKind, register
+from bert_jax.recipes.finetune.losses import softmax_cross_entropy
 from bert_jax.train import workdir as workdir_lib
 
 
