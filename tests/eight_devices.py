@@ -26,3 +26,18 @@ def write(out_dir: str, results: dict) -> None:
     """In the subprocess: the findings the test process reads back."""
     with open(os.path.join(out_dir, RESULTS), "w") as f:
         json.dump(results, f)
+
+
+def train_on_random_tokens(task, opt_cfg, loop_cfg, mesh, workdir: str, batch_size: int,
+                           seq_len: int, predictions: int):
+    """In the subprocess: `task` trained through the real loop on RandomTokenBatches (seed 0,
+    sentence pairs); (the logged losses, the loop's TrainResult)."""
+    from bert_jax.data.synthetic import RandomTokenBatches
+    from bert_jax.train import loop, optimizer
+
+    batches = RandomTokenBatches(batch_size, seq_len, predictions, task.model_config.vocab_size,
+                                 seed=0, sentence_pairs=True)
+    result = loop.train(task, optimizer.make_optimizer(opt_cfg), batches, workdir, loop_cfg,
+                        mesh, learning_rate_fn=optimizer.learning_rate_schedule(opt_cfg))
+    with open(os.path.join(workdir, "metrics.jsonl")) as f:
+        return [json.loads(line)["loss"] for line in f], result

@@ -9,7 +9,6 @@ after them within 1e-5. Its program reduces the gradients with reduce-scatters o
 the parameters with all-gathers. With dropout it runs (finite losses, other than without).
 """
 
-import json
 import os
 import sys
 
@@ -63,13 +62,9 @@ def _worker(out_dir: str) -> None:
             8, ("tpu",))
         if two_level:
             results["two_level_axes"] = list(fsdp.two_level_mesh(mesh)[0].axis_names)
-        workdir = os.path.join(out_dir, name)
-        batches = RandomTokenBatches(batch_size, seq_len, predictions, cfg.vocab_size, seed=0,
-                                     sentence_pairs=True)
-        result = loop.train(task, optimizer.make_optimizer(opt_cfg), batches, workdir, loop_cfg,
-                            mesh, learning_rate_fn=optimizer.learning_rate_schedule(opt_cfg))
-        with open(os.path.join(workdir, "metrics.jsonl")) as f:
-            losses = [json.loads(line)["loss"] for line in f]
+        losses, result = eight_devices.train_on_random_tokens(
+            task, opt_cfg, loop_cfg, mesh, os.path.join(out_dir, name), batch_size, seq_len,
+            predictions)
         params = jax.device_get(result.state.params)
         results[name] = {"losses": losses,
                          "params": [np.asarray(x).ravel().tolist()
@@ -77,7 +72,9 @@ def _worker(out_dir: str) -> None:
         if name == "2x4x1":
             train = program.build(task, optimizer.make_optimizer(opt_cfg), loop_cfg, mesh,
                                   abstract=True)
-            text = train.compile(sharding.device_put_batch(next(iter(batches)), mesh)).as_text()
+            batch = next(iter(RandomTokenBatches(batch_size, seq_len, predictions, cfg.vocab_size,
+                                                 seed=0, sentence_pairs=True)))
+            text = train.compile(sharding.device_put_batch(batch, mesh)).as_text()
             results[name]["ops"] = {op: text.count(f" {op}(") for op in
                                     ("reduce-scatter", "all-gather", "all-reduce")}
     eight_devices.write(out_dir, results)

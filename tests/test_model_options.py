@@ -26,6 +26,7 @@ from bert_jax.recipes import pretrain
 from bert_jax.train import optimizer, steps
 
 from pretrain_runs import EVALUATE, command, env, last_logged_step, losses, wait_for
+from test_model import randomise
 
 SEQ, PREDICTIONS, VOCAB = 16, 3, 61
 SMALL = BertConfig(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
@@ -46,12 +47,6 @@ def unboxed_init(model, *args, seed=0, **kwargs):
     return nn.meta.unbox(model.init(jax.random.key(seed), *args, **kwargs)["params"])
 
 
-def randomise(params, seed=1, scale=0.2):
-    leaves, treedef = jax.tree.flatten(params)
-    keys = jax.random.split(jax.random.key(seed), len(leaves))
-    return jax.tree.unflatten(treedef, [
-        leaf + scale * jax.random.normal(k, leaf.shape, leaf.dtype)
-        for k, leaf in zip(keys, leaves)])
 
 
 def paths_and_shapes(tree) -> dict[str, tuple[int, ...]]:

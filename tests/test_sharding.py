@@ -6,7 +6,6 @@ parameters must really be split over the mesh; a checkpoint written on (2,2,2) m
 one device, equal to what was saved.
 """
 
-import json
 import os
 import sys
 
@@ -30,7 +29,6 @@ def _worker(out_dir: str) -> None:
     from bert_jax.train import state as state_lib
 
     assert jax.device_count() == 8
-    from bert_jax.data.synthetic import RandomTokenBatches
     from bert_jax.recipes import pretrain
 
     cfg = BertConfig.preset("tiny", vocab_size=96, hidden_size=32, num_attention_heads=4,
@@ -50,13 +48,9 @@ def _worker(out_dir: str) -> None:
     for name, shape in MESHES.items():
         mesh = (sharding.make_mesh(1, 1, 1, devices=jax.devices()[:1]) if shape is None
                 else sharding.make_mesh(*shape))
-        workdir = os.path.join(out_dir, name)
-        batches = RandomTokenBatches(batch_size, seq_len, predictions, cfg.vocab_size, seed=0,
-                                     sentence_pairs=True)
-        result = loop.train(task, optimizer.make_optimizer(opt_cfg), batches, workdir, loop_cfg,
-                            mesh, learning_rate_fn=optimizer.learning_rate_schedule(opt_cfg))
-        with open(os.path.join(workdir, "metrics.jsonl")) as f:
-            losses = [json.loads(line)["loss"] for line in f]
+        losses, result = eight_devices.train_on_random_tokens(
+            task, opt_cfg, loop_cfg, mesh, os.path.join(out_dir, name), batch_size, seq_len,
+            predictions)
         params = result.state.params
         word = params["bert"]["embeddings"]["word_embeddings"]["embedding"]
         ffn = params["bert"]["encoder"]["layer_0"]["feed_forward"]["intermediate"]["kernel"]
