@@ -29,3 +29,35 @@ os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 
 def pytest_unconfigure(config):
     shutil.rmtree(_CACHE, ignore_errors=True)
+
+
+_SLOW_LIST = os.path.join(os.path.dirname(os.path.abspath(__file__)), "slow_tests.txt")
+
+
+def _slow_entries() -> set[str]:
+    """tests/slow_tests.txt: paths relative to the repository root, a file or file::test."""
+    with open(_SLOW_LIST, encoding="utf-8") as f:
+        return {line.strip() for line in f if line.strip() and not line.startswith("#")}
+
+
+def pytest_collection_modifyitems(config, items):
+    """Marks the tests named in tests/slow_tests.txt `slow` (whole files, or single tests with
+    all their parameters); every entry must name something collected, so a renamed test cannot
+    fall out of the list unnoticed."""
+    import pytest
+
+    entries = _slow_entries()
+    root = os.path.dirname(os.path.dirname(_SLOW_LIST))
+    matched = set()
+    for item in items:
+        path = os.path.relpath(str(item.path), root)
+        test = f"{path}::{item.originalname or item.name}"
+        for entry in (path, test):
+            if entry in entries:
+                item.add_marker(pytest.mark.slow)
+                matched.add(entry)
+    collected_files = {os.path.relpath(str(item.path), root) for item in items}
+    unknown = {e for e in entries - matched if e.split("::")[0] in collected_files}
+    if unknown:
+        raise pytest.UsageError(f"tests/slow_tests.txt names tests that do not exist: "
+                                f"{sorted(unknown)}")
