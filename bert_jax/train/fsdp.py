@@ -50,10 +50,15 @@ def uses_explicit(choice: str, mesh: Mesh) -> bool:
     return choice == "explicit" and mesh.shape["fsdp"] > 1
 
 
+def _names(axes: Any) -> tuple[str, ...]:
+    """The mesh axes of one PartitionSpec entry (None, a name, or a tuple of names)."""
+    return (axes,) if isinstance(axes, str) else tuple(axes or ())
+
+
 def _fsdp_dim(spec: P) -> Optional[int]:
     """The dimension a parameter's spec splits over `fsdp` (None: not split over it)."""
     for dim, axes in enumerate(spec):
-        names = (axes,) if isinstance(axes, str) else tuple(axes or ())
+        names = _names(axes)
         if "fsdp" in names:
             if names != ("fsdp",):
                 raise ValueError(f"a parameter split over {names} in one dimension: explicit "
@@ -66,8 +71,7 @@ def _manual_spec(spec: P, fsdp_axes: tuple[str, ...]) -> P:
     """The part of a spec over the manual axes (the partitioner keeps `tensor`), with `fsdp`
     spelled as `fsdp_axes` (two_level_mesh)."""
     def keep(axes):
-        names = (axes,) if isinstance(axes, str) else tuple(axes or ())
-        kept = tuple(b for a in names if a in BATCH_AXES
+        kept = tuple(b for a in _names(axes) if a in BATCH_AXES
                      for b in (fsdp_axes if a == "fsdp" else (a,)))
         return kept[0] if len(kept) == 1 else (kept or None)
     return P(*(keep(axes) for axes in spec))
@@ -126,7 +130,7 @@ def gradients(compute: Callable[[Any, Any, jax.Array, Callable], tuple[Any, Any]
     are added over the devices here.
     """
     step_mesh, fsdp_axes = two_level_mesh(mesh)
-    batch_axes = ("data",) + fsdp_axes
+    batch_axes, n = ("data",) + fsdp_axes, mesh.shape["fsdp"]
     specs = jax.tree.map(lambda s: s.spec, param_shardings,
                          is_leaf=lambda s: isinstance(s, NamedSharding))
     dims = jax.tree.map(_fsdp_dim, specs, is_leaf=lambda s: isinstance(s, P))
@@ -149,7 +153,6 @@ def gradients(compute: Callable[[Any, Any, jax.Array, Callable], tuple[Any, Any]
         (dim,) = dim
         if dim is None:
             return jax.lax.psum(grad, batch_axes)
-        n = jax.lax.psum(1, fsdp_axes)
         split = grad.shape[:dim] + (n, grad.shape[dim] // n) + grad.shape[dim + 1:]
         shards = jnp.moveaxis(grad.reshape(split), dim, 0)  # [n, *one shard's shape]
         tiles = _to_tiles(shards)
