@@ -60,9 +60,9 @@ def tokenizer_dir(settings: dict) -> str:
 
 
 def finetune_config(settings: dict):
-    """The fine-tuning config of these settings (experiments/configs/common.py)."""
-    from experiments.configs import common
-    config = common.finetune_config(settings["task"])
+    """The fine-tuning config of these settings (bert_jax/run_config.py)."""
+    from bert_jax import run_config
+    config = run_config.finetune_config(settings["task"])
     config.init.hf_dir = settings["hf_dir"]
     config.tokenizer.path = tokenizer_dir(settings)
     config.model.preset = settings["preset"]

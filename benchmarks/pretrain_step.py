@@ -4,7 +4,7 @@
     task, train = pretrain_step.build(config, mesh)   # train.state, train.train_step
     batch = next(pretrain_step.batches(config))       # host-local rows of the synthetic corpus
 
-The config is experiments/configs/common.py's pre-training config on the synthetic corpus (random
+The config is bert_jax/run_config.py's pre-training config on the synthetic corpus (random
 token ids: no files, no tokenizer) at the preset's vocabulary size, with its optimizer block
 (BERT's AdamW, clipping at 1.0, linear warm-up and decay) and loop settings. The task is
 `bert_jax.recipes.pretrain.make_task` (BertForPreTraining's masked-LM loss, no NSP head) and the
@@ -26,10 +26,10 @@ def config(preset: str, batch_size: int, seq_len: int, max_predictions: Optional
            total_steps: int = 1000):
     """The pre-training config of these settings (module docstring). max_predictions: masked
     positions per row (None: 15% of seq_len); scan_layers None: the preset's layout."""
+    from bert_jax import run_config
     from bert_jax.config import BertConfig
-    from experiments.configs import common
 
-    result = common.pretrain_config()
+    result = run_config.pretrain_config()
     result.model.preset = preset
     result.model.scan_layers = scan_layers
     result.model.max_position_embeddings = max(512, seq_len)

@@ -17,7 +17,7 @@ import os
 import jax
 from absl import app, flags, logging
 
-from bert_jax import cli, distributed, recipes
+from bert_jax import cli, distributed, paths, recipes
 from bert_jax.recipes import common
 from bert_jax.train import workdir as workdir_lib
 
@@ -27,7 +27,7 @@ FLAGS = flags.FLAGS
 def evaluate_run(workdir: str, step):
     config = workdir_lib.load_config(workdir)
     common.fit_mesh_to_devices(config)
-    return recipes.get(config.get("recipe", "pretrain")).evaluate(config, workdir, step)
+    return recipes.get(config.recipe).evaluate(config, workdir, step)
 
 
 def main(argv):
@@ -36,10 +36,10 @@ def main(argv):
     if jax.process_index() != 0:
         return
     output = FLAGS.output or os.fspath(
-        workdir_lib.path(FLAGS.workdir) / "evaluation" / f"step_{step}.json")
-    record = {"workdir": os.fspath(workdir_lib.path(FLAGS.workdir)), "step": step,
+        paths.path(FLAGS.workdir) / "evaluation" / f"step_{step}.json")
+    record = {"workdir": os.fspath(paths.path(FLAGS.workdir)), "step": step,
               "metrics": metrics}
-    workdir_lib.write_text_atomically(output, json.dumps(record, indent=2))
+    paths.write_text_atomically(output, json.dumps(record, indent=2))
     logging.info("wrote %s", output)
     print(json.dumps(record))
 

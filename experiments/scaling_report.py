@@ -66,10 +66,10 @@ def _run_for_tpu() -> None:
 
 
 def _config(mesh_shape: tuple[int, int, int], batch_size: int):
-    """The config of the flags (experiments/configs/common.py)."""
-    from experiments.configs import common as configs
-    config = (configs.pretrain_config() if FLAGS.recipe == "pretrain"
-              else configs.finetune_config("classification"))
+    """The config of the flags (bert_jax/run_config.py)."""
+    from bert_jax import run_config
+    config = (run_config.pretrain_config() if FLAGS.recipe == "pretrain"
+              else run_config.finetune_config("classification"))
     config.model.preset = FLAGS.preset
     config.model.scan_layers = FLAGS.scan_layers
     if FLAGS.attention != "auto":

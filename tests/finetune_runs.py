@@ -1,6 +1,6 @@
 """Tiny fine-tuning configs shared by the fine-tuning, prediction and export tests."""
 
-from experiments.configs import common
+from bert_jax import run_config
 
 
 def set_keys(config, changes):
@@ -18,9 +18,9 @@ def tiny_finetune_config(task, tokenizer_path, hidden_size=64, num_hidden_layers
                          max_position_embeddings=64, **changes):
     """A BERT of `hidden_size` and `num_hidden_layers`, no dropout, batch 16, eval batch 32,
     synchronous checkpoints; `changes` are dotted config keys."""
-    config = common.finetune_config(task)
+    config = run_config.finetune_config(task)
     config.tokenizer.path = tokenizer_path
-    config.model = common.model_block(
+    config.model = run_config.model_block(
         "tiny", hidden_size=hidden_size, num_hidden_layers=num_hidden_layers,
         num_attention_heads=2, intermediate_size=2 * hidden_size,
         max_position_embeddings=max_position_embeddings, hidden_dropout_prob=0.0,

@@ -20,12 +20,17 @@ import pytest
 import torch
 import transformers
 
-from bert_jax import BertConfig, BertForSequenceClassification, BertModel, sentence_embeddings
+from bert_jax import (
+    BertConfig,
+    BertForSequenceClassification,
+    BertModel,
+    run_config,
+    sentence_embeddings,
+)
 from bert_jax.convert import hf
 from bert_jax.data.readers import DataError
 from bert_jax.train import checkpointing
 from bert_jax.train import workdir as workdir_lib
-from experiments.configs import common
 
 torch.set_num_threads(2)
 transformers.logging.set_verbosity_error()
@@ -169,7 +174,7 @@ def test_embeddings_of_a_fine_tuning_workdir(tmp_path):
     """The encoder of a (fake, untrained) classification run: its "bert" params and the tokenizer
     of its config.json; the classifier head is dropped."""
     minilm_vocab = os.path.join(hf.packaged_minilm_dir(), "vocab.txt")
-    config = common.finetune_config("classification")
+    config = run_config.finetune_config("classification")
     config.tokenizer.path = minilm_vocab
     workdir = str(tmp_path / "run")
     workdir_lib.record_config(config, workdir)

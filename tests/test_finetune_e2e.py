@@ -15,11 +15,11 @@ import sys
 import numpy as np
 import pytest
 
+from bert_jax import run_config
 from bert_jax.data import encoding, readers
 from bert_jax.recipes import common as recipe_common
 from bert_jax.recipes.finetune import kinds, recipe
 from bert_jax.recipes.finetune.task_data import build_task_data
-from experiments.configs import common
 
 from finetune_runs import tiny_finetune_config
 
@@ -267,7 +267,7 @@ def test_init_from_a_pretraining_checkpoint_keeps_only_the_head_fresh(tmp_path):
     vocab = write_vocab(tmp_path / "vocab.txt")
     config = tiny_config(vocab, "token_classification",
                          **{"init.checkpoint": os.path.join(pre_dir, "checkpoints")})
-    config.model = common.model_block("tiny")  # the shape comes from the checkpoint
+    config.model = run_config.model_block("tiny")  # the shape comes from the checkpoint
     init_cfg, initial = recipe_common.initial_weights(config)
     start_cfg = recipe_common.model_config(config, 60, init_cfg)
     assert start_cfg.hidden_size == 32 and set(initial) == {"bert"}  # the checkpoint's shape

@@ -133,12 +133,12 @@ def _subprocess_env(gcs) -> dict:
 # ----- in one process: the pieces --------------------------------------------------------------
 
 def test_paths_keep_uris_and_make_local_paths_absolute(tmp_path, monkeypatch):
+    from bert_jax import paths
     from bert_jax.train import checkpointing
-    from bert_jax.train import workdir as workdir_lib
     monkeypatch.chdir(tmp_path)
-    assert os.fspath(workdir_lib.path("gs://b/run")) == "gs://b/run"
-    assert os.fspath(workdir_lib.path("run")) == str(tmp_path / "run")
-    assert workdir_lib.is_remote("gs://b/run") and not workdir_lib.is_remote("/tmp/gs:/b")
+    assert os.fspath(paths.path("gs://b/run")) == "gs://b/run"
+    assert os.fspath(paths.path("run")) == str(tmp_path / "run")
+    assert paths.is_remote("gs://b/run") and not paths.is_remote("/tmp/gs:/b")
     assert os.fspath(checkpointing.unreadable_dir("gs://b/run/checkpoints")) == \
         "gs://b/run/checkpoints_unreadable"
 
@@ -160,10 +160,10 @@ def test_the_lock_on_a_bucket_admits_one_run(gcs):
 def test_creating_an_object_exclusively_is_decided_by_the_bucket(gcs):
     from etils import epath
 
-    from bert_jax.train import workdir as workdir_lib
+    from bert_jax import paths
     target = epath.Path(f"gs://{BUCKET}/exclusive/marker")
-    assert workdir_lib.create_exclusively(target, "first")
-    assert not workdir_lib.create_exclusively(target, "second")
+    assert paths.create_exclusively(target, "first")
+    assert not paths.create_exclusively(target, "second")
     assert _read("exclusive/marker") == "first"
 
 
@@ -189,12 +189,14 @@ def test_data_preparation_on_a_bucket_is_one_process_at_a_time(gcs):
 def test_config_and_metrics_files_on_a_bucket(gcs):
     import ml_collections
 
+    from bert_jax import run_config
     from bert_jax.train import metrics_writer
     from bert_jax.train import workdir as workdir_lib
     workdir = f"gs://{BUCKET}/files_test"
     config = ml_collections.ConfigDict({"recipe": "pretrain", "total_steps": 3})
     workdir_lib.record_config(config, workdir)
-    assert workdir_lib.load_config(workdir).to_dict() == config.to_dict()
+    assert json.loads(_read("files_test/config.json")) == config.to_dict()
+    assert workdir_lib.load_config(workdir).to_dict() == run_config.complete(config.to_dict())
 
     writer = metrics_writer.MetricsWriter(workdir, start_step=0)
     for step in (1, 2, 3):
@@ -321,11 +323,11 @@ def test_evaluate_reads_the_bucket_in_a_new_process(gcs, bucket_run):
         assert saved["metrics"][key] == final[key]
 
 
-FINETUNE_CONFIG = """from experiments.configs import common
+FINETUNE_CONFIG = """from bert_jax import run_config
 
 
 def get_config():
-    config = common.finetune_config("classification")
+    config = run_config.finetune_config("classification")
     config.data.format = "csv"
     config.data.heldout_fraction = 0.0
     config.max_seq_len = 16

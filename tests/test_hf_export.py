@@ -32,6 +32,7 @@ from bert_jax import (
     BertForSequenceClassification,
     BertForTokenClassification,
     BertModel,
+    run_config,
 )
 from bert_jax.convert import hf
 from bert_jax.convert import runs as convert_runs
@@ -39,7 +40,6 @@ from bert_jax.data import corpora, encoding, readers
 from bert_jax.data import tokenizer as tok
 from bert_jax.recipes.finetune import recipe
 from bert_jax.train import checkpointing, params_loading
-from experiments.configs import common
 
 from finetune_runs import tiny_finetune_config
 
@@ -248,7 +248,7 @@ def test_export_options_of_each_task_kind(tmp_path):
                 "multi_label": "multi_label_classification", "token_classification": None}
     for kind, problem_type in expected.items():
         workdir = tmp_path / kind
-        config = common.finetune_config(kind)
+        config = run_config.finetune_config(kind)
         config.tokenizer.path = os.path.join(MINILM, "vocab.txt")
         config.tokenizer.lowercase = False
         workdir.mkdir()

@@ -151,8 +151,8 @@ def test_bad_schedule_options_are_named(bad, message):
 
 @pytest.mark.parametrize("decay", ["wsd", "one_cycle"])
 def test_new_schedules_build_an_optimizer_from_the_config_blocks(decay):
-    from experiments.configs import common
-    block = common.optimizer_block(decay=decay)
+    from bert_jax import run_config
+    block = run_config.optimizer_block(decay=decay)
     assert block.decay_fraction == 0.2
     cfg = optimizer.OptimizerConfig(learning_rate=1e-3, total_steps=10, warmup_steps=1,
                                     **block.to_dict())

@@ -2,9 +2,9 @@
 
 import numpy as np
 
+from bert_jax import run_config
 from bert_jax.data import pretraining
 from bert_jax.recipes import pretrain
-from experiments.configs import common
 
 
 def masked_fraction(batch):
@@ -19,7 +19,7 @@ def test_held_out_rows_mask_at_eval_mask_rate(tmp_path):
     different rates are compared on the same kind of rows."""
     data_dir = str(tmp_path / "data")
     pretraining.prepare_demo(data_dir, vocab_size=1024)
-    config = common.pretrain_config()
+    config = run_config.pretrain_config()
     config.data.data_dir = data_dir
     config.tokenizer.vocab_size = 1024
     config.max_seq_len = 128

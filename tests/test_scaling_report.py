@@ -251,8 +251,8 @@ def test_step_time_bounds():
 # ----- the compiled pre-training step on 8 devices ---------------------------------------------
 
 def _config(mesh_shape, accumulation_steps):
-    from experiments.configs import common as configs
-    config = configs.pretrain_config()
+    from bert_jax import run_config
+    config = run_config.pretrain_config()
     config.model.preset = "tiny"
     config.model.max_position_embeddings = 64
     config.tokenizer.vocab_size = 1024

@@ -25,7 +25,7 @@ import safetensors.numpy
 import torch
 import transformers
 
-from bert_jax import BertConfig, BertModel, sharding
+from bert_jax import BertConfig, BertModel, run_config, sharding
 from bert_jax.convert import hf
 from bert_jax.data.synthetic import RandomTokenBatches
 from bert_jax.model import BertForPreTraining, scan
@@ -33,7 +33,6 @@ from bert_jax.pytree import flatten_dict
 from bert_jax.recipes import common as recipe_common
 from bert_jax.recipes import pretrain
 from bert_jax.train import checkpointing, optimizer, params_loading, steps
-from experiments.configs import common as config_common
 from experiments.configs import demo
 
 import pretrain_runs
@@ -213,7 +212,7 @@ def test_scanned_checkpoint_loads_unrolled_and_evaluates_the_same(scanned_run):
 
 def test_a_new_run_from_a_scanned_checkpoint_takes_its_own_layout(scanned_run):
     config = demo.get_config()
-    config.model = config_common.model_block("tiny")  # the shape comes from the checkpoint
+    config.model = run_config.model_block("tiny")  # the shape comes from the checkpoint
     config.init.checkpoint = checkpoints(scanned_run)
     config.model.scan_layers = False
     cfg, params = recipe_common.initial_weights(config)

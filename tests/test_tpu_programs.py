@@ -18,9 +18,8 @@ import re
 import jax
 import pytest
 
-from bert_jax import platform, sharding, xla_options
+from bert_jax import platform, run_config, sharding, xla_options
 from bert_jax.scaling import chips, program, report, roofline, topology
-from experiments.configs import common as configs
 
 
 @pytest.fixture(scope="module")
@@ -29,7 +28,7 @@ def v5e_devices():
 
 
 def _config(mesh_shape, dtype="bfloat16"):
-    config = configs.pretrain_config()
+    config = run_config.pretrain_config()
     config.model.preset = "tiny"
     config.tokenizer.vocab_size = 1024
     config.dtype, config.remat = dtype, "none"

@@ -27,11 +27,10 @@ import numpy as np
 
 from benchmarks.peers import heldout as heldout_lib
 from benchmarks.peers import inputs
-from bert_jax import sharding
+from bert_jax import run_config, sharding
 from bert_jax.config import gated_intermediate_size
 from bert_jax.recipes import pretrain
 from bert_jax.train import evaluation
-from experiments.configs import common as config_common
 
 EFFICIENT_MODULE = "experiments.configs.efficient"
 PLACEHOLDER_EFFICIENT = {"model.layer_norm_position": "pre",
@@ -58,14 +57,14 @@ def _shared(config, spec: dict) -> None:
 
 def classic_config(spec: dict):
     """The classic recipe with the comparison's hyper-parameters (spec["train"])."""
-    config = config_common.pretrain_config()
-    config.model = config_common.model_block(spec["model"]["preset"])
+    config = run_config.pretrain_config()
+    config.model = run_config.model_block(spec["model"]["preset"])
     _shared(config, spec)
     config.data.mask_rate, config.data.max_predictions = inputs.MASK_RATE, inputs.MAX_PREDICTIONS
     train = spec["train"]
     for key in TRAIN_KEYS:
         config[key] = train[key]
-    config.optimizer = config_common.optimizer_block(**train["optimizer"])
+    config.optimizer = run_config.optimizer_block(**train["optimizer"])
     return config
 
 

@@ -77,8 +77,8 @@ def model_config(settings: Settings, vocab_size: int):
 
 def train_settings() -> dict:
     """The optimizer every classic recipe shares: the project's AdamW block (BERT's values)."""
-    from experiments.configs import common  # pylint: disable=import-outside-toplevel
-    block = common.optimizer_block().to_dict()
+    from bert_jax import run_config
+    block = run_config.optimizer_block().to_dict()
     return {k: block[k] for k in ("b1", "b2", "eps", "weight_decay", "clip_norm")}
 
 

@@ -2,14 +2,8 @@
 tokenizer, optimizer, loop settings, and a checkpoint's parameters placed on the mesh. (A saved
 run's tokenizer, whatever its recipe: bert_jax.recipes.saved_runs.)
 
-The config keys read here mean the same in every recipe (experiments/configs/common.py holds their
-blocks): `recipe`, `model.*` (a BertConfig preset and field overrides), `dtype`, `remat`, `init.*`
-(hf_dir | checkpoint, with_heads), `tokenizer.*` (path, lowercase), `max_seq_len`, `batch_size`,
-`eval_batch_size`, `accumulation_steps`, `learning_rate`, `warmup_fraction`, `optimizer.*`, `seed`,
-`log_every_steps`, `eval_every_steps`, `checkpoint_every_steps`, `keep_checkpoints`,
-`async_checkpoints`, `mesh.*` (data, fsdp, tensor), `peak_flops_per_device`, `total_steps`,
-`nonfinite`, `max_nonfinite_in_a_row` (bert_jax.train.loop.LoopConfig) and `allow_config_change`
-(bert_jax.train.workdir).
+The config keys read here mean the same in every recipe; bert_jax/run_config.py is their schema
+(each key once, with its default and its meaning).
 """
 
 from __future__ import annotations
@@ -19,7 +13,7 @@ from typing import Any, Callable, Optional
 import jax
 from absl import logging
 
-from bert_jax import sharding
+from bert_jax import run_config, sharding
 from bert_jax.config import SHAPE_FIELDS, BertConfig
 from bert_jax.model import scan
 from bert_jax.train import checkpointing, loop, optimizer, params_loading, program
@@ -146,16 +140,8 @@ def optimizer_config(config: Config, total_steps: int) -> optimizer.OptimizerCon
 
 def loop_config(config: Config, total_steps: int) -> loop.LoopConfig:
     """The loop settings of `config` (checked: counts in range, a known nonfinite policy)."""
-    return loop.LoopConfig(
-        total_steps=total_steps, global_batch_size=config.batch_size,
-        log_every_steps=config.log_every_steps, eval_every_steps=config.eval_every_steps,
-        checkpoint_every_steps=config.checkpoint_every_steps,
-        keep_checkpoints=config.keep_checkpoints, async_checkpoints=config.async_checkpoints,
-        accumulation_steps=config.accumulation_steps, seed=config.seed,
-        peak_flops_per_device=config.peak_flops_per_device, nonfinite=config.nonfinite,
-        max_nonfinite_in_a_row=config.max_nonfinite_in_a_row,
-        dropout_rng=config.get("dropout_rng", "threefry"),
-        fsdp_collectives=config.get("fsdp_collectives", "xla"))
+    return loop.LoopConfig(total_steps=total_steps, global_batch_size=config.batch_size,
+                           **{key: config[key] for key in run_config.LOOP_DEFAULTS})
 
 
 def check_run(config: Config, mesh, total_steps: int, cfg: BertConfig) -> None:

@@ -129,7 +129,7 @@ def make_data(config: common.Config, workdir: str, vocab_size: int
     train = pretraining.make_iterator(data, split="train", global_batch_size=config.batch_size,
                                       process_index=process_index, process_count=process_count,
                                       num_epochs=None)
-    eval_data = dataclasses.replace(data, mask_rate=config.data.get("eval_mask_rate", 0.15))
+    eval_data = dataclasses.replace(data, mask_rate=config.data.eval_mask_rate)
     return train, lambda: pretraining.make_iterator(
         eval_data, split="validation", global_batch_size=config.eval_batch_size,
         process_index=process_index, process_count=process_count, num_epochs=1)

@@ -20,6 +20,6 @@ def run_tokenizer(workdir: str, config: Optional[common.Config] = None):
     `config`) as the run built it; None for a pre-training run on the synthetic corpus (random
     token ids, no vocabulary). A config without `recipe` is a pre-training run's."""
     config = config if config is not None else workdir_lib.load_config(workdir)
-    if config.get("recipe", "pretrain") != "pretrain":
+    if config.recipe != "pretrain":
         return common.load_tokenizer(config)
     return pretrain.load_tokenizer(config, workdir)

@@ -115,7 +115,7 @@ def _compile(config: ml_collections.ConfigDict, mesh: Mesh, cfg: BertConfig, tas
         accumulation_steps=config.accumulation_steps,
         **_param_facts(train.state.params, train.shardings.params),
         model_flops_per_step=task.flops_per_step,
-        fsdp_collectives=config.get("fsdp_collectives", "xla"))
+        fsdp_collectives=config.fsdp_collectives)
 
 
 # A TPU array is stored in tiles of 8 rows x 128 lanes over its two minor dimensions, and XLA's

@@ -50,12 +50,14 @@ from absl import logging
 from etils import epath
 from jax.sharding import Mesh
 
-from bert_jax import sharding
+from bert_jax import run_config, sharding
 from bert_jax.config import BertConfig
 from bert_jax.train import checkpointing, fsdp, preemption, program, steps
 from bert_jax.train.evaluation import Evaluator
 from bert_jax.train.metrics_writer import MetricsWriter, format_log_line, read_metrics
 from bert_jax.train.throughput import Throughput
+
+_DEFAULTS = run_config.LOOP_DEFAULTS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,21 +66,20 @@ class LoopConfig:
 
     total_steps: int
     global_batch_size: int
-    log_every_steps: int = 100
-    eval_every_steps: int = 0  # 0: evaluate only at the end
-    checkpoint_every_steps: int = 1000  # 0: only at the end (and on SIGTERM)
-    keep_checkpoints: int = 3
-    async_checkpoints: bool = True
-    accumulation_steps: int = 1
-    seed: int = 0
-    peak_flops_per_device: float = 0.0  # 0: look it up by device kind (bert_jax.train.flops)
-    # A step with non-finite gradients changes nothing (bert_jax.train.optimizer); then "stop":
-    # the run stops with NonFiniteError at the next log step or save; "skip": it goes on, and
-    # stops when, at a log step or save, the last max_nonfinite_in_a_row steps were all such.
-    nonfinite: str = "stop"
-    max_nonfinite_in_a_row: int = 10
-    dropout_rng: str = "threefry"  # steps.DROPOUT_RNGS: the generator of the dropout bits
-    fsdp_collectives: str = "xla"  # fsdp.CHOICES: who writes the fsdp collectives (train/fsdp.py)
+    # The rest are the config keys of the same names, meant and defaulted as in
+    # bert_jax.run_config.LOOP_DEFAULTS.
+    log_every_steps: int = _DEFAULTS["log_every_steps"]
+    eval_every_steps: int = _DEFAULTS["eval_every_steps"]
+    checkpoint_every_steps: int = _DEFAULTS["checkpoint_every_steps"]
+    keep_checkpoints: int = _DEFAULTS["keep_checkpoints"]
+    async_checkpoints: bool = _DEFAULTS["async_checkpoints"]
+    accumulation_steps: int = _DEFAULTS["accumulation_steps"]
+    seed: int = _DEFAULTS["seed"]
+    peak_flops_per_device: float = _DEFAULTS["peak_flops_per_device"]
+    nonfinite: str = _DEFAULTS["nonfinite"]  # NONFINITE_POLICIES
+    max_nonfinite_in_a_row: int = _DEFAULTS["max_nonfinite_in_a_row"]
+    dropout_rng: str = _DEFAULTS["dropout_rng"]  # steps.DROPOUT_RNGS
+    fsdp_collectives: str = _DEFAULTS["fsdp_collectives"]  # fsdp.CHOICES
 
     def __post_init__(self):
         for name, least in (("total_steps", 1), ("global_batch_size", 1), ("log_every_steps", 1),

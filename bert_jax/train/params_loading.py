@@ -20,17 +20,16 @@ import numpy as np
 import orbax.checkpoint as ocp
 from etils import epath
 
-from bert_jax import pytree
+from bert_jax import paths, pytree
 from bert_jax.config import BertConfig
 from bert_jax.model import scan
 from bert_jax.train import checkpointing
-from bert_jax.train import workdir as workdir_lib
 from bert_jax.train.checkpoint_errors import CheckpointMismatchError, Reading
 
 
 def _resolve_step_dir(checkpoint_dir: str | os.PathLike, step: Optional[int]
                       ) -> tuple[epath.Path, int]:
-    root = workdir_lib.path(checkpoint_dir)
+    root = paths.path(checkpoint_dir)
     if not root.exists():
         raise FileNotFoundError(f"no checkpoint directory at {root}")
     steps = sorted(int(p.name) for p in root.iterdir() if p.name.isdigit() and p.is_dir())

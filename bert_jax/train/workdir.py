@@ -31,10 +31,6 @@ from etils import epath
 from bert_jax import multiprocess, pytree
 from bert_jax.paths import create_exclusively, read_json, write_text_atomically
 
-# Re-exported (`x as x`): callers use workdir.path and workdir.is_remote.
-from bert_jax.paths import is_remote as is_remote
-from bert_jax.paths import path as path
-
 if TYPE_CHECKING:  # annotations only: ml_collections is imported where a saved config is read
     import ml_collections
 
@@ -48,11 +44,10 @@ RUN_NEUTRAL_KEYS = frozenset({
     "async_checkpoints", "peak_flops_per_device", "eval_batch_size", "mesh.data", "mesh.fsdp",
     "mesh.tensor", "allow_config_change", "nonfinite", "max_nonfinite_in_a_row",
     "data.seconds_per_batch", "data.eval_mask_rate", "data.bucket_lengths"})
-# A key the saved config lacks (it was written before the key existed) and the new config sets
-# to one of these "off" values keeps the behaviour the run had without it.
+# A key the saved config lacks (it was written before the key existed) reads as the schema's
+# default (bert_jax.run_config.complete); one outside the schema that the new config sets to one
+# of these "off" values keeps the behaviour the run had without it.
 OFF_VALUES = (None, False, 0, "")
-# Keys added later whose behaviour before they existed is a value other than "off".
-VALUES_BEFORE_THE_KEY = {"dropout_rng": "threefry", "fsdp_collectives": "xla"}
 
 
 class WorkdirInUseError(ValueError):
@@ -70,13 +65,14 @@ def _flat(config: Any) -> dict[str, Any]:
 
 def config_differences(saved: dict, config: ml_collections.ConfigDict) -> list[str]:
     """'key: saved -> new' for every key (but the run-neutral ones) that differs."""
-    old, new = _flat(saved), _flat(json.loads(json.dumps(config.to_dict())))
+    from bert_jax import run_config
+    old = _flat(run_config.complete(saved))
+    new = _flat(run_config.complete(json.loads(json.dumps(config.to_dict()))))
     keys = sorted((set(old) | set(new)) - RUN_NEUTRAL_KEYS)
     missing = object()
     return [f"{k}: {old.get(k, '(absent)')!r} -> {new.get(k, '(absent)')!r}" for k in keys
             if old.get(k, missing) != new.get(k, missing)
-            and not (k not in old and (new.get(k) in OFF_VALUES
-                                       or new.get(k) == VALUES_BEFORE_THE_KEY.get(k, missing)))]
+            and not (k not in old and new.get(k) in OFF_VALUES)]
 
 
 def record_config(config: ml_collections.ConfigDict, workdir: str) -> None:
@@ -101,7 +97,7 @@ def _record(config: ml_collections.ConfigDict, workdir: str) -> None:
     config_path = epath.Path(workdir) / CONFIG_FILE
     if config_path.exists() and _has_checkpoint(workdir):
         differences = config_differences(read_json(config_path), config)
-        if differences and not config.get("allow_config_change", False):
+        if differences and not config.allow_config_change:
             raise ConfigChangedError(
                 f"{workdir} holds a run started with another config ("
                 + "; ".join(differences[:8]) + ("; ..." if len(differences) > 8 else "")
@@ -116,14 +112,17 @@ def _record(config: ml_collections.ConfigDict, workdir: str) -> None:
 
 
 def load_config(workdir: str) -> ml_collections.ConfigDict:
-    """<workdir>/config.json as a ConfigDict (every key of the run's resolved config)."""
+    """<workdir>/config.json as a ConfigDict: every key of the run's resolved config, and the
+    schema's default for a key added after the run was started (bert_jax.run_config.complete)."""
     config_path = epath.Path(workdir) / CONFIG_FILE
     if not config_path.exists():
         raise FileNotFoundError(f"{config_path} not found: --workdir must be the workdir of a "
                                 "training run (pretrain.py and finetune.py write config.json "
                                 "there)")
     import ml_collections  # only where a saved config is read back
-    return ml_collections.ConfigDict(read_json(config_path))
+
+    from bert_jax import run_config
+    return ml_collections.ConfigDict(run_config.complete(read_json(config_path)))
 
 
 def _holder_is_gone(holder: dict) -> bool:

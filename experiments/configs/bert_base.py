@@ -25,7 +25,7 @@ Expected result: roughly 70% held-out masked-LM and ~98% next-sentence accuracy 
 text, as published for BERT-base (not yet run to the end).
 """
 
-from experiments.configs import common
+from bert_jax import run_config
 
 PHASES = {
     # phase: (max_seq_len, max_predictions, total_steps, warmup_steps)
@@ -40,8 +40,8 @@ def paper_config(preset: str, phase: str):
         raise ValueError(f"unknown phase {phase!r} in --config=...:{phase}; choose one of "
                          f"{sorted(PHASES)}")
     max_seq_len, max_predictions, total_steps, warmup_steps = PHASES[phase]
-    config = common.pretrain_config()
-    config.model = common.model_block(preset, vocab_size=30522, max_position_embeddings=512)
+    config = run_config.pretrain_config()
+    config.model = run_config.model_block(preset, vocab_size=30522, max_position_embeddings=512)
     config.data.corpus = "text:REPLACE_ME/*.txt"
     config.data.max_predictions = max_predictions
     config.data.sentence_pairs = True

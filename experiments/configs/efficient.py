@@ -20,7 +20,7 @@ masking (held-out rows at 15%), a gated (GEGLU) FFN of the same parameter count.
 any model size.
 """
 
-from experiments.configs import common
+from bert_jax import run_config
 
 
 def apply(config):
@@ -32,8 +32,8 @@ def apply(config):
 
 
 def get_config():
-    config = common.pretrain_config()
-    config.model = common.model_block(
+    config = run_config.pretrain_config()
+    config.model = run_config.model_block(
         "tiny", max_position_embeddings=128, hidden_dropout_prob=0.0,
         attention_probs_dropout_prob=0.0, initializer_range=0.1)
     config.tokenizer.vocab_size = 1024
@@ -42,7 +42,7 @@ def get_config():
     config.eval_batch_size = 32
     config.total_steps = 2000
     config.warmup_fraction = 0.02
-    config.optimizer = common.optimizer_block(decay="cosine", end_learning_rate_ratio=0.1,
+    config.optimizer = run_config.optimizer_block(decay="cosine", end_learning_rate_ratio=0.1,
                                               b2=0.98)
     config.log_every_steps = 50
     config.eval_every_steps = 500

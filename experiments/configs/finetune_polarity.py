@@ -18,13 +18,13 @@ For GLUE SST-2 itself (network needed once): --config.data.tfds_name=glue/sst2
 
 import os
 
+from bert_jax import run_config
 from bert_jax.convert import hf
 from bert_jax.data import corpora
-from experiments.configs import common
 
 
 def get_config():
-    config = common.finetune_config("classification")
+    config = run_config.finetune_config("classification")
     config.init.hf_dir = hf.packaged_minilm_dir()
     config.data.train_path = os.path.join(corpora.gensim_test_data(), "pang_lee_polarity.cor")
     config.data.format = "fasttext"

@@ -20,11 +20,12 @@ cores, about an hour on one accelerator. Expected result: EM / F1 around 75 / 84
 tests/test_finetune_e2e.py learns a synthetic QA set to > 0.9 EM.
 """
 
+from bert_jax import run_config
 from experiments.configs import common
 
 
 def get_config():
-    config = common.finetune_config("span_qa")
+    config = run_config.finetune_config("span_qa")
     config.init.hf_dir = common.minilm_dir_if_installed()
     config.data.tfds_name = "squad"
     config.max_seq_len = 384

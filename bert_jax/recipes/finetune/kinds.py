@@ -46,10 +46,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from bert_jax import paths
 from bert_jax.config import BertConfig
 from bert_jax.data import unlabelled
 from bert_jax.recipes.finetune.losses import LossOutput
-from bert_jax.train import workdir as workdir_lib
 
 MODEL_INPUTS = ("input_ids", "token_type_ids", "attention_mask")
 
@@ -134,7 +134,7 @@ def get(name: str) -> TaskKind:
 
 def write_jsonl(records: Sequence[Mapping[str, Any]], path: str) -> str:
     """One JSON object per line (UTF-8, non-ASCII kept), written whole; returns the path."""
-    workdir_lib.write_text_atomically(
+    paths.write_text_atomically(
         path, "".join(json.dumps(record, ensure_ascii=False) + "\n" for record in records))
     return path
 

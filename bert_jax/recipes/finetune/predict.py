@@ -36,7 +36,7 @@ import jax
 import numpy as np
 from absl import logging
 
-from bert_jax import progress, sharding
+from bert_jax import paths, progress, sharding
 from bert_jax.data import batches, readers, row_layout, unlabelled
 from bert_jax.recipes import common
 from bert_jax.recipes.finetune import kinds, recipe, task_data
@@ -93,8 +93,8 @@ class PredictSummary:
 def load_run(workdir: str) -> tuple[Any, kinds.TaskKind, dict[str, Any]]:
     """(config, kind, labels) of a fine-tuning run's workdir; ValueError for any other run."""
     config = workdir_lib.load_config(workdir)
-    if config.get("recipe") != "finetune":
-        raise ValueError(f"{workdir} holds a {config.get('recipe', 'pretrain')!r} run; "
+    if config.recipe != "finetune":
+        raise ValueError(f"{workdir} holds a {config.recipe!r} run; "
                          "predictions need the workdir of a fine-tuning run (finetune.py)")
     saved_task = task_data.read_task_file(workdir)
     if saved_task is None:
@@ -219,11 +219,11 @@ def write_jsonl_atomically(records: Iterable[Mapping[str, Any]], path: str,
     """Write records as JSON lines to a temporary file beside `path`, then rename it to `path`;
     nothing at `path` changes if writing fails or the count is not `expected` (a RuntimeError).
     Returns the number of records. On object storage (gs://): one object write of all of them."""
-    if workdir_lib.is_remote(path):
+    if paths.is_remote(path):
         lines = [json.dumps(record, ensure_ascii=False) + "\n" for record in records]
         if expected is not None and len(lines) != expected:
             raise RuntimeError(f"{expected} good rows but {len(lines)} records")  # a bug
-        workdir_lib.write_text_atomically(path, "".join(lines))
+        paths.write_text_atomically(path, "".join(lines))
         return len(lines)
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)

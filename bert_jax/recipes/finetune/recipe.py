@@ -23,7 +23,7 @@ import jax
 import jax.numpy as jnp
 from absl import logging
 
-from bert_jax import sharding
+from bert_jax import paths, sharding
 from bert_jax.config import BertConfig
 from bert_jax.data import example_packing
 from bert_jax.recipes import common
@@ -120,10 +120,10 @@ def write_results(directory: str, step: int, result: Mapping[str, float], data: 
     """<directory>/metrics.json and the kind's prediction files (process 0 only)."""
     if jax.process_index() != 0:
         return
-    paths = data.kind.write(records, directory)
-    workdir_lib.write_text_atomically(os.path.join(directory, "metrics.json"),
-                                      json.dumps({"step": step, "metrics": result}, indent=2))
-    logging.info("step %d metrics %s; predictions in %s", step, result, paths)
+    written = data.kind.write(records, directory)
+    paths.write_text_atomically(os.path.join(directory, "metrics.json"),
+                                json.dumps({"step": step, "metrics": result}, indent=2))
+    logging.info("step %d metrics %s; predictions in %s", step, result, written)
 
 
 def total_steps_of(config, num_train_rows: int) -> int:

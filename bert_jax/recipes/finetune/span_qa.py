@@ -16,11 +16,11 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from bert_jax import paths
 from bert_jax.data import readers, squad, unlabelled
 from bert_jax.model import BertForQuestionAnswering
 from bert_jax.recipes.finetune import metrics
 from bert_jax.recipes.finetune.kinds import TaskKind, register
-from bert_jax.train import workdir as workdir_lib
 
 
 def span_logits(start, end, attention_mask):
@@ -78,12 +78,12 @@ class SpanQA(TaskKind):
                                for qid, a in records.items()},
             "nbest.json": {qid: [{"text": text, "score": float(s)} for text, s in a.nbest]
                            for qid, a in records.items()}}
-        paths = []
+        written = []
         for name, content in contents.items():
-            paths.append(os.path.join(directory, name))  # directory: local or gs://
-            workdir_lib.write_text_atomically(
-                paths[-1], json.dumps(content, indent=1, ensure_ascii=False))
-        return paths
+            written.append(os.path.join(directory, name))  # directory: local or gs://
+            paths.write_text_atomically(
+                written[-1], json.dumps(content, indent=1, ensure_ascii=False))
+        return written
 
     def head_outputs(self, labels, seq_len: int) -> int:
         return 2 * seq_len

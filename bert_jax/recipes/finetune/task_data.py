@@ -30,9 +30,9 @@ import jax
 import numpy as np
 from etils import epath
 
+from bert_jax import paths
 from bert_jax.data import batches, example_packing, readers, tfds_tasks
 from bert_jax.recipes.finetune import kinds
-from bert_jax.train import workdir as workdir_lib
 
 TASK_FILE = "task.json"
 # Packed training batches have a multiple of this many rows (and of the devices and processes),
@@ -133,7 +133,7 @@ def save_task_file(workdir: str, data: TaskData) -> None:
     """<workdir>/task.json: the kind, its labels and the example counts (process 0 only)."""
     if jax.process_index() != 0:
         return
-    workdir_lib.write_text_atomically(os.path.join(workdir, TASK_FILE), json.dumps(
+    paths.write_text_atomically(os.path.join(workdir, TASK_FILE), json.dumps(
         {"task": data.kind.name, **data.labels, "num_train_examples": len(data.train_examples),
          "num_eval_examples": len(data.eval_examples)}, indent=2))
 
@@ -142,17 +142,16 @@ def read_task_file(workdir: str) -> Optional[dict]:
     path = epath.Path(workdir) / TASK_FILE  # a local folder or gs://
     if not path.exists():
         return None
-    return workdir_lib.read_json(path)
+    return paths.read_json(path)
 
 
 # ----- batching --------------------------------------------------------------------------------
 
 def bucket_lengths(config) -> tuple[int, ...]:
     """The bucket lengths config.data.bucket_lengths asks for, max_seq_len last; () for none.
-
-    A config without the key (a run recorded before it existed) pads to max_seq_len, as it did.
-    """
-    spec = config.data.get("bucket_lengths", "none")
+    (Bucketing changes only the padding: a run recorded before the key, which padded every batch
+    to max_seq_len, evaluates to the same figures with the schema's default.)"""
+    spec = config.data.bucket_lengths
     max_len = config.max_seq_len
     if isinstance(spec, str):
         text = spec.strip().lower()
@@ -180,7 +179,7 @@ def check_batching(config, kind: Optional[kinds.TaskKind] = None) -> None:
         value = config.data.get(key, 0)
         if not isinstance(value, int) or value < 0:
             raise ValueError(f"config.data.{key}={value!r} must be an integer >= 0 (0: off)")
-    pack = config.data.get("pack_examples", 0)
+    pack = config.data.pack_examples
     if pack and kind is not None and not kind.packable:
         raise ValueError(f"config.data.pack_examples={pack}: task {kind.name!r} cannot be "
                          "packed (only kinds with one pooled output per example: "
@@ -191,7 +190,7 @@ def train_packer(config, kind: kinds.TaskKind, row_multiple: int
                  ) -> Optional[example_packing.Packer]:
     """The packer of training batches (data.pack_examples), or None. row_multiple: the packed
     rows split evenly over it (the data-parallel devices and the processes)."""
-    pack = config.data.get("pack_examples", 0)
+    pack = config.data.pack_examples
     if not pack:
         return None
     return example_packing.Packer(pack, row_multiple, kind.target_keys)
@@ -222,5 +221,5 @@ def training_batches(config, data: TaskData, process_index: int = 0, process_cou
     return batches.train_batches({k: data.train_features[k] for k in keys}, config.batch_size,
                                  config.seed, process_index, process_count,
                                  buckets=None if packer else train_buckets(config, data.kind),
-                                 group_by_length=config.data.get("group_by_length", 0),
+                                 group_by_length=config.data.group_by_length,
                                  packer=packer)

@@ -13,12 +13,12 @@ from typing import Any, Mapping, Sequence
 import jax.numpy as jnp
 import numpy as np
 
+from bert_jax import paths
 from bert_jax.data import encoding, readers, unlabelled
 from bert_jax.model import BertForTokenClassification
 from bert_jax.recipes.finetune import metrics
 from bert_jax.recipes.finetune.kinds import TaskKind, register
 from bert_jax.recipes.finetune.losses import softmax_cross_entropy
-from bert_jax.train import workdir as workdir_lib
 
 
 @register
@@ -57,7 +57,7 @@ class TokenClassification(TaskKind):
 
     def write(self, records, directory: str) -> list[str]:
         path = os.path.join(directory, "predictions.conll")  # directory: local or gs://
-        workdir_lib.write_text_atomically(path, "".join(
+        paths.write_text_atomically(path, "".join(
             "".join(f"{word} {gold} {predicted}\n"
                     for word, gold, predicted in zip(sentence.words, sentence.tags, tags)) + "\n"
             for sentence, tags in records))

@@ -1,0 +1,212 @@
+"""The run config's schema: every key a recipe reads, with its default and its meaning, once.
+
+    config = run_config.pretrain_config()           # or run_config.finetune_config(task)
+    config.model = run_config.model_block("base", vocab_size=30522)
+    config.total_steps = 10_000
+
+A run's config is an `ml_collections.ConfigDict` built from these functions (the files under
+experiments/configs/ start from them, and every `--config.<key>=...` flag names one of these keys).
+The loop's settings (`LOOP_DEFAULTS`) are also the defaults of `bert_jax.train.loop.LoopConfig`.
+A key added later must default to the behaviour runs had before it existed: a saved config.json
+that lacks it is read with the default (`complete`), so old workdirs resume and evaluate as they
+ran.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any, Mapping
+
+import ml_collections
+from ml_collections import config_dict
+
+# BertConfig fields a config may override, with their types (bert_jax.config.BertConfig says what
+# each means; placeholders keep them typed, None keeps the preset's or the init weights' value).
+MODEL_FIELDS = {"vocab_size": int, "hidden_size": int, "num_hidden_layers": int,
+                "num_attention_heads": int, "intermediate_size": int,
+                "max_position_embeddings": int, "type_vocab_size": int,
+                "hidden_dropout_prob": float, "attention_probs_dropout_prob": float,
+                "hidden_act": str, "initializer_range": float, "layer_norm_eps": float,
+                # encoder options: post | pre; dense | geglu | swiglu; biases or none;
+                # absolute | rotary
+                "layer_norm_position": str, "ffn_kind": str, "use_bias": bool,
+                "position_embedding_type": str,
+                # one nn.scan over the layers (None: the init weights' layout, else unrolled)
+                "scan_layers": bool,
+                # how attention runs: auto | xla | splash | cudnn (None: auto, whatever the init
+                # weights ran with; bert_jax.model.attention.choose)
+                "attention": str}
+
+# The training loop's keys (bert_jax.train.loop.LoopConfig takes its defaults from here).
+LOOP_DEFAULTS: dict[str, Any] = dict(
+    log_every_steps=100,  # a metrics line (metrics.jsonl, TensorBoard, the log) every N steps
+    eval_every_steps=0,  # 0: evaluate only at the end
+    checkpoint_every_steps=1000,  # 0: only at the end (and on SIGTERM)
+    keep_checkpoints=3,  # the newest N checkpoints are kept
+    async_checkpoints=True,  # write checkpoints while training goes on
+    accumulation_steps=1,  # micro-batches per optimizer step
+    seed=0,  # parameters, dropout and data order
+    peak_flops_per_device=0.0,  # for MFU; 0: look it up by device kind (bert_jax.train.flops)
+    # A step with non-finite gradients changes nothing; "stop": the run stops with an error at
+    # the next log step or save; "skip": it goes on, and stops when, at a log step or save, the
+    # last max_nonfinite_in_a_row steps were all such.
+    nonfinite="stop",
+    max_nonfinite_in_a_row=10,
+    # Dropout's random bits: "threefry" (the same on any mesh) or "rbg" (cheaper; the same for
+    # the same program, so resumes stay exact; bert_jax.train.steps.DROPOUT_RNGS).
+    dropout_rng="threefry",
+    # With mesh.fsdp > 1: "xla" leaves the fsdp collectives to the SPMD partitioner; "explicit"
+    # writes them out (bert_jax.train.fsdp: one all-gather of each fsdp-split parameter, one
+    # reduce-scatter of its gradient; XLA:TPU's own choice moves up to 2.8x those bytes).
+    fsdp_collectives="xla",
+)
+
+
+def model_block(preset: str = "tiny", **overrides) -> ml_collections.ConfigDict:
+    """A BertConfig preset (tiny | mini | small | medium | base | large) plus any field of
+    MODEL_FIELDS overridden (None: the preset's)."""
+    unknown = sorted(set(overrides) - set(MODEL_FIELDS))
+    if unknown:
+        raise ValueError(f"model_block: unknown BertConfig fields {unknown}")
+    block = {name: config_dict.placeholder(kind) for name, kind in MODEL_FIELDS.items()}
+    block.update(overrides)
+    return ml_collections.ConfigDict({"preset": preset, **block})
+
+
+def optimizer_block(**overrides) -> ml_collections.ConfigDict:
+    """The optimizer (bert_jax.train.optimizer.OptimizerConfig): AdamW with BERT's settings."""
+    block = dict(
+        name="adamw",  # adamw | lamb
+        # decay of the learning rate after the warm-up: linear | cosine | constant | wsd (stable
+        # at the peak, then linear decay over the last decay_fraction of the steps) | one_cycle
+        # (cosine up over the warm-up, cosine down)
+        decay="linear",
+        end_learning_rate_ratio=0.0,  # the last step's rate, as a fraction of the peak
+        decay_fraction=0.2,  # wsd only
+        b1=0.9, b2=0.999, eps=1e-6,
+        weight_decay=0.01,  # not on biases and LayerNorm parameters
+        clip_norm=1.0,  # global gradient norm; 0: no clipping
+    )
+    block.update(overrides)
+    return ml_collections.ConfigDict(block)
+
+
+def base_config(recipe: str) -> ml_collections.ConfigDict:
+    """The keys every recipe reads (bert_jax.recipes.common), with their usual values."""
+    config = ml_collections.ConfigDict()
+    config.recipe = recipe  # pretrain | finetune: the bert_jax.recipes module that runs it
+    config.model = model_block()
+    config.dtype = "float32"  # compute dtype: float32 | bfloat16
+    # what each layer keeps for the backward pass: none | full | dots | dots_no_batch
+    config.remat = "none"
+    # Where the weights start: a Hugging Face BERT folder, or our checkpoints folder (or one step
+    # of it); neither: random init of config.model.preset. with_heads keeps the heads that fit.
+    config.init = ml_collections.ConfigDict(dict(hf_dir="", checkpoint="", with_heads=False))
+    # vocab.txt, tokenizer.json or a folder (default: init.hf_dir); lowercase for a vocab.txt.
+    config.tokenizer = ml_collections.ConfigDict(dict(path="", lowercase=True))
+    config.max_seq_len = 128  # tokens per row
+    config.batch_size = 32  # global, over all devices and processes
+    config.eval_batch_size = 64
+    config.total_steps = 0  # optimizer steps
+    config.learning_rate = 1e-4  # the peak, after the warm-up
+    config.warmup_fraction = 0.1  # of total_steps
+    config.optimizer = optimizer_block()
+    # The device mesh (bert_jax.sharding): -1 takes the devices the other two leave.
+    config.mesh = ml_collections.ConfigDict(dict(data=-1, fsdp=1, tensor=1))
+    config.update(LOOP_DEFAULTS)
+    # A rerun on a workdir must have the config the run started with (keys that change what it
+    # computes); true: the change is meant (the old config.json is kept beside the new one).
+    config.allow_config_change = False
+    return config
+
+
+def pretrain_config() -> ml_collections.ConfigDict:
+    """base_config + the pre-training data block (bert_jax.recipes.pretrain)."""
+    config = base_config("pretrain")
+    config.init.with_heads = True  # continuing pre-training keeps the MLM (and NSP) head
+    config.tokenizer.vocab_size = 8192  # of the vocabulary trained for the demo corpus
+    config.data = ml_collections.ConfigDict(dict(
+        corpus="demo",  # demo | text:GLOB | a TFDS name | synthetic (random tokens)
+        data_dir="",  # default: <workdir>/data
+        max_predictions=20,  # masked positions per row (15% of 128, rounded up)
+        mask_rate=0.15,
+        eval_mask_rate=0.15,  # held-out rows: 15% whatever mask_rate is, comparable runs
+        whole_word_masking=False,
+        sentence_pairs=False,  # True: NSP pairs and the NSP head, as in the paper
+        num_workers=0,  # grain worker processes
+        seconds_per_batch=0.0,  # synthetic corpus only: simulate a slow input pipeline
+    ))
+    config.eval_batches = 0  # 0: the whole validation split
+    return config
+
+
+def finetune_config(task: str) -> ml_collections.ConfigDict:
+    """base_config + the fine-tuning keys (bert_jax.recipes.finetune): 2-3 epochs, lr 2e-5..5e-5,
+    10% warm-up, as usual for BERT."""
+    config = base_config("finetune")
+    config.task = task  # classification | regression | multi_label | token_classification | span_qa
+    config.data = ml_collections.ConfigDict(dict(
+        train_path="", eval_path="",
+        format="auto",  # csv | tsv | jsonl | fasttext (by extension when auto)
+        encoding="utf-8",
+        tsv_quoting=False,  # TSV fields are taken as they are (GLUE); True: CSV-style quotes
+        text_column="text", text_pair_column="", label_column="label",
+        label_separator="|",  # multi_label: labels joined in one string
+        conll_tag_column=-1,
+        heldout_fraction=0.0,  # > 0: hold this part of train_path out for evaluation
+        split_seed=0,
+        tfds_name="",  # glue/sst2 | glue/mrpc | glue/stsb | glue/mnli | conll2003 | squad ...
+        tfds_train_split="train", tfds_eval_split="validation", tfds_data_dir="",
+        tfds_download=True,
+        # Each batch cut to the smallest of these lengths that holds its longest row: auto
+        # (32, 64, ... max_seq_len), none (always max_seq_len), or e.g. "16,32,48".
+        bucket_lengths="auto",
+        group_by_length=0,  # G > 1: rows of similar length batched together, G-batch windows
+        # K >= 2: training packs up to K examples into one row (classification, regression,
+        # multi_label): the same batches of examples, almost no padding; 0: off
+        pack_examples=0,
+    ))
+    # span_qa only: windows over long contexts, and how answers are read from the logits
+    config.squad = ml_collections.ConfigDict(dict(
+        doc_stride=128, max_query_len=64, n_best=20, max_answer_length=30, version_2=False,
+        no_answer_threshold=0.0))
+    config.epochs = 3.0
+    config.total_steps = 0  # 0: from epochs
+    config.learning_rate = 3e-5
+    config.log_every_steps = 10
+    config.checkpoint_every_steps = 0
+    config.keep_checkpoints = 1
+    return config
+
+
+def defaults_for(saved: Mapping[str, Any]) -> ml_collections.ConfigDict:
+    """The schema's config for the recipe (and fine-tuning task) a saved config names."""
+    recipe = saved.get("recipe", "pretrain")
+    if recipe == "finetune":
+        return finetune_config(saved.get("task", "classification"))
+    return pretrain_config()
+
+
+def complete(saved: Mapping[str, Any]) -> dict[str, Any]:
+    """A saved config (a plain dict, as config.json holds it) with every key of the schema that it
+    lacks set to its default (the behaviour it ran with); its own keys, known or not, kept."""
+    merged = _plain(defaults_for(saved).to_dict())
+
+    def overlay(into: dict, values: Mapping[str, Any]) -> None:
+        for key, value in values.items():
+            if isinstance(value, Mapping) and isinstance(into.get(key), dict):
+                overlay(into[key], value)
+            else:
+                into[key] = copy.deepcopy(value)
+
+    overlay(merged, saved)
+    return merged
+
+
+def _plain(tree: Any) -> Any:
+    """A ConfigDict's to_dict() with placeholders as None (what config.json holds for them)."""
+    if isinstance(tree, dict):
+        return {key: _plain(value) for key, value in tree.items()}
+    if isinstance(tree, config_dict.FieldReference):
+        return tree.get()
+    return tree
