@@ -1,4 +1,5 @@
-"""Fine-tuning metrics: against scipy where it has the metric, hand-worked cases elsewhere."""
+"""Fine-tuning metrics: against scipy where it has the metric, hand-worked cases elsewhere
+(SQuAD's: tests/test_squad_metrics.py)."""
 
 import numpy as np
 import pytest
@@ -65,21 +66,3 @@ def test_entity_scores_micro_over_sentences():
     assert scores["entity_f1"] == pytest.approx(2 * 0.5 * (2 / 3) / (0.5 + 2 / 3))
     with pytest.raises(ValueError, match="sentence 1"):
         metrics.entity_scores([["O"], ["O"]], [["O"], ["O", "O"]])
-
-
-def test_squad_normalization_and_scores():
-    assert metrics.normalize_answer("The  Eiffel-Tower!") == "eiffeltower"
-    assert metrics.normalize_answer("an apple, a pear") == "apple pear"
-    assert metrics.answer_exact_match("the Denver Broncos", "Denver Broncos") == 1.0
-    # pred tokens {denver, broncos, team}, gold {denver, broncos}: P = 2/3, R = 1
-    assert metrics.answer_f1("Denver Broncos team", "Denver Broncos") == pytest.approx(0.8)
-    assert metrics.answer_f1("", "") == 1.0 and metrics.answer_f1("x", "") == 0.0
-    scores = metrics.squad_scores(
-        {"a": "Denver Broncos", "b": "Carolina", "c": ""},
-        {"a": ["Denver Broncos", "Broncos"], "b": ["Carolina Panthers"], "c": []})
-    assert scores["exact_match"] == pytest.approx(2 / 3)  # a exact, c (no answer) exact
-    assert scores["f1"] == pytest.approx((1 + 2 / 3 + 1) / 3)  # b: P 1, R 1/2 -> 2/3
-    assert scores["has_answer_exact_match"] == pytest.approx(0.5)
-    assert scores["no_answer_exact_match"] == 1.0
-    with pytest.raises(ValueError, match="no prediction for question"):
-        metrics.squad_scores({}, {"a": ["x"]})

@@ -1,14 +1,17 @@
 """Evaluation metrics of the fine-tuning tasks, on host numpy arrays and Python lists.
 
-All results are fractions in [0, 1] (SQuAD's official script prints percentages: x 100).
+All results are fractions in [0, 1] (SQuAD's official scripts print percentages: x 100), except
+SQuAD 2.0's question counts (total, *_total) and no-answer thresholds (*_thresh).
 
     classification   accuracy, F1 (binary: of the positive class; more classes: macro), MCC
     regression       Pearson and Spearman correlation (Spearman with average ranks for ties)
     NER              entity-level precision / recall / F1 over (type, start, end) chunks, with
                      chunks read from BIO/IOB2 tags as seqeval's default (conlleval) mode does
-    span QA          exact match and token F1 after SQuAD's answer normalization (lower case,
-                     no punctuation, no articles a/an/the, single spaces), best over the gold
-                     answers; an unanswerable question's gold answer is the empty string
+    span QA          the official SQuAD scripts' figures: exact match and token F1 after the
+                     answer normalization (lower case, no punctuation, no articles a/an/the,
+                     single spaces), best over the gold answers, mean over the questions;
+                     v1.1 {exact_match, f1}; v2.0 {exact, f1, total} with the HasAns_* / NoAns_*
+                     breakdown and the best no-answer threshold (best_exact, best_f1, *_thresh)
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from __future__ import annotations
 import collections
 import re
 import string
-from typing import Mapping, Optional, Sequence
+from typing import Iterable, Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -165,7 +168,8 @@ _PUNCTUATION = frozenset(string.punctuation)
 
 
 def normalize_answer(text: str) -> str:
-    """SQuAD's normalization: lower case, drop punctuation, drop articles, collapse spaces."""
+    """SQuAD's normalization, in this order: lower case, drop ASCII punctuation, drop the whole
+    words a/an/the, collapse runs of whitespace to one space (no leading or trailing space)."""
     text = "".join(ch for ch in text.lower() if ch not in _PUNCTUATION)
     return " ".join(_ARTICLES.sub(" ", text).split())
 
@@ -174,12 +178,9 @@ def answer_exact_match(prediction: str, gold: str) -> float:
     return float(normalize_answer(prediction) == normalize_answer(gold))
 
 
-def answer_f1(prediction: str, gold: str) -> float:
-    """Token-overlap F1; if either side normalizes to nothing, 1 when both do, else 0."""
-    predicted_tokens = normalize_answer(prediction).split()
-    gold_tokens = normalize_answer(gold).split()
-    if not predicted_tokens or not gold_tokens:
-        return float(predicted_tokens == gold_tokens)
+def _token_overlap_f1(predicted_tokens: Sequence[str], gold_tokens: Sequence[str]) -> float:
+    """F1 of the multiset overlap (a token repeated k times matches at most k times); 0 when
+    nothing overlaps, including when both sides are empty."""
     overlap = collections.Counter(predicted_tokens) & collections.Counter(gold_tokens)
     common = sum(overlap.values())
     if common == 0:
@@ -188,30 +189,136 @@ def answer_f1(prediction: str, gold: str) -> float:
     return 2 * precision * recall / (precision + recall)
 
 
-def squad_scores(predictions: Mapping[str, str],
-                 gold_answers: Mapping[str, Sequence[str]]) -> dict[str, float]:
-    """exact_match and f1 over the questions of `gold_answers` (each: its best gold answer).
+def answer_f1(prediction: str, gold: str) -> float:
+    """SQuAD 2.0's token F1: if either side normalizes to nothing, 1 when both do, else 0 (so an
+    empty prediction for an unanswerable question scores 1); the token overlap F1 otherwise."""
+    predicted_tokens = normalize_answer(prediction).split()
+    gold_tokens = normalize_answer(gold).split()
+    if not predicted_tokens or not gold_tokens:
+        return float(predicted_tokens == gold_tokens)
+    return _token_overlap_f1(predicted_tokens, gold_tokens)
 
-    A question without gold answers (SQuAD 2.0 unanswerable) counts as gold "". When some
-    questions are answerable and some not, has_answer_* and no_answer_* split the scores.
-    A question with no prediction is an error naming it.
-    """
-    missing = [qid for qid in gold_answers if qid not in predictions]
+
+def answer_f1_v1(prediction: str, gold: str) -> float:
+    """SQuAD 1.1's token F1: the token overlap F1 with no special case, so 0 whenever a side
+    normalizes to nothing (1.1 has no unanswerable questions to score)."""
+    return _token_overlap_f1(normalize_answer(prediction).split(),
+                             normalize_answer(gold).split())
+
+
+def _check_predicted(predictions: Mapping[str, str], questions: Iterable[str]) -> None:
+    """Every question needs a prediction: a missing one would silently change the average."""
+    missing = [qid for qid in questions if qid not in predictions]
     if missing:
         raise ValueError(f"no prediction for question(s) {missing[:5]}"
                          f"{' ...' if len(missing) > 5 else ''}")
-    exact, f1, has_answer = [], [], []
+
+
+def _mean(values: np.ndarray) -> float:
+    return float(np.mean(values)) if len(values) else 0.0
+
+
+def squad_v1_scores(predictions: Mapping[str, str],
+                    gold_answers: Mapping[str, Sequence[str]]) -> dict[str, float]:
+    """SQuAD 1.1's figures: {"exact_match", "f1"}, each question's best over its gold answers
+    (answer_exact_match, answer_f1_v1), averaged over the questions of `gold_answers`.
+
+    Fractions in [0, 1]: the official script prints these x 100. A question without gold answers
+    (which 1.1 does not have) is scored against the gold "" by the same rules: its exact match is
+    1 only for a prediction that normalizes to nothing, its F1 is 0. A question with no prediction
+    is an error naming it.
+    """
+    _check_predicted(predictions, gold_answers)
+    exact, f1 = [], []
     for qid, answers in gold_answers.items():
-        answers = [a for a in answers if normalize_answer(a)] or [""]
+        answers = list(answers) or [""]
         exact.append(max(answer_exact_match(predictions[qid], a) for a in answers))
-        f1.append(max(answer_f1(predictions[qid], a) for a in answers))
-        has_answer.append(answers != [""])
-    exact, f1, has_answer = np.asarray(exact), np.asarray(f1), np.asarray(has_answer)
-    out = {"exact_match": float(exact.mean()) if len(exact) else 0.0,
-           "f1": float(f1.mean()) if len(f1) else 0.0}
-    if has_answer.any() and not has_answer.all():
-        out.update(has_answer_exact_match=float(exact[has_answer].mean()),
-                   has_answer_f1=float(f1[has_answer].mean()),
-                   no_answer_exact_match=float(exact[~has_answer].mean()),
-                   no_answer_f1=float(f1[~has_answer].mean()))
+        f1.append(max(answer_f1_v1(predictions[qid], a) for a in answers))
+    return {"exact_match": _mean(np.asarray(exact)), "f1": _mean(np.asarray(f1))}
+
+
+def _v2_golds(answers: Sequence[str]) -> list[str]:
+    """The gold answers SQuAD 2.0 scores against: those that normalize to something, or [""]
+    when none does (an unanswerable question)."""
+    return [a for a in answers if normalize_answer(a)] or [""]
+
+
+def squad_v2_scores(predictions: Mapping[str, str], gold_answers: Mapping[str, Sequence[str]],
+                    no_answer_scores: Optional[Mapping[str, float]] = None
+                    ) -> dict[str, float]:
+    """SQuAD 2.0's figures over the questions of `gold_answers` (gold: [] when unanswerable).
+
+    Each question scores its best over `_v2_golds` (answer_exact_match, answer_f1), so an
+    unanswerable one scores 1 exactly when the prediction normalizes to nothing. Reported:
+
+        exact, f1, total                     over all questions (total: how many)
+        HasAns_exact, HasAns_f1, HasAns_total    over those with gold answers (if any)
+        NoAns_exact, NoAns_f1, NoAns_total       over those without (if any)
+        best_exact, best_exact_thresh,       with `no_answer_scores` (question -> how strongly
+        best_f1, best_f1_thresh              "no answer" is predicted): `best_no_answer_threshold`
+                                             of the exact and F1 scores
+
+    exact/f1 figures are fractions in [0, 1] (the official script prints them x 100); totals
+    are counts; thresholds are in the units of `no_answer_scores`. A question "has an answer"
+    when its gold list is non-empty, as in the official script. A question with no prediction is
+    an error naming it.
+    """
+    _check_predicted(predictions, gold_answers)
+    qids = list(gold_answers)
+    exact = np.asarray([max(answer_exact_match(predictions[q], a)
+                            for a in _v2_golds(gold_answers[q])) for q in qids])
+    f1 = np.asarray([max(answer_f1(predictions[q], a) for a in _v2_golds(gold_answers[q]))
+                     for q in qids])
+    has_answer = np.asarray([bool(gold_answers[q]) for q in qids], bool)
+    out: dict[str, float] = {"exact": _mean(exact), "f1": _mean(f1), "total": len(qids)}
+    for name, part in (("HasAns", has_answer), ("NoAns", ~has_answer)):
+        if part.any():
+            out.update({f"{name}_exact": _mean(exact[part]), f"{name}_f1": _mean(f1[part]),
+                        f"{name}_total": int(part.sum())})
+    if no_answer_scores is not None:
+        _check_predicted(no_answer_scores, qids)
+        order = np.asarray([no_answer_scores[q] for q in qids], np.float64)
+        answered = np.asarray([bool(predictions[q]) for q in qids], bool)
+        for name, scores in (("exact", exact), ("f1", f1)):
+            best, threshold = best_no_answer_threshold(scores, has_answer, answered, order)
+            out[f"best_{name}"], out[f"best_{name}_thresh"] = best, threshold
     return out
+
+
+def best_no_answer_threshold(scores: Sequence[float], has_answer: Sequence[bool],
+                             answered: Sequence[bool], no_answer_scores: Sequence[float]
+                             ) -> tuple[float, float]:
+    """(best mean score, its threshold) over the thresholds t of "predict no answer when the
+    question's no-answer score > t", per question: `scores` with the prediction kept,
+    `has_answer` (gold answers exist), `answered` (the prediction is non-empty text).
+
+    The walk starts with every question answered empty: each unanswerable question scores 1.
+    Then, in the order of increasing no-answer score (ties in the given order), t rises to each
+    question's score and that question keeps its prediction: an answerable one adds its score,
+    an unanswerable one with a non-empty prediction loses its 1 (an empty one stays 1). The best
+    running total wins, the earliest on ties, and t is the no-answer score of the question it
+    was reached at. When no step beats answering nothing, t is 0.0, the official script's
+    starting value, whatever the scale of the no-answer scores. The mean is over all questions.
+    Like the official script, `answered` looks at the raw text: a prediction such as "the",
+    which normalizes to nothing, counts as an answer here though it scores 1 against [""].
+    """
+    scores = np.asarray(scores, np.float64)
+    has_answer, answered = np.asarray(has_answer, bool), np.asarray(answered, bool)
+    running = best = float(np.sum(~has_answer))
+    threshold = 0.0
+    for i in np.argsort(np.asarray(no_answer_scores, np.float64), kind="stable"):
+        running += scores[i] if has_answer[i] else -float(answered[i])
+        if running > best:
+            best, threshold = running, float(no_answer_scores[i])
+    return (best / len(scores) if len(scores) else 0.0), threshold
+
+
+def squad_scores(predictions: Mapping[str, str], gold_answers: Mapping[str, Sequence[str]],
+                 version_2: bool = False,
+                 no_answer_scores: Optional[Mapping[str, float]] = None) -> dict[str, float]:
+    """squad_v2_scores when `version_2` (no_answer_scores: see there), else squad_v1_scores."""
+    if version_2:
+        return squad_v2_scores(predictions, gold_answers, no_answer_scores)
+    if no_answer_scores is not None:
+        raise ValueError("no_answer_scores are for SQuAD 2.0 (version_2=True) only")
+    return squad_v1_scores(predictions, gold_answers)

@@ -1,8 +1,26 @@
 """Span question answering (SQuAD 1.1 / 2.0): every token -> (start, end) logits [B, L]; the loss
 is the mean of the two cross-entropies. Long contexts become sliding windows (config.squad:
 doc_stride, max_query_len); answers are decoded from the n best spans over all windows of a
-question (n_best, max_answer_length; version_2 with no_answer_threshold). Metrics: exact match
-and F1 with SQuAD's answer normalization. Writes predictions.json, null_odds.json, nbest.json.
+question (n_best, max_answer_length; version_2 with no_answer_threshold). Writes
+predictions.json, null_odds.json (null score - best span score per question: > the threshold
+means no answer) and nbest.json.
+
+Metrics: the official SQuAD evaluation scripts' figures (metrics.squad_v1_scores /
+squad_v2_scores), as fractions in [0, 1] where the scripts print percentages (x 100).
+
+    SQuAD 1.1 (version_2 false)   exact_match, f1
+    SQuAD 2.0 (version_2 true)    exact, f1, total: all questions;
+                                  HasAns_exact, HasAns_f1, HasAns_total: those with answers;
+                                  NoAns_exact, NoAns_f1, NoAns_total: the unanswerable ones;
+                                  best_exact, best_exact_thresh, best_f1, best_f1_thresh: the
+                                  best figures over no-answer thresholds on the null odds, and
+                                  the threshold (in null-odds units, usable as
+                                  squad.no_answer_threshold) that reaches each
+
+The 2.0 figures are those of the official script on predictions.json with --na-prob-file
+null_odds.json --na-prob-thresh <no_answer_threshold>. Its threshold search starts from these
+predictions, so a question already answered empty stays empty above its null odds: to search
+thresholds above squad.no_answer_threshold, evaluate with a larger one.
 """
 
 from __future__ import annotations
@@ -65,17 +83,17 @@ class SpanQA(TaskKind):
             data.eval_examples, data.eval_features, outputs["start_logits"],
             outputs["end_logits"], n_best=q.n_best, max_answer_length=q.max_answer_length,
             allow_no_answer=q.version_2, no_answer_threshold=q.no_answer_threshold)
-        result = metrics.squad_scores({qid: a.text for qid, a in answers.items()},
-                                      {e.id: [a.text for a in e.answers]
-                                       for e in data.eval_examples})
-        return result, answers
+        predictions = {qid: a.text for qid, a in answers.items()}
+        gold = {e.id: [a.text for a in e.answers] for e in data.eval_examples}
+        if q.version_2:
+            null_odds = {qid: no_answer_odds(a) for qid, a in answers.items()}
+            return metrics.squad_v2_scores(predictions, gold, null_odds), answers
+        return metrics.squad_v1_scores(predictions, gold), answers
 
     def write(self, records, directory: str) -> list[str]:
         contents = {
             "predictions.json": {qid: a.text for qid, a in records.items()},
-            "null_odds.json": {qid: float(a.null_score - a.best_span_score)
-                               if np.isfinite(a.best_span_score) else 1e9
-                               for qid, a in records.items()},
+            "null_odds.json": {qid: no_answer_odds(a) for qid, a in records.items()},
             "nbest.json": {qid: [{"text": text, "score": float(s)} for text, s in a.nbest]
                            for qid, a in records.items()}}
         written = []
@@ -124,6 +142,14 @@ class SpanQA(TaskKind):
                             "answer": answer.text, "start": start, "end": end,
                             "score": float(answer.score) if np.isfinite(answer.score) else None})
         return records
+
+
+def no_answer_odds(answer: squad.Prediction) -> float:
+    """How much the null score beats the best span's (decode_answers answers empty when this
+    is > no_answer_threshold); 1e9 when no span was valid (JSON has no infinity)."""
+    if not np.isfinite(answer.best_span_score):
+        return 1e9
+    return float(answer.null_score - answer.best_span_score)
 
 
 def answer_span(context: str, answer: squad.Prediction, example: int, features,
