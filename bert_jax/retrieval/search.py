@@ -17,7 +17,8 @@ default would be bfloat16 passes, which can swap near ties), whatever `dtype` st
 
 Memory per device, with n = ceil(N / devices) corpus rows, D dimensions, b bytes per stored
 value (4 float32, 2 bfloat16) and B queries per block: the corpus n·D·b, plus the block's
-scores n·B·4 (float32), plus the top-k lists (small): about D·b + 4·B bytes per corpus vector.
+scores n·B·4 (float32), plus the top-k lists (small): about D·b + 4·B bytes per corpus vector
+(more while lax.top_k runs if the backend sorts a copy of the scores: leave headroom).
 E.g. D = 384 (MiniLM) in float32 with B = 256: 1536 + 1024 = 2560 B per vector, so one device
 with 16 GiB free holds about 6.7M vectors and an H200 (about 139 GiB) about 50M after 10%
 headroom; D = 768 (BERT-base): 4096 B, about 4.2M and 32M. Halve B (or store bfloat16) to fit
