@@ -144,7 +144,8 @@ def finetune_config(task: str) -> ml_collections.ConfigDict:
     """base_config + the fine-tuning keys (bert_jax.recipes.finetune): 2-3 epochs, lr 2e-5..5e-5,
     10% warm-up, as usual for BERT."""
     config = base_config("finetune")
-    config.task = task  # classification | regression | multi_label | token_classification | span_qa
+    # classification | regression | multi_label | token_classification | span_qa | contrastive
+    config.task = task
     config.data = ml_collections.ConfigDict(dict(
         train_path="", eval_path="",
         format="auto",  # csv | tsv | jsonl | fasttext (by extension when auto)
@@ -170,6 +171,14 @@ def finetune_config(task: str) -> ml_collections.ConfigDict:
     config.squad = ml_collections.ConfigDict(dict(
         doc_stride=128, max_query_len=64, n_best=20, max_answer_length=30, version_2=False,
         no_answer_threshold=0.0))
+    # contrastive only: sentence embeddings from (anchor, positive[, hard negative]) rows, the
+    # anchor in data.text_column, the positive in data.text_pair_column
+    config.contrastive = ml_collections.ConfigDict(dict(
+        scale=20.0,  # scores are scale x cosine (sentence-transformers' default, 1/temperature)
+        symmetric=False,  # also each positive against all anchors, the two losses averaged
+        pooling="mean",  # mean | cls: as bert_jax.sentence_embeddings.pool, then L2-normalised
+        negative_column="",  # the hard negative's column (empty: none, in-batch negatives only)
+    ))
     config.epochs = 3.0
     config.total_steps = 0  # 0: from epochs
     config.learning_rate = 3e-5
