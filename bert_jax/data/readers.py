@@ -101,8 +101,9 @@ def _from_records(records: Iterator[tuple[str, Mapping[str, Any]]], path: str, t
 def read_table(path: str, text_column: str, label_column: str,
                text_pair_column: Optional[str] = None, regression: bool = False,
                delimiter: Optional[str] = None, encoding: str = "utf-8",
-               tsv_quoting: bool = False) -> list[TextExample]:
+               tsv_quoting: bool = False, header: bool = True) -> list[TextExample]:
     """CSV or TSV with a header row; the delimiter defaults to a tab for .tsv, else a comma.
+    header=False: no header row, the columns named by position ("0", "1", ...; GLUE's CoLA).
 
     Tab-separated files are read without quote processing, as GLUE's TSV files are meant to be
     read: a field may start with a double quote (as tweets do) and keeps it. tsv_quoting=True
@@ -116,7 +117,8 @@ def read_table(path: str, text_column: str, label_column: str,
     delimiter = delimiter or ("\t" if path.endswith(".tsv") else ",")
     columns = [c for c in (text_column, text_pair_column, label_column) if c is not None]
     quoting = tsv_quoting or delimiter != "\t"
-    rows = list(_strict(path, textfiles.table_rows(path, delimiter, quoting, encoding, columns)))
+    rows = list(_strict(path, textfiles.table_rows(path, delimiter, quoting, encoding, columns,
+                                                   header)))
     return _from_records(iter(rows), path, text_column, label_column, text_pair_column,
                          regression)
 
@@ -166,14 +168,17 @@ def read_text_examples(path: str, file_format: str = "auto", text_column: str = 
                        label_column: str = "label", text_pair_column: Optional[str] = None,
                        regression: bool = False, encoding: str = "utf-8",
                        tsv_quoting: bool = False) -> list[TextExample]:
-    """Dispatch on `file_format` (csv | tsv | jsonl | fasttext), or on the extension for auto.
+    """Dispatch on `file_format` (csv | tsv | csv_no_header | tsv_no_header | jsonl |
+    fasttext), or on the extension for auto. The *_no_header tables name their columns by
+    position: text_column="3", label_column="1" (textfiles.TABLE_FORMATS).
 
     tsv_quoting: read TSV files with CSV quoting (see `read_table`)."""
     file_format = textfiles.format_of(path, file_format)
-    if file_format in ("csv", "tsv"):
+    if file_format in textfiles.TABLE_FORMATS:
+        delimiter, header = textfiles.TABLE_FORMATS[file_format]
         return read_table(path, text_column, label_column, text_pair_column, regression,
-                          delimiter="\t" if file_format == "tsv" else ",", encoding=encoding,
-                          tsv_quoting=tsv_quoting)
+                          delimiter=delimiter, encoding=encoding, tsv_quoting=tsv_quoting,
+                          header=header)
     if file_format == "jsonl":
         return read_jsonl(path, text_column, label_column, text_pair_column, regression,
                           encoding)
@@ -181,7 +186,8 @@ def read_text_examples(path: str, file_format: str = "auto", text_column: str = 
         if regression:
             raise DataError(f"{path}: fastText label lines name classes, not regression targets")
         return read_fasttext(path, encoding)
-    raise DataError(f"unknown text file format {file_format!r}: use csv, tsv, jsonl or fasttext")
+    raise DataError(f"unknown text file format {file_format!r}: use csv, tsv, csv_no_header, "
+                    "tsv_no_header, jsonl or fasttext")
 
 
 def read_conll(path: str, tag_column: int = -1, encoding: str = "utf-8") -> list[TaggedSentence]:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import codecs
 import contextlib
 import csv
+import itertools
 import json
 import os
 import re
@@ -130,26 +131,42 @@ def table_records(path: str, delimiter: str, quoting: bool, encoding: str
         yield start, fields
 
 
+# Table formats: name -> (delimiter, whether the first row is a header). Without a header, the
+# columns are named by their 0-based position ("0", "1", ...), as GLUE's CoLA files need.
+TABLE_FORMATS = {"csv": (",", True), "tsv": ("\t", True),
+                 "csv_no_header": (",", False), "tsv_no_header": ("\t", False)}
+
+
 def table_rows(path: str, delimiter: str, quoting: bool, encoding: str,
-               columns: Sequence[str]) -> Iterator[tuple[int, Record]]:
-    """(first line number, {column: field}) of each row of a CSV/TSV file with a header row,
-    fields of any length; a row with another number of fields than the header gives its fault
-    instead. A header without every one of `columns` is a DataError (no row can be read)."""
+               columns: Sequence[str], header: bool = True) -> Iterator[tuple[int, Record]]:
+    """(first line number, {column: field}) of each row of a CSV/TSV file, fields of any length.
+
+    header=True: the first row names the columns; header=False: every row is data and the
+    columns are named "0", "1", ... by position, the first row fixing how many there are. A row
+    with another number of fields gives its fault instead. A file without every one of
+    `columns` is a DataError (no row can be read)."""
     with fields_of_any_length():
         records = table_records(path, delimiter, quoting, encoding)
-        header = next(records, (0, []))[1]
-        if not header:
-            raise DataError(f"{path}: no header row")
-        missing = [c for c in columns if c not in header]
-        if missing:
+        first_line, first = next(records, (0, []))
+        if not first:
+            raise DataError(f"{path}: no header row" if header else f"{path}: holds no rows")
+        names = first if header else [str(i) for i in range(len(first))]
+        missing = [c for c in columns if c not in names]
+        if missing and header:
             raise DataError(f"{path}: no column(s) {missing} in the header; the columns are "
-                            f"{header}")
+                            f"{names}")
+        if missing:
+            raise DataError(f"{path}: no column(s) {missing}: the rows have {len(names)} "
+                            f"columns, named by position 0..{len(names) - 1} (no header)")
+        if not header:
+            records = itertools.chain([(first_line, first)], records)
+        width = "the header" if header else "the first row"
         for line, fields in records:
-            if len(fields) != len(header):
-                yield line, (f"the row has {len(fields)} columns, not the {len(header)} columns "
-                             "of the header")
+            if len(fields) != len(names):
+                yield line, (f"the row has {len(fields)} columns, not the {len(names)} columns "
+                             f"of {width}")
             else:
-                yield line, dict(zip(header, fields))
+                yield line, dict(zip(names, fields))
 
 
 def jsonl_records(path: str, encoding: str) -> Iterator[tuple[int, Record]]:

@@ -19,6 +19,11 @@ TFDS_TEXT_TASKS = {
     "glue/mrpc": ("tensorflow_datasets.text.glue", "sentence1", "sentence2", "label"),
     "glue/stsb": ("tensorflow_datasets.text.glue", "sentence1", "sentence2", "label"),
     "glue/mnli": ("tensorflow_datasets.text.glue", "premise", "hypothesis", "label"),
+    "glue/cola": ("tensorflow_datasets.text.glue", "sentence", None, "label"),
+    "glue/qqp": ("tensorflow_datasets.text.glue", "question1", "question2", "label"),
+    "glue/qnli": ("tensorflow_datasets.text.glue", "question", "sentence", "label"),
+    "glue/rte": ("tensorflow_datasets.text.glue", "sentence1", "sentence2", "label"),
+    "glue/wnli": ("tensorflow_datasets.text.glue", "sentence1", "sentence2", "label"),
 }
 TFDS_TAGGING_TASKS = {"conll2003": ("tensorflow_datasets.text.conll2003", "tokens", "ner")}
 TFDS_QA_TASKS = {"squad": "tensorflow_datasets.datasets.squad",

@@ -20,7 +20,8 @@ from bert_jax.data import textfiles
 from bert_jax.data.readers import FASTTEXT_PREFIX, QAExample, TaggedSentence, TextExample
 from bert_jax.data.textfiles import DataError
 
-TEXT_FORMATS = ("csv", "tsv", "jsonl", "fasttext", "lines")
+TEXT_FORMATS = ("csv", "tsv", "csv_no_header", "tsv_no_header", "jsonl", "fasttext",
+                "lines")
 
 # One row as the readers below see it: (its line, or None where rows are not lines; its example,
 # or None for a bad row; None, or what is wrong with the row, naming file and line).
@@ -95,8 +96,9 @@ def _line_texts(path: str, encoding: str, labelled: bool) -> Iterator[Item]:
 def read_unlabelled_text(path: str, file_format: str = "auto", text_column: str = "text",
                          text_pair_column: Optional[str] = None, encoding: str = "utf-8",
                          tsv_quoting: bool = False) -> Rows:
-    """Rows of TextExamples (label None) from csv | tsv | jsonl | fasttext | lines, or by the
-    extension for auto (.txt and .cor: fasttext, whose label words are optional here).
+    """Rows of TextExamples (label None) from csv | tsv | csv_no_header | tsv_no_header
+    (columns named by position) | jsonl | fasttext | lines, or by the extension for auto (.txt
+    and .cor: fasttext, whose label words are optional here).
 
     A label column may be present or not (it is ignored). Bad rows: a row with another number
     of columns than the header, a line that is not a JSON object, a record without the text (or
@@ -111,11 +113,11 @@ def read_unlabelled_text(path: str, file_format: str = "auto", text_column: str 
                         "tsv or jsonl")
     if file_format in ("fasttext", "lines"):
         return _rows(_line_texts(path, encoding, labelled=file_format == "fasttext"))
-    if file_format in ("csv", "tsv"):
-        delimiter = "\t" if file_format == "tsv" else ","
+    if file_format in textfiles.TABLE_FORMATS:
+        delimiter, header = textfiles.TABLE_FORMATS[file_format]
         columns = [c for c in (text_column, text_pair_column) if c]
         records = textfiles.table_rows(path, delimiter, tsv_quoting or delimiter != "\t",
-                                       encoding, columns)
+                                       encoding, columns, header)
     elif file_format == "jsonl":
         records = textfiles.jsonl_records(path, encoding)
     else:
