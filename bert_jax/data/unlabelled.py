@@ -20,7 +20,7 @@ from bert_jax.data import textfiles
 from bert_jax.data.readers import FASTTEXT_PREFIX, QAExample, TaggedSentence, TextExample
 from bert_jax.data.textfiles import DataError
 
-TEXT_FORMATS = ("csv", "tsv", "csv_no_header", "tsv_no_header", "jsonl", "fasttext",
+TEXT_FORMATS = ("csv_no_header", "tsv_no_header", "csv", "tsv", "jsonl", "fasttext",
                 "lines")
 
 # One row as the readers below see it: (its line, or None where rows are not lines; its example,
