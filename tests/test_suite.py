@@ -378,3 +378,25 @@ def test_glue_suite_end_to_end_resumes_after_a_kill(tmp_path):
         "tsv_no_header", "3", "1")
     examples = kinds.get(saved.task).read(saved.data.eval_path, saved)
     assert len(examples) == 8 and {e.label for e in examples} == {"0", "1"}
+
+
+def test_packaged_suite_prepares_its_two_tasks_from_the_gensim_wheel(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    sys.path.insert(0, REPO)
+    try:
+        from experiments.configs import packaged_suite
+    finally:
+        sys.path.remove(REPO)
+    folder = packaged_suite.prepare(str(tmp_path))
+    polarity_dev = readers.read_text_examples(f"{folder}/polarity/dev.tsv", "tsv", "sentence")
+    assert len(polarity_dev) == 50 and sorted({e.label for e in polarity_dev}) == ["neg", "pos"]
+    simlex = readers.read_text_examples(f"{folder}/simlex/train.tsv", "tsv", "word1", "score",
+                                        "word2", regression=True)
+    simlex_dev = readers.read_text_examples(f"{folder}/simlex/dev.tsv", "tsv", "word1", "score",
+                                            "word2", regression=True)
+    assert len(simlex) + len(simlex_dev) == 999
+    assert all(0 <= e.label <= 10 for e in simlex)
+    suite = packaged_suite.get_config()
+    assert suite.data_dir.startswith(str(tmp_path / "cache"))
+    specs = spec.task_specs(suite)
+    assert [m.key for m in specs["simlex"].metrics] == ["pearson", "spearman"]
