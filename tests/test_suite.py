@@ -262,6 +262,9 @@ class FakeRuns:
     def train_and_evaluate(self, config, workdir):
         folder = os.path.basename(os.path.dirname(config.data.train_path))
         self.trained.append(folder)
+        os.makedirs(workdir, exist_ok=True)
+        with open(os.path.join(workdir, "config.json"), "w") as f:
+            json.dump(config.to_dict(), f)
         if folder in self.fail:
             raise readers.DataError(f"{config.data.eval_path}:10: the row has 5 columns, not the "
                                     "6 columns of the header\nsecond line")
@@ -309,6 +312,14 @@ def test_a_failed_task_is_recorded_and_the_rest_of_the_table_stays(tmp_path):
     # 2/sqrt(7) and Spearman 0.5 (ranks 1,2,3 against 2,1,3)
     assert score["value"] == pytest.approx(np.mean([0.0, 2 / 3, 2 / 3,
                                                     (2 / np.sqrt(7) + 0.5) / 2]))
+
+    # A finished run the suite would now configure otherwise is not shown with its old numbers
+    suite = _load_suite(config)
+    suite.specs.cola.run.learning_rate = 5e-4
+    plan = runner.make_plan(suite, str(tmp_path / "w"), tasks="cola", seeds=1)
+    outcome = runner.run_suite(plan, fake.train_and_evaluate, fake.evaluate)
+    assert [r["status"] for r in outcome.runs] == ["failed"]
+    assert "finished with another config (learning_rate" in outcome.runs[0]["error"]
 
 
 def _wait_for(predicate, process, timeout=240):

@@ -7,12 +7,13 @@ Runs go seed by seed (every task at seed 0, then at seed 1, ...), a task after t
 starts from (init_from). Each writes <workdir>/<task>/seed_<n>/ as experiments/finetune.py
 would, and, once scored, `suite_result.json` there: the run's step and the task's metrics.
 
-Resuming: a run with its suite_result.json is never redone (its numbers are read back); any
-other resumes from its workdir (the fine-tuning recipe restores its newest checkpoint). A run
-that fails (bad data, a diverged loss, a bug) is recorded as failed with a one-line error
-(`<Type>: <first line>`, the traceback in the log) and the suite goes on; a task that starts
-from a failed run fails too, saying so. SIGTERM or Ctrl-C during a run saves it and stops the
-suite (`SuiteOutcome.signal_number`).
+Resuming: a run with its suite_result.json is never redone (its numbers are read back; if the
+suite now gives it another config, in a key that changes the run, it is reported failed, naming
+the keys, rather than shown with numbers of the old config); any other resumes from its workdir
+(the fine-tuning recipe restores its newest checkpoint). A run that fails (bad data, a diverged
+loss, a bug) is recorded as failed with a one-line error (`<Type>: <first line>`, the traceback
+in the log) and the suite goes on; a task that starts from a failed run fails too, saying so.
+SIGTERM or Ctrl-C during a run saves it and stops the suite (`SuiteOutcome.signal_number`).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from bert_jax.recipes.finetune import kinds
 from bert_jax.recipes.suite import figure, scores
 from bert_jax.recipes.suite import spec as spec_lib
 from bert_jax.recipes.suite.spec import Start, TaskSpec
+from bert_jax.train import workdir as workdir_lib
 
 RESULT_FILE = "suite_result.json"
 SUITE_JSON, SUITE_MD, SUITE_PNG = "suite.json", "suite.md", "suite.png"
@@ -122,6 +124,12 @@ def _run_one(plan: Plan, spec: TaskSpec, seed: int, runs: Sequence[dict],
     entry = {"task": spec.name, "seed": seed, "workdir": directory}
     saved = paths.path(directory) / RESULT_FILE
     if saved.exists():
+        differences = _changed_keys(plan, spec, seed, directory)
+        if differences:
+            error = (f"{directory} finished with another config ({'; '.join(differences[:4])}): "
+                     "use another --workdir, or remove the run's folder to run it again")
+            logging.error("suite: %s seed %d failed: %s", spec.name, seed, error)
+            return {**entry, "status": "failed", "error": error}
         result = paths.read_json(saved)
         logging.info("suite: %s seed %d was done (%s): not run again", spec.name, seed, saved)
         return {**entry, "status": "done", "reused": True, "step": result["step"],
@@ -152,6 +160,16 @@ def _run_one(plan: Plan, spec: TaskSpec, seed: int, runs: Sequence[dict],
     logging.info("suite: %s seed %d: %s", spec.name, seed, metrics)
     return {**entry, "status": "done", "reused": False, "step": result.step,
             "metrics": metrics}
+
+
+def _changed_keys(plan: Plan, spec: TaskSpec, seed: int, directory: str) -> list[str]:
+    """The keys that change a run (train/workdir.config_differences) in which the config the
+    suite would give (task, seed) now differs from the finished run's config.json."""
+    config_path = paths.path(directory) / workdir_lib.CONFIG_FILE
+    if not config_path.exists():
+        return []
+    config = spec_lib.run_config(plan.suite, spec, seed, plan.start, plan.workdir)
+    return workdir_lib.config_differences(paths.read_json(config_path), config)
 
 
 def _records(directory: str) -> list[dict]:
