@@ -19,8 +19,15 @@ import shutil
 import tempfile
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
-_CACHE = tempfile.mkdtemp(prefix="bert_jax_tests_xla_")
-os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", _CACHE)
+# Under pytest-xdist (`-n 2`) the workers inherit the controller's environment, so the controller
+# makes the one cache directory, every worker and every script it starts shares it, and the
+# controller removes it at the end. XLA's threads are left as they are: XLA_FLAGS
+# --xla_cpu_multi_thread_eigen=false changes the compiled CPU programs (their bf16 dots become
+# f32 ones), which tests/test_precision.py asserts on.
+_CACHE = None
+if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
+    _CACHE = tempfile.mkdtemp(prefix="bert_jax_tests_xla_")
+    os.environ["JAX_COMPILATION_CACHE_DIR"] = _CACHE
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 
 # pytest's settings (testpaths, the `slow` marker, the filter that makes our own
@@ -28,7 +35,8 @@ os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 
 
 def pytest_unconfigure(config):
-    shutil.rmtree(_CACHE, ignore_errors=True)
+    if _CACHE is not None:
+        shutil.rmtree(_CACHE, ignore_errors=True)
 
 
 _SLOW_LIST = os.path.join(os.path.dirname(os.path.abspath(__file__)), "slow_tests.txt")

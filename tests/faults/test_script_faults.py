@@ -108,6 +108,7 @@ def copy_with(hf_folder, where, name, filename, damage):
 
 
 def convert(*flags):
+    """experiments/convert.py in a subprocess: the real exit status and stderr."""
     return subprocess.run([sys.executable, "experiments/convert.py", *flags], cwd=ROOT,
                           capture_output=True, text=True, timeout=300,
                           env={**os.environ, "JAX_PLATFORMS": "cpu"})
@@ -119,6 +120,29 @@ def assert_one_line_error(result, names):
     last = result.stderr.strip().splitlines()[-1]
     assert last.startswith("convert.py: error: "), result.stderr[-3000:]
     assert names in last, last
+
+
+def convert_in_process(direction, hf_dir, checkpoint_dir):
+    """What convert.py's main does after parsing its flags (cli.run_or_exit around the
+    conversion), in this process: the SystemExit it ends with, which a script turns into exit
+    status 1 and its message as the last stderr line (one subprocess above shows that)."""
+    from bert_jax import cli
+    from bert_jax.convert import runs
+
+    if direction == "hf_to_ours":
+        fn = lambda: runs.hf_to_ours(hf_dir, checkpoint_dir, False)
+    else:
+        fn = lambda: runs.ours_to_hf(checkpoint_dir, hf_dir, None, False, None)
+    with pytest.raises(SystemExit) as exit_:
+        cli.run_or_exit("convert.py", fn)
+    return exit_.value
+
+
+def assert_one_line_exit(exit_, names):
+    """A SystemExit with a message: exit status 1 and that message on stderr, no traceback."""
+    message = exit_.code
+    assert isinstance(message, str) and "\n" not in message, message
+    assert message.startswith("convert.py: error: ") and names in message, message
 
 
 def with_config(hf_folder, where, name, edit):
@@ -148,19 +172,23 @@ def test_damaged_hugging_face_folder_is_one_line(hf_folder, tmp_path, case):
         folder, named = with_config(hf_folder, tmp_path, case, lambda b: b[: len(b) // 2])
     else:
         folder, named = with_config(hf_folder, tmp_path, case, set_field("hidden_size", -3))
-    result = convert("--direction=hf_to_ours", f"--hf_dir={folder}",
-                     f"--checkpoint_dir={tmp_path / 'out'}")
-    assert_one_line_error(result, named)
+    if case == "random_bytes":  # the script itself, once: exit status 1, one stderr line
+        result = convert("--direction=hf_to_ours", f"--hf_dir={folder}",
+                         f"--checkpoint_dir={tmp_path / 'out'}")
+        assert_one_line_error(result, named)
+    else:
+        assert_one_line_exit(convert_in_process("hf_to_ours", folder, str(tmp_path / "out")),
+                             named)
     assert not (tmp_path / "out").exists()
 
 
 def test_missing_folders_are_one_line(tmp_path):
     missing = str(tmp_path / "no_such_hf_folder")
-    assert_one_line_error(convert("--direction=hf_to_ours", f"--hf_dir={missing}",
-                                  f"--checkpoint_dir={tmp_path / 'out'}"), missing)
+    assert_one_line_exit(convert_in_process("hf_to_ours", missing, str(tmp_path / "out")),
+                         missing)
     missing = str(tmp_path / "no_such_checkpoints")
-    assert_one_line_error(convert("--direction=ours_to_hf", f"--checkpoint_dir={missing}",
-                                  f"--hf_dir={tmp_path / 'hf_out'}"), missing)
+    assert_one_line_exit(convert_in_process("ours_to_hf", str(tmp_path / "hf_out"), missing),
+                         missing)
 
 
 def test_output_that_already_holds_checkpoints_is_one_line(hf_folder, tmp_path):
@@ -172,9 +200,9 @@ def test_output_that_already_holds_checkpoints_is_one_line(hf_folder, tmp_path):
         manager.wait_until_finished()
     finally:
         manager.close()
-    result = convert("--direction=hf_to_ours", f"--hf_dir={hf_folder}", f"--checkpoint_dir={out}")
-    assert_one_line_error(result, out)
-    assert "already holds checkpoints" in result.stderr
+    exit_ = convert_in_process("hf_to_ours", hf_folder, out)
+    assert_one_line_exit(exit_, out)
+    assert "already holds checkpoints" in exit_.code
 
 
 # ----- the same errors from hf.load, for damage that needs no subprocess to show ------------------
