@@ -3,9 +3,18 @@
 choices of these experiments, e.g. fine-tuning from the packaged MiniLM encoder.
 """
 
+import os
+
 import ml_collections
 
 from bert_jax import run_config
+
+
+def cache_dir(name: str) -> str:
+    """$XDG_CACHE_HOME/bert_jax/<name> (~/.cache/bert_jax/<name>): where a config prepares data
+    once from text that ships in a package."""
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(cache, "bert_jax", name)
 
 
 def minilm_dir_if_installed() -> str:
