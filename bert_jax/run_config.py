@@ -148,7 +148,9 @@ def finetune_config(task: str) -> ml_collections.ConfigDict:
     config.task = task
     config.data = ml_collections.ConfigDict(dict(
         train_path="", eval_path="",
-        format="auto",  # csv | tsv | jsonl | fasttext (by extension when auto)
+        # csv | tsv | jsonl | fasttext (by extension when auto) | csv_no_header | tsv_no_header
+        # (columns named by position: "0", "1", ...)
+        format="auto",
         encoding="utf-8",
         tsv_quoting=False,  # TSV fields are taken as they are (GLUE); True: CSV-style quotes
         text_column="text", text_pair_column="", label_column="label",
