@@ -29,11 +29,6 @@ from bert_jax.data import corpora, readers
 from experiments.configs import common
 
 
-def data_dir() -> str:
-    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(cache, "bert_jax", "packaged_suite")
-
-
 def _write_tsv(path: str, header: list[str], rows: list[list]) -> None:
     text = "\n".join("\t".join(map(str, row)) for row in [header] + rows) + "\n"
     tmp = f"{path}.tmp{os.getpid()}"
@@ -70,7 +65,7 @@ def get_config():
     suite.name = "packaged"
     suite.tasks = "polarity,simlex"
     suite.seeds = 3
-    suite.data_dir = prepare(data_dir())
+    suite.data_dir = prepare(common.cache_dir("packaged_suite"))
     suite.init = common.minilm_dir_if_installed()
     suite.tokenizer = ""
     suite.score_excluded = ""
