@@ -15,10 +15,10 @@ ran.
 from __future__ import annotations
 
 import copy
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
-import ml_collections
-from ml_collections import config_dict
+if TYPE_CHECKING:  # ml_collections loads where a config is built: the train loop imports
+    import ml_collections  # LOOP_DEFAULTS on images without it
 
 # BertConfig fields a config may override, with their types (bert_jax.config.BertConfig says what
 # each means; placeholders keep them typed, None keeps the preset's or the init weights' value).
@@ -65,6 +65,8 @@ LOOP_DEFAULTS: dict[str, Any] = dict(
 def model_block(preset: str = "tiny", **overrides) -> ml_collections.ConfigDict:
     """A BertConfig preset (tiny | mini | small | medium | base | large) plus any field of
     MODEL_FIELDS overridden (None: the preset's)."""
+    import ml_collections
+    from ml_collections import config_dict
     unknown = sorted(set(overrides) - set(MODEL_FIELDS))
     if unknown:
         raise ValueError(f"model_block: unknown BertConfig fields {unknown}")
@@ -75,6 +77,7 @@ def model_block(preset: str = "tiny", **overrides) -> ml_collections.ConfigDict:
 
 def optimizer_block(**overrides) -> ml_collections.ConfigDict:
     """The optimizer (bert_jax.train.optimizer.OptimizerConfig): AdamW with BERT's settings."""
+    import ml_collections
     block = dict(
         name="adamw",  # adamw | lamb
         # decay of the learning rate after the warm-up: linear | cosine | constant | wsd (stable
@@ -93,6 +96,7 @@ def optimizer_block(**overrides) -> ml_collections.ConfigDict:
 
 def base_config(recipe: str) -> ml_collections.ConfigDict:
     """The keys every recipe reads (bert_jax.recipes.common), with their usual values."""
+    import ml_collections
     config = ml_collections.ConfigDict()
     config.recipe = recipe  # pretrain | finetune: the bert_jax.recipes module that runs it
     config.model = model_block()
@@ -122,6 +126,7 @@ def base_config(recipe: str) -> ml_collections.ConfigDict:
 
 def pretrain_config() -> ml_collections.ConfigDict:
     """base_config + the pre-training data block (bert_jax.recipes.pretrain)."""
+    import ml_collections
     config = base_config("pretrain")
     config.init.with_heads = True  # continuing pre-training keeps the MLM (and NSP) head
     config.tokenizer.vocab_size = 8192  # of the vocabulary trained for the demo corpus
@@ -143,6 +148,7 @@ def pretrain_config() -> ml_collections.ConfigDict:
 def finetune_config(task: str) -> ml_collections.ConfigDict:
     """base_config + the fine-tuning keys (bert_jax.recipes.finetune): 2-3 epochs, lr 2e-5..5e-5,
     10% warm-up, as usual for BERT."""
+    import ml_collections
     config = base_config("finetune")
     # classification | regression | multi_label | token_classification | span_qa | contrastive
     config.task = task
@@ -216,6 +222,7 @@ def complete(saved: Mapping[str, Any]) -> dict[str, Any]:
 
 def _plain(tree: Any) -> Any:
     """A ConfigDict's to_dict() with placeholders as None (what config.json holds for them)."""
+    from ml_collections import config_dict
     if isinstance(tree, dict):
         return {key: _plain(value) for key, value in tree.items()}
     if isinstance(tree, config_dict.FieldReference):

@@ -1,0 +1,128 @@
+"""Sentence-embedding throughput: ours (bert_jax.sentence_embeddings, what embed.py runs) against
+transformers + torch, each implementation in its own process (benchmarks/worker.py).
+
+    python benchmarks/compare_embed.py [--hf_dir=HF_FOLDER] [--batch_size=64] [--repeats=3] \
+        [--json=out.json]
+
+Design: the same texts for both, real short sentences (gensim's 200 polarity sentences), the same
+encoder (default: the packaged MiniLM), mean pooling over real tokens, L2-normalised, fp32, batch
+64, each text cut at the model's length. Each process loads the model, then embeds every text
+`repeats` times; per pass: seconds and sentences/s (pass 1 includes JAX's compilation of each
+length bucket; torch has none). What counts: sentences/s of pass 1 (a cold call) and of the
+best later pass (a warm call in the same process), and the largest difference between the two
+implementations' vectors. Never run it beside another XLA or torch process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+
+from absl import app, flags
+
+FLAGS = flags.FLAGS
+
+
+def polarity_sentences() -> list[str]:
+    from bert_jax.data import corpora, readers
+    path = os.path.join(corpora.gensim_test_data(), "pang_lee_polarity.cor")
+    return [example.text for example in readers.read_fasttext(path, "cp1252")]
+
+
+def _passes(embed_once, texts, repeats: int) -> tuple[list[float], object]:
+    seconds, vectors = [], None
+    for _ in range(repeats):
+        start = time.perf_counter()
+        vectors = embed_once(texts)
+        seconds.append(time.perf_counter() - start)
+    return seconds, vectors
+
+
+def _result(seconds: list[float], vectors, texts, spec: dict, load_seconds: float) -> dict:
+    import numpy as np
+    np.save(spec["vectors_path"], np.asarray(vectors, np.float32))
+    rates = [len(texts) / s for s in seconds]
+    return {"load_seconds": load_seconds, "pass_seconds": seconds,
+            "sentences_per_second_cold": rates[0], "sentences_per_second_warm": max(rates[1:]),
+            "sentences": len(texts)}
+
+
+def ours(spec: dict) -> dict:
+    """The worker job of bert_jax (worker.py protocol)."""
+    from bert_jax import sentence_embeddings as se
+    start = time.perf_counter()
+    encoder = se.load_encoder(hf_dir=spec["hf_dir"])
+    load_seconds = time.perf_counter() - start
+    texts = polarity_sentences()
+    seconds, vectors = _passes(
+        lambda t: se.embed(encoder, t, pooling="mean", normalize=True,
+                           batch_size=spec["batch_size"]), texts, spec["repeats"])
+    return _result(seconds, vectors, texts, spec, load_seconds)
+
+
+def torch_transformers(spec: dict) -> dict:
+    """The worker job of transformers + torch: the same pooling, batches in the texts' order,
+    each padded to its longest text (the tokenizer's padding=True)."""
+    import torch
+    import transformers
+    start = time.perf_counter()
+    tokenizer = transformers.AutoTokenizer.from_pretrained(spec["hf_dir"])
+    model = transformers.AutoModel.from_pretrained(spec["hf_dir"]).eval()
+    load_seconds = time.perf_counter() - start
+    texts = polarity_sentences()
+
+    def embed_once(batch_texts):
+        out = []
+        with torch.inference_mode():
+            for i in range(0, len(batch_texts), spec["batch_size"]):
+                inputs = tokenizer(batch_texts[i:i + spec["batch_size"]], padding=True,
+                                   truncation=True, return_tensors="pt")
+                hidden = model(**inputs).last_hidden_state
+                mask = inputs["attention_mask"].unsqueeze(-1).to(hidden.dtype)
+                mean = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1)
+                out.append(torch.nn.functional.normalize(mean, dim=-1))
+        return torch.cat(out).numpy()
+
+    seconds, vectors = _passes(embed_once, texts, spec["repeats"])
+    return _result(seconds, vectors, texts, spec, load_seconds)
+
+
+def main(argv):
+    del argv
+    import numpy as np
+
+    from benchmarks import worker
+    from bert_jax.convert import hf
+    hf_dir = FLAGS.hf_dir or hf.packaged_minilm_dir()
+    folder = tempfile.mkdtemp(prefix="compare_embed_")
+    results = {}
+    for name in ("ours", "torch_transformers"):
+        spec = {"job": f"benchmarks.compare_embed:{name}", "hf_dir": hf_dir,
+                "batch_size": FLAGS.batch_size, "repeats": FLAGS.repeats,
+                "result_path": os.path.join(folder, f"{name}.json"),
+                "vectors_path": os.path.join(folder, f"{name}.npy")}
+        results[name] = worker.run(spec, os.path.join(folder, f"{name}.spec.json"),
+                                   os.path.join(folder, f"{name}.log"), name)
+    difference = float(np.abs(np.load(os.path.join(folder, "ours.npy"))
+                              - np.load(os.path.join(folder, "torch_transformers.npy"))).max())
+    report = {"hf_dir": hf_dir, "batch_size": FLAGS.batch_size, "results": results,
+              "max_abs_difference": difference,
+              "ratio_cold": results["ours"]["sentences_per_second_cold"]
+              / results["torch_transformers"]["sentences_per_second_cold"],
+              "ratio_warm": results["ours"]["sentences_per_second_warm"]
+              / results["torch_transformers"]["sentences_per_second_warm"]}
+    text = json.dumps(report, indent=1)
+    if FLAGS.json:
+        with open(FLAGS.json, "w", encoding="utf-8") as f:
+            f.write(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    flags.DEFINE_string("hf_dir", None, "Hugging Face BERT folder (default: packaged MiniLM).")
+    flags.DEFINE_integer("batch_size", 64, "Texts per batch.")
+    flags.DEFINE_integer("repeats", 3, "Passes over the texts in each process (>= 2).")
+    flags.DEFINE_string("json", None, "Also write the report here.")
+    app.run(main)
