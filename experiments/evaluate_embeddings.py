@@ -16,12 +16,11 @@ line>` for bad input (a bad row, a missing file, folder or checkpoint); nothing 
 """
 
 import json
-import os
 
 import jax
 from absl import app, flags, logging
 
-from bert_jax import cli, distributed, sentence_embeddings
+from bert_jax import cli, distributed, paths, sentence_embeddings
 from bert_jax.retrieval import evaluate
 
 FLAGS = flags.FLAGS
@@ -63,13 +62,7 @@ def summary(report: dict) -> str:
 
 def write(path: str, report: dict) -> None:
     """The JSON report, written aside and renamed (a reader never sees half a file)."""
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    temporary = f"{path}.{os.getpid()}.tmp"
-    with open(temporary, "w", encoding="utf-8") as f:
-        json.dump(report, f, indent=1, ensure_ascii=False)
-        f.write("\n")
-    os.replace(temporary, path)
+    paths.write_text_atomically(path, json.dumps(report, indent=1, ensure_ascii=False) + "\n")
 
 
 def main(argv):

@@ -24,17 +24,14 @@ import os
 
 import ml_collections
 
-from bert_jax import run_config
+from bert_jax import paths, run_config
 from bert_jax.data import corpora, readers
 from experiments.configs import common
 
 
 def _write_tsv(path: str, header: list[str], rows: list[list]) -> None:
-    text = "\n".join("\t".join(map(str, row)) for row in [header] + rows) + "\n"
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.replace(tmp, path)
+    paths.write_text_atomically(
+        path, "\n".join("\t".join(map(str, row)) for row in [header] + rows) + "\n")
 
 
 def prepare(folder: str) -> str:
