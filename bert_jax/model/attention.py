@@ -1,11 +1,16 @@
 """The attention kernels behind one choice, BertConfig.attention: auto | xla | splash | cudnn.
 
-    context = attend(query, key, value, mask, implementation=cfg.attention, dropout=...)
+    context = attend(query, key, value, mask, implementation=cfg.attention, dropout=...,
+                     window=None)
 
 query, key, value: [batch, seq, heads, head_dim] -> context [batch, seq, heads, head_dim],
 softmax(Q K^T / sqrt(head_dim)) V per head, with keys masked by `mask` (a `Mask`: the padding
 mask and the packed rows' segment ids, [batch, seq] each, never a [seq, seq] matrix; the XLA
 composition builds its boolean mask from them, the kernels take them in their own forms).
+
+`window`: None for global attention; an int for a sliding window (ModernBERT's
+`local_attention`): query i may attend key j only where |i - j| <= window // 2, on top of the
+padding and segment masks.
 
 The kernels (`choose` states which one runs where):
 - "xla": einsum with fp32 sums, softmax in fp32, attention-probability dropout as published. The
@@ -74,10 +79,14 @@ class Mask:
     def packed(self) -> bool:
         return self.segment_ids is not None
 
-    def boolean(self, seq_len: int) -> Array:
+    def boolean(self, seq_len: int, window: Optional[int] = None) -> Array:
         """Boolean mask broadcastable to [batch, heads, seq, seq]: True where query i may attend
-        key j (the xla kernel's form)."""
+        key j (the xla kernel's form); with a window, only where |i - j| <= window // 2."""
         mask = jnp.ones((1, 1, 1, seq_len), dtype=bool)
+        if window is not None:
+            query_pos = jax.lax.broadcasted_iota(jnp.int32, (seq_len, seq_len), 0)
+            key_pos = jax.lax.broadcasted_iota(jnp.int32, (seq_len, seq_len), 1)
+            mask = mask & (jnp.abs(query_pos - key_pos) <= window_half(window))[None, None]
         if self.attention_mask is not None:
             mask = mask & (self.attention_mask.astype(bool)[:, None, None, :])
         if self.segment_ids is not None:
@@ -107,6 +116,16 @@ class Mask:
         return self.attention_mask.astype(bool).sum(axis=-1, dtype=jnp.int32)
 
 
+def window_half(window: int) -> int:
+    """The keys a sliding window of `window` reaches on each side of its query: window // 2
+    (ModernBERT's symmetric window, (window // 2, window // 2)). A negative window or one that is
+    not an int is a ValueError."""
+    if isinstance(window, bool) or not isinstance(window, (int, np.integer)) or window < 0:
+        raise ValueError(f"attention window must be an int >= 0 (or None for global attention), "
+                         f"got {window!r}")
+    return int(window) // 2
+
+
 def splash_fits(seq_len: int) -> bool:
     """Whether the splash kernel takes a sequence of seq_len (queries and keys alike)."""
     return seq_len % SPLASH_MIN_BLOCK == 0
@@ -121,7 +140,7 @@ def cudnn_fits(dtype, head_dim: int, packed: bool) -> bool:
 
 
 def choose(requested: str, platform: str, *, dtype, head_dim: int, seq_len: int,
-           with_dropout: bool, packed: bool) -> str:
+           with_dropout: bool, packed: bool, window: Optional[int] = None) -> str:
     """The kernel that runs: "xla", "splash" or "cudnn".
 
     The rule:
@@ -137,6 +156,8 @@ def choose(requested: str, platform: str, *, dtype, head_dim: int, seq_len: int,
       bfloat16 or float16, head_dim a multiple of 8 and at most 128, rows not packed (padding
       goes to cuDNN as sequence lengths, which assumes right padding); else "xla".
     An explicit kernel thus runs wherever it can compute the model, and xla elsewhere.
+
+    With a sliding `window` (not None): "xla", the band added to its boolean mask.
     """
     if requested not in IMPLEMENTATIONS:
         raise ValueError(f"attention implementation {requested!r} is unknown; choose one of "
@@ -145,7 +166,7 @@ def choose(requested: str, platform: str, *, dtype, head_dim: int, seq_len: int,
     if requested == "cudnn" and platform != "gpu":
         raise ValueError(f"BertConfig.attention='cudnn' runs only on GPUs, and this program is "
                          f"compiled for {platform}: use attention='auto' or 'xla'")
-    if requested == "xla" or with_dropout:
+    if requested == "xla" or with_dropout or window is not None:
         return "xla"
     if requested == "auto":
         requested = {"tpu": "splash", "gpu": "cudnn"}.get(platform, "xla")
@@ -157,26 +178,34 @@ def choose(requested: str, platform: str, *, dtype, head_dim: int, seq_len: int,
 
 
 def attend(query: Array, key: Array, value: Array, mask: Mask, *, implementation: str = "xla",
-           dropout: Optional[Callable[[Array], Array]] = None) -> Array:
+           dropout: Optional[Callable[[Array], Array]] = None,
+           window: Optional[int] = None) -> Array:
     """softmax(Q K^T / sqrt(head_dim)) V per head by the kernel `choose` picks for
     `implementation` on the platform being compiled for (bert_jax.platform.current()).
 
     query, key, value: [batch, seq, heads, head_dim] -> [batch, seq, heads, head_dim].
     dropout: None, or what to apply to the attention probabilities (training); then xla runs.
+    window: None (global attention), or a sliding window: query i attends key j only where
+    |i - j| <= window // 2 (ModernBERT's local_attention).
     """
     _, seq_len, _, head_dim = query.shape
+    if window is not None:
+        window_half(window)  # a bad window fails here, whichever kernel runs
     kernel = choose(implementation, platform_lib.current(), dtype=query.dtype, head_dim=head_dim,
-                    seq_len=seq_len, with_dropout=dropout is not None, packed=mask.packed)
+                    seq_len=seq_len, with_dropout=dropout is not None, packed=mask.packed,
+                    window=window)
     if kernel == "splash":
         return splash(query, key, value, mask)
     if kernel == "cudnn":
         return cudnn(query, key, value, mask)
-    return xla(query, key, value, mask, dropout)
+    return xla(query, key, value, mask, dropout, window=window)
 
 
 def xla(query: Array, key: Array, value: Array, mask: Mask,
-        dropout: Optional[Callable[[Array], Array]] = None) -> Array:
-    """The XLA composition (the reference).
+        dropout: Optional[Callable[[Array], Array]] = None,
+        window: Optional[int] = None) -> Array:
+    """The XLA composition (the reference); with a window, the band in its boolean mask (a
+    [seq, seq] mask and scores: quadratic memory).
 
     Per-head products with operands in the compute dtype and fp32 sums (XLA:CPU runs bf16 x bf16
     -> fp32 on its fast kernel, and widens bf16 -> bf16 products to fp32 operands); softmax in
@@ -185,7 +214,8 @@ def xla(query: Array, key: Array, value: Array, mask: Mask,
     head_dim = query.shape[-1]
     scores = jnp.einsum("bqnh,bknh->bnqk", query, key,
                         preferred_element_type=jnp.float32) / jnp.sqrt(jnp.float32(head_dim))
-    scores = jnp.where(mask.boolean(query.shape[1]), scores, jnp.finfo(jnp.float32).min)
+    scores = jnp.where(mask.boolean(query.shape[1], window), scores,
+                       jnp.finfo(jnp.float32).min)
     probs = jax.nn.softmax(scores, axis=-1)
     if dropout is not None:
         probs = dropout(probs)
