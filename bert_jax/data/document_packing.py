@@ -1,5 +1,7 @@
 """Packing token-id documents into rows of exactly seq_len tokens (MLM mode), resumably.
 
+The documents are `DocumentTokens` (bert_jax.data.document_tokens): a row asks each for the ids it
+can take next, so a document is tokenized as far as the rows made so far reach and no further.
 Documents are packed greedily, each piece as [CLS] piece [SEP] with its own segment id (1, 2, ...)
 and positions restarting at 0; a document that does not fit the rest of a row continues in the
 next one (split before a word start, never dropped); a row is closed (padded) only when fewer than
@@ -7,7 +9,9 @@ next one (split before a word start, never dropped); a row is closed (padded) on
 
 A row is a dict of [seq_len] int32 arrays: input_ids, token_type_ids, segment_ids (0 = padding),
 position_ids. The grain iterators here can be checkpointed in the middle of a document: their
-state is the parent's state before the current item plus an offset into it (`ResumableItems`).
+state is the parent's state before the current item plus an offset into it (`ResumableItems`),
+and for a DocumentTokens the window boundary at or before that offset, from which a resume goes
+on tokenizing (the whole document before it is not tokenized again).
 """
 
 from __future__ import annotations
@@ -17,6 +21,8 @@ from typing import Any
 
 import grain
 import numpy as np
+
+from bert_jax.data.document_tokens import DocumentTokens
 
 
 def split_point(tokens: np.ndarray, end: int, start: int, is_continuation: np.ndarray) -> int:
@@ -48,12 +54,22 @@ def empty_row(seq_len: int, pad_id: int = 0) -> dict[str, np.ndarray]:
             "position_ids": np.zeros([seq_len], np.int32)}
 
 
+def _has_element(item: Any, offset: int) -> bool:
+    """Whether `item` has an element at `offset`: a sequence, or an item made as it is read
+    (a DocumentTokens, sentence_pairs.DocumentRows) that says so with `has(offset)`."""
+    if hasattr(item, "has"):
+        return item.has(offset)
+    return offset < len(item)
+
+
 class ResumableItems:
     """Reads a parent grain iterator one item at a time, remembering the parent state before the
     current item, so a consumer can be checkpointed in the middle of an item.
 
-    Empty items are skipped; `items_per_epoch` empty items in a row mean the data holds nothing
-    at all (every document tokenizes to nothing), an error rather than an endless loop.
+    Items are sequences, or items made as they are read (`_has_element`), whose length is known
+    only once they are read to the end. Empty items are skipped; `items_per_epoch` empty items in
+    a row mean the data holds nothing at all (every document tokenizes to nothing), an error
+    rather than an endless loop.
     """
 
     def __init__(self, parent: grain.DatasetIterator, items_per_epoch: int):
@@ -73,26 +89,34 @@ class ResumableItems:
                 self.item = None
                 return False
             self.offset, self.state_before_item = 0, before
-            if len(self.item):
+            if _has_element(self.item, 0):
                 return True
         raise ValueError(f"{self.items_per_epoch} documents in a row gave no tokens: the corpus "
                          "holds no text this vocabulary can tokenize")
 
     def exhausted(self) -> bool:
         """True when the current item is used up (or none is loaded)."""
-        return self.item is None or self.offset >= len(self.item)
+        return self.item is None or not _has_element(self.item, self.offset)
 
     def get_state(self) -> dict[str, Any]:
+        """{"parent", "offset"}, and "window": [char, id] for a DocumentTokens item."""
         if self.item is None:
             return {"parent": self.parent.get_state(), "offset": -1}
-        return {"parent": self.state_before_item, "offset": self.offset}
+        state = {"parent": self.state_before_item, "offset": self.offset}
+        if isinstance(self.item, DocumentTokens):
+            state["window"] = list(self.item.resume_point(self.offset))
+        return state
 
     def set_state(self, state: dict[str, Any]) -> None:
+        """Resumes at `get_state()`; a state without "window" (saved before documents were
+        tokenized by windows) tokenizes its document from the beginning."""
         self.parent.set_state(state["parent"])
         self.item = None
         if state["offset"] >= 0:
             if not self.advance():
                 raise ValueError("iterator state points past the end of its data")
+            if "window" in state and isinstance(self.item, DocumentTokens):
+                self.item.seek(*state["window"])
             self.offset = state["offset"]
 
 
@@ -123,22 +147,24 @@ class _PackedRowsIterator(ItemsIterator):
         while True:
             if docs.exhausted() and not docs.advance():
                 break
-            tokens, start = docs.item, docs.offset
-            remaining = len(tokens) - start
+            start = docs.offset
             space = spec.seq_len - used - 2
-            if space < min(spec.min_segment_tokens, remaining):
+            # One id past the space says whether the document goes on (and whether the id after
+            # a cut starts a word); fewer than space + 1 ids: the rest of the document.
+            tokens = docs.item.ids(start, start + space + 1)
+            if space < min(spec.min_segment_tokens, len(tokens)):
                 break
-            end = start + min(remaining, space)
+            end = min(len(tokens), space)
             if end < len(tokens):
-                end = split_point(tokens, end, start, spec.is_continuation)
-            length = end - start + 2
+                end = split_point(tokens, end, 0, spec.is_continuation)
+            length = end + 2
             segment += 1
             row["input_ids"][used:used + length] = np.concatenate(
-                [[spec.cls_id], tokens[start:end], [spec.sep_id]])
+                [[spec.cls_id], tokens[:end], [spec.sep_id]])
             row["segment_ids"][used:used + length] = segment
             row["position_ids"][used:used + length] = np.arange(length)
             used += length
-            docs.offset = end
+            docs.offset = start + end
         if used == 0:
             raise StopIteration
         return row
@@ -159,7 +185,7 @@ class ItemsIterDataset(grain.IterDataset):
 
 
 class PackedRowsIterDataset(ItemsIterDataset):
-    """Token-id documents [n_i] -> rows [seq_len] with segment and position ids (module doc).
+    """DocumentTokens -> rows [seq_len] with segment and position ids (module doc).
 
     PackedRowsIterDataset(parent, spec: PackingSpec)."""
 

@@ -4,7 +4,8 @@
       -> this host's documents: a contiguous range of the split, disjoint from the other hosts'
          (`bert_jax.data.host_shards.shard_range`: a host opens about 1/N of the files)
       -> shuffled by seed (a new order each epoch), repeated num_epochs times (None: forever)
-      -> tokenized (no special tokens)
+      -> tokenized (no special tokens), a window of a document's text at a time, as its rows
+         need it (`bert_jax.data.document_tokens`): a long document does not hold back a row
       -> rows of exactly seq_len tokens:
            MLM mode (default): documents packed into rows, several per row, each piece with its
              own segment id and positions (`bert_jax.data.document_packing`).
@@ -32,6 +33,7 @@ this library never parses them itself. num_workers=0 needs no flags.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import logging
@@ -46,6 +48,7 @@ from etils import epath
 from bert_jax.data import corpora, host_shards
 from bert_jax.data import tokenizer as tok
 from bert_jax.data.document_packing import PackedRowsIterDataset, PackingSpec, empty_row
+from bert_jax.data.document_tokens import DocumentTokens
 from bert_jax.data.masking import MaskingSpec, mask_row
 from bert_jax.data.sentence_pairs import FlattenedIterDataset, PairRows, PairSpec
 
@@ -70,7 +73,8 @@ class PretrainingDataConfig:
     num_workers: grain worker processes making rows (0: threads of this process only; see
       benchmarks/data_throughput.py for when they pay off). num_workers > 0 needs parsed absl
       flags (module docstring).
-    document_delimiter, invalid_utf8, validation_fraction: options of "text:GLOB" corpora.
+    document_delimiter, invalid_utf8, validation_fraction: options of "text:GLOB" corpora
+      (bert_jax.data.corpora); document_delimiter is the run config's data.document_delimiter.
     """
 
     corpus: str = "demo"
@@ -109,6 +113,9 @@ class PretrainingDataConfig:
             raise ValueError(f"PretrainingDataConfig.seed={self.seed} must be in [0, 2**32)")
         if self.num_workers < 0:
             raise ValueError("PretrainingDataConfig.num_workers must be >= 0")
+        if self.document_delimiter not in corpora.DOCUMENT_DELIMITERS:
+            raise ValueError(f"data.document_delimiter={self.document_delimiter!r}: choose one "
+                             f"of {', '.join(corpora.DOCUMENT_DELIMITERS)}")
         expected = math.ceil((self.seq_len - 2) * self.mask_rate)
         if self.max_predictions < expected:
             logging.warning("max_predictions=%d < ceil((seq_len - 2) * mask_rate)=%d: rows of "
@@ -157,23 +164,19 @@ def resolve_vocab_path(cfg: PretrainingDataConfig) -> str:
 
 
 class _Tokenize:
-    """Picklable map: record -> token ids [n] int32 (no special tokens)."""
+    """Picklable map: record -> DocumentTokens (no special tokens), its first window tokenized.
+
+    The read-ahead threads thus tokenize whole the documents that fit in a window, and the first
+    window of longer ones; the packer tokenizes the rest of a long document as its rows need it
+    (bert_jax.data.document_tokens), so no row waits for the whole of a long document."""
 
     def __init__(self, vocab: tok.WordPieceTokenizer, text_key: str):
         self.vocab, self.text_key = vocab, text_key
 
-    def __call__(self, record) -> np.ndarray:
-        return np.asarray(self.vocab.encode(corpora.document_text(record, self.text_key)), np.int32)
-
-
-class _TokenizeLines(_Tokenize):
-    """record -> list of token-id lines (paragraphs) of the document."""
-
-    def __call__(self, record) -> list[list[int]]:
-        lines = [line for line in corpora.document_text(record, self.text_key).split("\n")
-                 if line.strip()]
-        return self.vocab.encode_batch(lines) if lines else []
-
+    def __call__(self, record) -> DocumentTokens:
+        document = DocumentTokens(corpora.document_text(record, self.text_key), self.vocab.encode)
+        document.ids(0, 1)
+        return document
 
 
 def build_rows(cfg: PretrainingDataConfig, source: corpora.TextSource,
@@ -199,9 +202,10 @@ def build_rows(cfg: PretrainingDataConfig, source: corpora.TextSource,
     ends = tuple(i for i in (vocab.token_to_id(t) for t in (".", "!", "?")) if i is not None)
     spec = PairSpec(cfg.seq_len, vocab.cls_id, vocab.sep_id, vocab.pad_id, ends,
                     cfg.short_seq_prob, vocab.is_continuation)
-    lines = documents.map(_TokenizeLines(vocab, cfg.text_key))
+    texts = documents.map(functools.partial(corpora.document_text, text_key=cfg.text_key))
     order = grain.MapDataset.range(len(documents)).shuffle(seed=seed).repeat(num_epochs)
-    row_lists = order.map_with_index(PairRows(lines, spec, seed, process_index))
+    row_lists = order.map_with_index(PairRows(texts, vocab.encode_batch, spec, seed,
+                                              process_index))
     return FlattenedIterDataset(row_lists.to_iter_dataset(_READ_OPTIONS), len(documents))
 
 
