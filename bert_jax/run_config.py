@@ -132,6 +132,7 @@ def pretrain_config() -> ml_collections.ConfigDict:
     config.tokenizer.vocab_size = 8192  # of the vocabulary trained for the demo corpus
     config.data = ml_collections.ConfigDict(dict(
         corpus="demo",  # demo | text:GLOB | a TFDS name | synthetic (random tokens)
+        document_delimiter="blank_line",  # text:GLOB documents: blank_line | line | file
         data_dir="",  # default: <workdir>/data
         max_predictions=20,  # masked positions per row (15% of 128, rounded up)
         mask_rate=0.15,

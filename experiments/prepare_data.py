@@ -7,14 +7,23 @@ r"""Prepares a pre-training corpus (TFDS array_record) and trains its WordPiece 
   python experiments/prepare_data.py --corpus='text:/data/books/**/*.txt' \
       --data_dir=/data/bert --vocab_size=30522 --vocab_dir=/data/bert/vocab
 
+  # One document a line (a file without blank lines is otherwise ONE document).
+  python experiments/prepare_data.py --corpus='text:/data/lines/*.txt' --data_dir=/data/bert \
+      --document_delimiter=line
+
 Prints the documents per split and the path of vocab.txt, to pass as the pre-training config's
-`tokenizer.path` (the demo needs none: its vocabulary is found by data_dir and size).
+`tokenizer.path` (the demo needs none: its vocabulary is found by data_dir and size). The
+document delimiter is recorded with the prepared corpus: pre-training on it needs the same
+`data.document_delimiter` (another one is an error naming both, in this script too).
+Exit status 1 with one line `prepare_data.py: error: ...` for bad input.
 """
 
 import os
+import sys
 
 from absl import app, flags, logging
 
+from bert_jax import cli
 from bert_jax.data import corpora, pretraining
 from bert_jax.data import tokenizer as tok
 
@@ -30,14 +39,15 @@ flags.DEFINE_integer("max_documents", 0, "Train the vocabulary on at most this m
                      "documents (0: all).")
 flags.DEFINE_string("text_key", "text", "Field holding the text in the corpus records.")
 flags.DEFINE_enum("document_delimiter", "blank_line", list(corpora.DOCUMENT_DELIMITERS),
-                  "text:GLOB corpora: how documents are separated.")
+                  "text:GLOB corpora: what ends a document: a blank line (a file without one "
+                  "is one document), a line end, or the file's end; the pre-training config's "
+                  "data.document_delimiter.")
 flags.DEFINE_enum("invalid_utf8", "fail", ["fail", "skip"],
                   "text:GLOB corpora: a file that is not UTF-8 stops preparation, or is skipped.")
 flags.DEFINE_float("validation_fraction", 0.02, "text:GLOB corpora: documents held out.")
 
 
-def main(argv):
-    del argv
+def prepare() -> None:
     data_dir = os.path.expanduser(FLAGS.data_dir)
     options = {}
     if FLAGS.corpus.startswith(corpora.TEXT_PREFIX):
@@ -57,9 +67,18 @@ def main(argv):
     for split, info in builder.info.splits.items():
         logging.info("split %s: %d documents", split, info.num_examples)
         print(f"{split}: {info.num_examples} documents")
+    if options:
+        print(f"document_delimiter: {options['document_delimiter']} (recorded with the corpus; "
+              "pre-training on it needs the same data.document_delimiter)")
     vocab = tok.load_tokenizer(vocab_path, lowercase=FLAGS.lowercase)
     print(f"vocabulary: {vocab.vocab_size} tokens in {vocab_path}")
 
 
+def main(argv):
+    if len(argv) > 1:
+        sys.exit(f"prepare_data.py: error: unexpected arguments {argv[1:]}")
+    cli.run_or_exit("prepare_data.py", prepare)
+
+
 if __name__ == "__main__":
-    app.run(main)
+    app.run(main, flags_parser=cli.parse_flags)

@@ -57,9 +57,77 @@ def test_different_globs_and_options_do_not_collide(tmp_path):
     assert sorted(by_file_all) == ["four\nfive\nsix", "one\n\ntwo\n\nthree"]
     assert set(texts_of(x_only)) <= {"one", "two", "three"}
     names = {corpora.text_files_config(f"{tmp_path}/*.txt").name,
-             corpora.text_files_config(f"{tmp_path}/*.txt", document_delimiter="file").name,
+             corpora.text_files_config(f"{tmp_path}/*.txt", validation_fraction=0.1).name,
              corpora.text_files_config(f"{tmp_path}/x.txt").name}
     assert len(names) == 3
+    # The delimiter is not in the name: it is recorded with the one prepared copy and checked.
+    assert (corpora.text_files_config(f"{tmp_path}/*.txt", document_delimiter="line").name
+            == corpora.text_files_config(f"{tmp_path}/*.txt").name)
+
+
+def test_document_delimiter_is_recorded_and_a_different_one_refused(tmp_path):
+    write(tmp_path / "lines.txt", "".join(f"paragraph number {i}\n" for i in range(30)))
+    glob, data_dir = f"text:{tmp_path}/*.txt", str(tmp_path / "data")
+    by_line = corpora.prepare(glob, data_dir, document_delimiter="line")
+    assert by_line.info.metadata["document_delimiter"] == "line"
+    assert sum(split.num_examples for split in by_line.info.splits.values()) == 30
+    for asked in ("blank_line", "file"):
+        with pytest.raises(ValueError) as caught:
+            corpora.load_source(glob, "train", data_dir, document_delimiter=asked)
+        message = str(caught.value)
+        assert "\n" not in message
+        assert f"document_delimiter='line', but '{asked}' is asked for" in message
+        assert "data.document_delimiter='line'" in message
+    again = corpora.load_source(glob, "train", data_dir, document_delimiter="line")
+    assert len(again) == by_line.info.splits["train"].num_examples
+    assert len(list((tmp_path / "data" / "text_files").iterdir())) == 1  # never a second copy
+
+
+def test_file_of_lines_without_blank_line_warns(tmp_path, caplog):
+    write(tmp_path / "lines.txt", "".join(f"paragraph number {i}.\n" for i in range(150)))
+    write(tmp_path / "short.txt", "one line\nand another")
+    with caplog.at_level(logging.WARNING):
+        documents = corpora.read_text_documents(f"{tmp_path}/*.txt")
+    assert len(documents) == 2
+    assert "lines.txt holds no blank line" in caplog.text and "150 lines are ONE" in caplog.text
+    assert "document_delimiter='line'" in caplog.text and "short.txt" not in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        assert len(corpora.read_text_documents(f"{tmp_path}/*.txt", "line")) == 152
+    assert "blank line" not in caplog.text
+
+
+def test_run_config_key_reaches_the_pipeline(tmp_path):
+    from bert_jax import run_config
+    from bert_jax.data import pretraining
+    from bert_jax.recipes import pretrain
+
+    config = run_config.pretrain_config()
+    assert config.data.document_delimiter == "blank_line"  # the behaviour before the key
+    config.data.document_delimiter = "line"
+    assert pretrain.data_config(config, str(tmp_path)).document_delimiter == "line"
+    with pytest.raises(ValueError, match=r"data\.document_delimiter='page': choose one of "
+                                         "blank_line, file, line"):
+        pretraining.PretrainingDataConfig(document_delimiter="page")
+
+
+def test_prepare_data_refuses_another_delimiter_in_one_line(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    write(tmp_path / "lines.txt", "".join(f"paragraph number {i} here\n" for i in range(40)))
+    glob, data_dir = f"text:{tmp_path}/*.txt", str(tmp_path / "data")
+    corpora.prepare(glob, data_dir, document_delimiter="line")
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    result = subprocess.run(
+        [sys.executable, os.path.join(repo, "experiments", "prepare_data.py"), f"--corpus={glob}",
+         f"--data_dir={data_dir}", "--vocab_size=100"], capture_output=True, text=True,
+        cwd=repo, env=dict(os.environ, PYTHONPATH=repo), timeout=300)
+    assert result.returncode == 1
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("prepare_data.py: error: corpus ") and "Traceback" not in result.stderr
+    assert "document_delimiter='line', but 'blank_line' is asked for" in last
 
 
 def test_glob_matching_nothing(tmp_path):

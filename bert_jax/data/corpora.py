@@ -9,8 +9,11 @@ Three kinds of corpus, named by one string (`load_source(corpus, split, data_dir
   "text:GLOB"            local UTF-8 plain-text files matched by GLOB ("text:/data/books/*.txt");
                          documents are separated by blank lines (default), or one per file or one
                          per line (`TextFilesConfig.document_delimiter`). The prepared copy is
-                         keyed by the glob, the options and the matched files' sizes and times:
-                         adding or editing a file prepares a new copy, never a stale one.
+                         keyed by the glob, the other options and the matched files' sizes and
+                         times: adding or editing a file prepares a new copy, never a stale one.
+                         The document delimiter is recorded with the copy and checked: asking for
+                         another one is an error naming both (`check_document_delimiter`), not a
+                         second copy prepared without a word.
   any other name         a TFDS catalog name ("wikipedia/20230601.en") passed through to TFDS, which
                          downloads and prepares it (network needed; field "text" by default).
 
@@ -26,6 +29,9 @@ terminal or with BERT_JAX_PROGRESS=1.
 Bad input (decided at preparation time, before any training starts):
   - a glob matching no file, or files holding no document at all: ValueError naming the glob;
   - an empty file: skipped with a warning naming it;
+  - a file of many lines and no blank line under document_delimiter="blank_line" (one document
+    for the whole file, likely one paragraph or document a line): a warning naming it and
+    document_delimiter="line";
   - a file that is not valid UTF-8: ValueError naming the file and byte offset (default), or,
     with `invalid_utf8="skip"`, the file is skipped with a warning naming it.
 """
@@ -56,6 +62,8 @@ DEMO = "demo"
 TEXT_PREFIX = "text:"
 LOCK_FILE = ".bert_jax.lock"  # in data_dir, held while a corpus or vocabulary is prepared
 DOCUMENT_DELIMITERS = ("blank_line", "file", "line")
+# A file of at least this many lines that is one document under "blank_line" gets a warning.
+_LINES_OF_A_SUSPECT_DOCUMENT = 100
 
 
 class TextSource(Protocol):
@@ -139,16 +147,22 @@ def matched_files(pattern: str) -> list[str]:
     return files
 
 
+def check_delimiter(document_delimiter: str) -> None:
+    """ValueError naming the choices unless `document_delimiter` is one of DOCUMENT_DELIMITERS."""
+    if document_delimiter not in DOCUMENT_DELIMITERS:
+        raise ValueError(f"document_delimiter={document_delimiter!r}; choose one of "
+                         f"{', '.join(DOCUMENT_DELIMITERS)}")
+
+
 def read_text_documents(pattern: str, document_delimiter: str = "blank_line",
                         invalid_utf8: str = "fail") -> list[str]:
     """All documents of the files matched by `pattern`, in sorted file order.
 
-    document_delimiter: "blank_line" (paragraph-separated documents), "file" or "line".
+    document_delimiter: "blank_line" (documents separated by blank lines; a file without one is
+      a single document), "file" or "line".
     invalid_utf8: "fail" (ValueError naming the file) or "skip" (warning naming the file).
     """
-    if document_delimiter not in DOCUMENT_DELIMITERS:
-        raise ValueError(f"document_delimiter={document_delimiter!r}; choose one of "
-                         f"{DOCUMENT_DELIMITERS}")
+    check_delimiter(document_delimiter)
     if invalid_utf8 not in ("fail", "skip"):
         raise ValueError(f"invalid_utf8={invalid_utf8!r}; choose 'fail' or 'skip'")
     documents = []
@@ -166,10 +180,22 @@ def read_text_documents(pattern: str, document_delimiter: str = "blank_line",
         found = _documents_in(text, document_delimiter)
         if not found:
             logging.warning("skipping %s: it holds no text", path)
+        elif document_delimiter == "blank_line" and len(found) == 1:
+            _warn_if_lines_are_documents(path, found[0])
         documents.extend(found)
     if not documents:
         raise ValueError(f"text corpus: the files matched by {pattern!r} hold no text")
     return documents
+
+
+def _warn_if_lines_are_documents(path: str, document: str) -> None:
+    """A file of many lines without a blank line is one document under "blank_line": say so, in
+    case its lines are paragraphs or documents of their own."""
+    lines = document.count("\n") + 1
+    if lines >= _LINES_OF_A_SUSPECT_DOCUMENT:
+        logging.warning("%s holds no blank line: under document_delimiter='blank_line' its %d "
+                        "lines are ONE document; if each line is a paragraph or a document of "
+                        "its own, set document_delimiter='line'", path, lines)
 
 
 def _documents_in(text: str, document_delimiter: str) -> list[str]:
@@ -192,7 +218,8 @@ def _documents_in(text: str, document_delimiter: str) -> list[str]:
 
 @dataclasses.dataclass
 class TextFilesConfig(tfds.core.BuilderConfig):
-    """Which files make the corpus; its name hashes them and the options (`text_files_config`)."""
+    """Which files make the corpus; its name hashes them and the options but the document
+    delimiter (`text_files_config`), which is recorded with the prepared copy instead."""
 
     pattern: str = ""
     document_delimiter: str = "blank_line"
@@ -203,13 +230,16 @@ class TextFilesConfig(tfds.core.BuilderConfig):
 def text_files_config(pattern: str, document_delimiter: str = "blank_line",
                       invalid_utf8: str = "fail",
                       validation_fraction: float = 0.02) -> TextFilesConfig:
-    """A config whose name identifies the glob, the options and the matched files (paths, sizes,
-    modification times): corpora never collide in data_dir, and a changed file set is prepared
-    anew (in a new folder) instead of being served stale."""
+    """A config whose name identifies the glob, invalid_utf8, validation_fraction and the matched
+    files (paths, sizes, modification times): corpora never collide in data_dir, and a changed
+    file set is prepared anew (in a new folder) instead of being served stale. The document
+    delimiter is left out of the name: a data_dir holds one preparation of a set of files, with
+    the delimiter it was made with recorded (`check_document_delimiter`)."""
+    check_delimiter(document_delimiter)
     pattern = os.path.abspath(os.path.expanduser(pattern))
     files = [(path, os.stat(path).st_size, os.stat(path).st_mtime_ns)
              for path in matched_files(pattern)]
-    identity = f"{pattern}|{document_delimiter}|{invalid_utf8}|{validation_fraction!r}|{files}"
+    identity = f"{pattern}|{invalid_utf8}|{validation_fraction!r}|{files}"
     name = "g" + hashlib.sha1(identity.encode("utf-8")).hexdigest()[:16]
     return TextFilesConfig(name=name, description=f"text files {pattern}", pattern=pattern,
                            document_delimiter=document_delimiter, invalid_utf8=invalid_utf8,
@@ -222,8 +252,11 @@ class TextFiles(tfds.core.GeneratorBasedBuilder):
     VERSION = tfds.core.Version("1.0.0")
 
     def _info(self) -> tfds.core.DatasetInfo:
+        # metadata.json of the prepared copy: what check_document_delimiter reads back.
+        metadata = tfds.core.MetadataDict(
+            document_delimiter=self.builder_config.document_delimiter)
         return tfds.core.DatasetInfo(builder=self, description=self.builder_config.description,
-                                     features=_text_features())
+                                     features=_text_features(), metadata=metadata)
 
     def _split_generators(self, dl_manager):
         cfg = self.builder_config
@@ -385,16 +418,36 @@ def _object_lock(lock: epath.Path, poll_seconds: float = 2.0):
 
 
 def prepare(corpus: str, data_dir: str, **text_options) -> tfds.core.DatasetBuilder:
-    """Prepares `corpus` under `data_dir` unless it is there (idempotent); returns its builder."""
+    """Prepares `corpus` under `data_dir` unless it is there (idempotent); returns its builder.
+
+    A "text:GLOB" corpus already prepared there with another document_delimiter is a ValueError
+    naming both (`check_document_delimiter`)."""
     data_dir = os.path.expanduser(data_dir)
     builder = builder_for(corpus, data_dir, **text_options)
-    if builder.is_prepared():
-        return builder
-    with exclusive(data_dir):
-        builder = builder_for(corpus, data_dir, **text_options)  # another process may have done it
-        if not builder.is_prepared():
-            _download_and_prepare(builder, corpus, data_dir)
-    return builder_for(corpus, data_dir, **text_options)
+    if not builder.is_prepared():
+        with exclusive(data_dir):
+            builder = builder_for(corpus, data_dir, **text_options)  # another process may have
+            if not builder.is_prepared():
+                _download_and_prepare(builder, corpus, data_dir)
+        builder = builder_for(corpus, data_dir, **text_options)
+    if isinstance(builder, TextFiles):
+        check_document_delimiter(builder, corpus)
+    return builder
+
+
+def check_document_delimiter(builder: TextFiles, corpus: str) -> None:
+    """ValueError, one line naming both values, when the prepared copy of a "text:GLOB" corpus
+    was made with another document_delimiter than `builder`'s config asks for: its documents
+    are not the ones asked for, and preparing a second copy without a word would hide that."""
+    asked = builder.builder_config.document_delimiter
+    recorded = (builder.info.metadata or {}).get("document_delimiter")
+    if recorded is not None and recorded != asked:
+        raise ValueError(
+            f"corpus {corpus!r} was prepared in {builder.data_dir} with "
+            f"document_delimiter={recorded!r}, but {asked!r} is asked for: set "
+            f"data.document_delimiter={recorded!r} to use it (prepare_data.py: "
+            f"--document_delimiter={recorded}), or remove that folder (or use another data_dir) "
+            "to prepare the corpus anew")
 
 
 def _download_and_prepare(builder: tfds.core.DatasetBuilder, corpus: str, data_dir: str) -> None:

@@ -83,7 +83,8 @@ def data_config(config: common.Config, workdir: str):
     from bert_jax.data import pretraining
     data_dir = config.data.data_dir or os.fspath(epath.Path(workdir) / "data")  # local or gs://
     return pretraining.PretrainingDataConfig(
-        corpus=config.data.corpus, data_dir=data_dir,
+        corpus=config.data.corpus, document_delimiter=config.data.document_delimiter,
+        data_dir=data_dir,
         vocab_path=config.tokenizer.path, lowercase=config.tokenizer.lowercase,
         demo_vocab_size=config.tokenizer.vocab_size, seq_len=config.max_seq_len,
         max_predictions=config.data.max_predictions, mask_rate=config.data.mask_rate,
