@@ -10,11 +10,18 @@ The loop's settings (`LOOP_DEFAULTS`) are also the defaults of `bert_jax.train.l
 A key added later must default to the behaviour runs had before it existed: a saved config.json
 that lacks it is read with the default (`complete`), so old workdirs resume and evaluate as they
 ran.
+
+Every key has a comment here, on its line or the lines just above it: `--help` shows it as the
+key's meaning (`describe`, read from this file's source, so the schema is written once), and
+`check` holds a new run's config to the schema (no unknown key, each value of its key's type,
+a learning rate that is a positive number, a text encoding Python knows) before anything of the
+run is written.
 """
 
 from __future__ import annotations
 
 import copy
+import math
 from typing import TYPE_CHECKING, Any, Mapping
 
 if TYPE_CHECKING:  # ml_collections loads where a config is built: the train loop imports
@@ -22,20 +29,29 @@ if TYPE_CHECKING:  # ml_collections loads where a config is built: the train loo
 
 # BertConfig fields a config may override, with their types (bert_jax.config.BertConfig says what
 # each means; placeholders keep them typed, None keeps the preset's or the init weights' value).
-MODEL_FIELDS = {"vocab_size": int, "hidden_size": int, "num_hidden_layers": int,
-                "num_attention_heads": int, "intermediate_size": int,
-                "max_position_embeddings": int, "type_vocab_size": int,
-                "hidden_dropout_prob": float, "attention_probs_dropout_prob": float,
-                "hidden_act": str, "initializer_range": float, "layer_norm_eps": float,
-                # encoder options: post | pre; dense | geglu | swiglu; biases or none;
-                # absolute | rotary
-                "layer_norm_position": str, "ffn_kind": str, "use_bias": bool,
-                "position_embedding_type": str,
-                # one nn.scan over the layers (None: the init weights' layout, else unrolled)
-                "scan_layers": bool,
-                # how attention runs: auto | xla | splash | cudnn (None: auto, whatever the init
-                # weights ran with; bert_jax.model.attention.choose)
-                "attention": str}
+MODEL_FIELDS = {
+    "vocab_size": int,  # embedding rows (None: the tokenizer's size); token ids must be below it
+    "hidden_size": int,  # width of every layer
+    "num_hidden_layers": int,  # encoder layers
+    "num_attention_heads": int,  # heads per attention layer (divides hidden_size)
+    "intermediate_size": int,  # width of the feed-forward layer
+    "max_position_embeddings": int,  # the longest row the model takes (>= max_seq_len)
+    "type_vocab_size": int,  # token types (segments A and B)
+    "hidden_dropout_prob": float,  # dropout on embeddings and layer outputs
+    "attention_probs_dropout_prob": float,  # dropout on attention weights
+    "hidden_act": str,  # the feed-forward activation: gelu | gelu_new | relu | ...
+    "initializer_range": float,  # std of the random initial weights
+    "layer_norm_eps": float,  # LayerNorm's epsilon
+    "layer_norm_position": str,  # post (BERT as published) | pre
+    "ffn_kind": str,  # the feed-forward layer: dense | geglu | swiglu
+    "use_bias": bool,  # biases in the dense layers (False: none)
+    "position_embedding_type": str,  # absolute (learned) | rotary
+    # one nn.scan over the layers (None: the init weights' layout, else unrolled)
+    "scan_layers": bool,
+    # how attention runs: auto | xla | splash | cudnn (None: auto, whatever the init
+    # weights ran with; bert_jax.model.attention.choose)
+    "attention": str,
+}
 
 # The training loop's keys (bert_jax.train.loop.LoopConfig takes its defaults from here).
 LOOP_DEFAULTS: dict[str, Any] = dict(
@@ -51,7 +67,7 @@ LOOP_DEFAULTS: dict[str, Any] = dict(
     # the next log step or save; "skip": it goes on, and stops when, at a log step or save, the
     # last max_nonfinite_in_a_row steps were all such.
     nonfinite="stop",
-    max_nonfinite_in_a_row=10,
+    max_nonfinite_in_a_row=10,  # "skip": the run stops after this many non-finite steps in a row
     # Dropout's random bits: "threefry" (the same on any mesh) or "rbg" (cheaper; the same for
     # the same program, so resumes stay exact; bert_jax.train.steps.DROPOUT_RNGS).
     dropout_rng="threefry",
@@ -72,6 +88,7 @@ def model_block(preset: str = "tiny", **overrides) -> ml_collections.ConfigDict:
         raise ValueError(f"model_block: unknown BertConfig fields {unknown}")
     block = {name: config_dict.placeholder(kind) for name, kind in MODEL_FIELDS.items()}
     block.update(overrides)
+    # preset: tiny | mini | small | medium | base | large (bert_jax.config.BertConfig.preset)
     return ml_collections.ConfigDict({"preset": preset, **block})
 
 
@@ -86,7 +103,9 @@ def optimizer_block(**overrides) -> ml_collections.ConfigDict:
         decay="linear",
         end_learning_rate_ratio=0.0,  # the last step's rate, as a fraction of the peak
         decay_fraction=0.2,  # wsd only
-        b1=0.9, b2=0.999, eps=1e-6,
+        b1=0.9,  # Adam's decay of the gradients' running mean
+        b2=0.999,  # Adam's decay of the squared gradients' running mean
+        eps=1e-6,  # added to the root of the squared gradients' mean
         weight_decay=0.01,  # not on biases and LayerNorm parameters
         clip_norm=1.0,  # global gradient norm; 0: no clipping
     )
@@ -105,18 +124,28 @@ def base_config(recipe: str) -> ml_collections.ConfigDict:
     config.remat = "none"
     # Where the weights start: a Hugging Face BERT folder, or our checkpoints folder (or one step
     # of it); neither: random init of config.model.preset. with_heads keeps the heads that fit.
-    config.init = ml_collections.ConfigDict(dict(hf_dir="", checkpoint="", with_heads=False))
-    # vocab.txt, tokenizer.json or a folder (default: init.hf_dir); lowercase for a vocab.txt.
-    config.tokenizer = ml_collections.ConfigDict(dict(path="", lowercase=True))
+    config.init = ml_collections.ConfigDict(dict(
+        hf_dir="",  # a Hugging Face BERT folder to start from
+        checkpoint="",  # our checkpoints folder (or one step of it) to start from
+        with_heads=False,  # keep the init weights' heads that fit (MLM, NSP, classifier)
+    ))
+    config.tokenizer = ml_collections.ConfigDict(dict(
+        path="",  # vocab.txt, tokenizer.json or a folder (default: init.hf_dir's)
+        lowercase=True,  # lower-case and strip accents (a vocab.txt whose casing nothing states)
+    ))
     config.max_seq_len = 128  # tokens per row
     config.batch_size = 32  # global, over all devices and processes
-    config.eval_batch_size = 64
+    config.eval_batch_size = 64  # rows per held-out batch, over all devices
     config.total_steps = 0  # optimizer steps
     config.learning_rate = 1e-4  # the peak, after the warm-up
     config.warmup_fraction = 0.1  # of total_steps
     config.optimizer = optimizer_block()
     # The device mesh (bert_jax.sharding): -1 takes the devices the other two leave.
-    config.mesh = ml_collections.ConfigDict(dict(data=-1, fsdp=1, tensor=1))
+    config.mesh = ml_collections.ConfigDict(dict(
+        data=-1,  # data-parallel replicas (-1: the devices fsdp and tensor leave)
+        fsdp=1,  # devices each parameter and its optimizer state are split over (ZeRO-3)
+        tensor=1,  # devices each layer's matrices are split over (Megatron-style)
+    ))
     config.update(LOOP_DEFAULTS)
     # A rerun on a workdir must have the config the run started with (keys that change what it
     # computes); true: the change is meant (the old config.json is kept beside the new one).
@@ -135,9 +164,9 @@ def pretrain_config() -> ml_collections.ConfigDict:
         document_delimiter="blank_line",  # text:GLOB documents: blank_line | line | file
         data_dir="",  # default: <workdir>/data
         max_predictions=20,  # masked positions per row (15% of 128, rounded up)
-        mask_rate=0.15,
+        mask_rate=0.15,  # share of each row's tokens masked for the loss
         eval_mask_rate=0.15,  # held-out rows: 15% whatever mask_rate is, comparable runs
-        whole_word_masking=False,
+        whole_word_masking=False,  # mask every piece of a word together
         sentence_pairs=False,  # True: NSP pairs and the NSP head, as in the paper
         num_workers=0,  # grain worker processes
         seconds_per_batch=0.0,  # synthetic corpus only: simulate a slow input pipeline
@@ -154,20 +183,25 @@ def finetune_config(task: str) -> ml_collections.ConfigDict:
     # classification | regression | multi_label | token_classification | span_qa | contrastive
     config.task = task
     config.data = ml_collections.ConfigDict(dict(
-        train_path="", eval_path="",
+        train_path="",  # the training file (csv, tsv, jsonl, fasttext, CoNLL, SQuAD JSON)
+        eval_path="",  # the held-out file (or heldout_fraction, or tfds_name)
         # csv | tsv | jsonl | fasttext (by extension when auto) | csv_no_header | tsv_no_header
         # (columns named by position: "0", "1", ...)
         format="auto",
-        encoding="utf-8",
+        encoding="utf-8",  # the files' text encoding (e.g. utf-8, cp1252, latin-1)
         tsv_quoting=False,  # TSV fields are taken as they are (GLUE); True: CSV-style quotes
-        text_column="text", text_pair_column="", label_column="label",
+        text_column="text",  # the text's column (JSONL key)
+        text_pair_column="",  # the second text's column, for pairs (empty: single texts)
+        label_column="label",  # the label's column
         label_separator="|",  # multi_label: labels joined in one string
-        conll_tag_column=-1,
+        conll_tag_column=-1,  # CoNLL: the column of the tag (-1: the last)
         heldout_fraction=0.0,  # > 0: hold this part of train_path out for evaluation
-        split_seed=0,
+        split_seed=0,  # which rows heldout_fraction holds out
         tfds_name="",  # glue/sst2 | glue/mrpc | glue/stsb | glue/mnli | conll2003 | squad ...
-        tfds_train_split="train", tfds_eval_split="validation", tfds_data_dir="",
-        tfds_download=True,
+        tfds_train_split="train",  # tfds_name's split to train on
+        tfds_eval_split="validation",  # tfds_name's split to evaluate on
+        tfds_data_dir="",  # where TFDS keeps its datasets (default: TFDS's own)
+        tfds_download=True,  # let TFDS download and prepare tfds_name
         # Each batch cut to the smallest of these lengths that holds its longest row: auto
         # (32, 64, ... max_seq_len), none (always max_seq_len), or e.g. "16,32,48".
         bucket_lengths="auto",
@@ -178,8 +212,13 @@ def finetune_config(task: str) -> ml_collections.ConfigDict:
     ))
     # span_qa only: windows over long contexts, and how answers are read from the logits
     config.squad = ml_collections.ConfigDict(dict(
-        doc_stride=128, max_query_len=64, n_best=20, max_answer_length=30, version_2=False,
-        no_answer_threshold=0.0))
+        doc_stride=128,  # tokens between the starts of a long context's windows
+        max_query_len=64,  # question tokens kept
+        n_best=20,  # start and end candidates read per window
+        max_answer_length=30,  # the longest answer, in tokens
+        version_2=False,  # SQuAD 2.0: questions may have no answer
+        no_answer_threshold=0.0,  # version_2: no answer when its score beats the best by this
+    ))
     # contrastive only: sentence embeddings from (anchor, positive[, hard negative]) rows, the
     # anchor in data.text_column, the positive in data.text_pair_column
     config.contrastive = ml_collections.ConfigDict(dict(
@@ -188,8 +227,8 @@ def finetune_config(task: str) -> ml_collections.ConfigDict:
         pooling="mean",  # mean | cls: as bert_jax.sentence_embeddings.pool, then L2-normalised
         negative_column="",  # the hard negative's column (empty: none, in-batch negatives only)
     ))
-    config.epochs = 3.0
-    config.total_steps = 0  # 0: from epochs
+    config.epochs = 3.0  # passes over the training rows (when total_steps is 0)
+    config.total_steps = 0  # optimizer steps; 0: from epochs
     config.learning_rate = 3e-5
     config.log_every_steps = 10
     config.checkpoint_every_steps = 0
@@ -229,3 +268,187 @@ def _plain(tree: Any) -> Any:
     if isinstance(tree, config_dict.FieldReference):
         return tree.get()
     return tree
+
+
+# ----- the schema read back: keys, meanings, checks ----------------------------------------------
+
+# Where each recipe's keys are defined, most specific first: a key's meaning is the first comment
+# found along this chain (finetune_config's total_steps says "0: from epochs").
+_DEFINED_IN = {
+    "pretrain": ("pretrain_config", "base_config", "LOOP_DEFAULTS", "optimizer_block",
+                 "model_block", "MODEL_FIELDS"),
+    "finetune": ("finetune_config", "base_config", "LOOP_DEFAULTS", "optimizer_block",
+                 "model_block", "MODEL_FIELDS"),
+}
+_PREFIXES = {"model_block": "model", "MODEL_FIELDS": "model", "optimizer_block": "optimizer"}
+
+
+def flat(config: Any) -> dict[str, Any]:
+    """{dotted key: value} of a ConfigDict or nested mapping (placeholders as None)."""
+    tree = _plain(config.to_dict() if hasattr(config, "to_dict") else config)
+    out: dict[str, Any] = {}
+
+    def walk(node: Mapping, prefix: str) -> None:
+        for key, value in node.items():
+            if isinstance(value, Mapping):
+                walk(value, f"{prefix}{key}.")
+            else:
+                out[f"{prefix}{key}"] = value
+    walk(tree, "")
+    return out
+
+
+def describe(recipe: str) -> dict[str, str]:
+    """{dotted key: its comment in this file} for the keys of `recipe` (pretrain | finetune)."""
+    import ast
+    import io
+    import tokenize
+    with open(__file__, encoding="utf-8") as f:
+        source = f.read()
+    comments: dict[int, tuple[str, bool]] = {}  # line -> (text, the line is only a comment)
+    for token in tokenize.generate_tokens(io.StringIO(source).readline):
+        if token.type == tokenize.COMMENT:
+            comments[token.start[0]] = (token.string.lstrip("#").strip(),
+                                        token.line.strip().startswith("#"))
+
+    def comment_for(line: int) -> str:
+        if line in comments and not comments[line][1]:
+            return comments[line][0]
+        above, n = [], line - 1
+        while n in comments and comments[n][1]:
+            above.insert(0, comments[n][0])
+            n -= 1
+        return " ".join(above)
+
+    found: dict[str, dict[str, str]] = {}
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.FunctionDef):
+            found[node.name] = _definitions(node.body, _PREFIXES.get(node.name, ""), comment_for)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            target = node.targets[0] if isinstance(node, ast.Assign) else node.target
+            if isinstance(target, ast.Name):
+                found[target.id] = _keys_in(node.value, _PREFIXES.get(target.id, ""),
+                                            comment_for)
+    out: dict[str, str] = {}
+    for place in reversed(_DEFINED_IN[recipe]):  # the most specific place wins
+        out.update({key: text for key, text in found.get(place, {}).items() if text})
+    return out
+
+
+def _definitions(body: list, prefix: str, comment_for) -> dict[str, str]:
+    """Keys set by a schema function's statements: config.<key> = ..., block = dict(...),
+    return ConfigDict({...})."""
+    import ast
+    out: dict[str, str] = {}
+    for statement in body:
+        for node in ast.walk(statement):
+            if isinstance(node, ast.Assign) and len(node.targets) == 1:
+                path = _attribute_path(node.targets[0])
+                if path is not None and path[0] == "config" and len(path) > 1:
+                    key = ".".join(path[1:])
+                    out[key] = comment_for(node.lineno)
+                    out.update(_keys_in(node.value, key, comment_for))
+                elif isinstance(node.targets[0], ast.Name):
+                    out.update(_keys_in(node.value, prefix, comment_for))
+            elif isinstance(node, ast.Return) and node.value is not None:
+                out.update(_keys_in(node.value, prefix, comment_for))
+    return out
+
+
+def _attribute_path(node) -> list[str] | None:
+    import ast
+    names = []
+    while isinstance(node, ast.Attribute):
+        names.insert(0, node.attr)
+        node = node.value
+    return [node.id, *names] if isinstance(node, ast.Name) else None
+
+
+def _keys_in(value, prefix: str, comment_for) -> dict[str, str]:
+    """Keys of the dict(...) calls and {...} literals in `value`, under `prefix`."""
+    import ast
+    out: dict[str, str] = {}
+    join = (lambda key: f"{prefix}.{key}") if prefix else (lambda key: key)
+    for node in ast.walk(value):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "dict":
+            for keyword in node.keywords:
+                if keyword.arg is not None:
+                    out[join(keyword.arg)] = comment_for(keyword.value.lineno)
+        elif isinstance(node, ast.Dict):
+            for key in node.keys:
+                if isinstance(key, ast.Constant) and isinstance(key.value, str):
+                    out[join(key.value)] = comment_for(key.lineno)
+    return out
+
+
+def help_lines(recipe: str, given: Any = None) -> list[str]:
+    """One line per key of `recipe`'s schema: `key = default  meaning`, with the value of a
+    config file (`given`) where it differs, and the keys `given` has outside the schema."""
+    task = given.get("task", "classification") if given is not None else "classification"
+    schema = defaults_for({"recipe": recipe, "task": task})
+    defaults, meanings = flat(schema), describe(recipe)
+    values = flat(given) if given is not None else {}
+    lines = []
+    for key, default in defaults.items():
+        line = f"  {key} = {default!r}"
+        if key in values and values[key] != default:
+            line += f" (the file: {values[key]!r})"
+        lines.append(f"{line}  # {meanings.get(key, '')}".rstrip(" #"))
+    lines += [f"  {key} = {value!r}  # not in the schema: a run refuses it"
+              for key, value in values.items() if key not in defaults]
+    return lines
+
+
+def check(config: Any) -> None:
+    """A ConfigError (a ValueError) naming the first key of a new run's config that does not fit
+    the schema: a key it does not have, a value of another type, a learning rate that is not a
+    positive finite number, a text encoding Python does not know. Recipes call it before
+    anything of the run is written."""
+    import difflib
+
+    from bert_jax.config import ConfigError
+    saved = config.to_dict() if hasattr(config, "to_dict") else dict(config)
+    schema = defaults_for(saved)
+    defaults, values = flat(schema), flat(config)
+    for key, value in values.items():
+        if key not in defaults:
+            close = difflib.get_close_matches(key, list(defaults), n=1)
+            hint = f"; did you mean {close[0]}?" if close else ""
+            raise ConfigError(f"config key {key} is not in the schema (bert_jax/run_config.py; "
+                              f"--help lists the keys){hint}")
+        expected = _schema_type(key, defaults[key])
+        if not _fits(value, expected, nullable=defaults[key] is None):
+            raise ConfigError(f"config.{key}={value!r} is a {type(value).__name__}; the key "
+                              f"takes a {expected.__name__} (default {defaults[key]!r})")
+    for key in ("learning_rate",):
+        rate = values[key]
+        if not (math.isfinite(rate) and rate > 0):
+            raise ConfigError(f"config.{key}={rate} must be a positive finite number (BERT "
+                              "pre-training uses about 1e-4, fine-tuning 2e-5..5e-5)")
+    if "epochs" in values and not (math.isfinite(values["epochs"]) and values["epochs"] > 0):
+        raise ConfigError(f"config.epochs={values['epochs']} must be a positive finite number")
+    if "data.encoding" in values:
+        import codecs
+        try:
+            codecs.lookup(values["data.encoding"])
+        except LookupError:
+            raise ConfigError(f"config.data.encoding={values['data.encoding']!r} is not a text "
+                              "encoding Python knows (e.g. utf-8, cp1252, latin-1)") from None
+
+
+def _schema_type(key: str, default: Any) -> type:
+    if key.startswith("model.") and key[len("model."):] in MODEL_FIELDS:
+        return MODEL_FIELDS[key[len("model."):]]
+    return type(default)
+
+
+def _fits(value: Any, expected: type, nullable: bool) -> bool:
+    """A value of the key's type: None where the schema's default is None (a model field: the
+    preset's), an int for a float; a bool is never a number here."""
+    if value is None:
+        return nullable
+    if isinstance(value, bool):
+        return expected is bool
+    if expected is float:
+        return isinstance(value, (int, float))
+    return isinstance(value, expected)

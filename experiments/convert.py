@@ -56,7 +56,8 @@ if __name__ == "__main__":
                         "Hugging Face folder: read (hf_to_ours) or written (ours_to_hf).")
     flags.DEFINE_string("checkpoint_dir", None,
                         "Our Orbax checkpoint folder: written (hf_to_ours) or read (ours_to_hf).")
-    flags.DEFINE_integer("step", None, "ours_to_hf: the step to convert (default: the newest).")
+    flags.DEFINE_integer("step", None, "ours_to_hf: the step to convert (default: the newest).",
+                         lower_bound=0)
     flags.DEFINE_boolean("encoder_only", False, "Drop the heads (MLM, NSP, classifier, ...).")
     flags.DEFINE_string("workdir", None,
                         "ours_to_hf: the training run whose config.json / task.json give the "

@@ -27,6 +27,7 @@ SCRIPT = "embed.py"
 
 
 def embed_file():
+    cli.check_text_encoding(FLAGS.encoding, "--encoding")
     rows = sentence_embeddings.read_rows(FLAGS.input, FLAGS.format, FLAGS.text_column,
                                          FLAGS.encoding)
     encoder = sentence_embeddings.load_encoder(hf_dir=FLAGS.model, workdir=FLAGS.workdir,
@@ -43,7 +44,10 @@ def embed_file():
 
 def main(argv):
     cli.start(argv)
-    print(json.dumps(cli.run_or_exit(SCRIPT, embed_file)))
+    for path in sentence_embeddings.output_paths(FLAGS.output):
+        cli.check_output(SCRIPT, path)
+    with cli.interrupts_stop(SCRIPT):
+        print(json.dumps(cli.run_or_exit(SCRIPT, embed_file)))
 
 
 if __name__ == "__main__":
@@ -51,13 +55,15 @@ if __name__ == "__main__":
     flags.DEFINE_string("output", None, "Output prefix: writes PREFIX.npy and PREFIX.index.jsonl.")
     flags.DEFINE_string("model", None, "A Hugging Face BERT folder (config.json, weights, vocab).")
     flags.DEFINE_string("workdir", None, "A pre-training or fine-tuning run's workdir.")
-    flags.DEFINE_integer("step", None, "--workdir: the checkpoint step (default: the newest).")
+    flags.DEFINE_integer("step", None, "--workdir: the checkpoint step (default: the newest).",
+                         lower_bound=0)
     flags.DEFINE_enum("pooling", "mean", list(sentence_embeddings.POOLINGS),
                       "mean: over the real tokens; cls: the [CLS] vector.")
     flags.DEFINE_boolean("normalize", False, "Scale every vector to unit L2 norm.")
-    flags.DEFINE_integer("batch_size", 64, "Rows per batch.")
+    flags.DEFINE_integer("batch_size", 64, "Rows per batch.", lower_bound=1)
     flags.DEFINE_integer("max_seq_len", None,
-                         "Tokens per row with [CLS] and [SEP] (default: max_position_embeddings).")
+                         "Tokens per row with [CLS] and [SEP] (default: max_position_embeddings).",
+                         lower_bound=1)
     flags.DEFINE_enum("format", "auto", list(sentence_embeddings.FORMATS),
                       "Input format (auto: by extension; .jsonl, .csv, .tsv, else text lines).")
     flags.DEFINE_string("text_column", "text", "JSONL key or CSV/TSV column of the text.")

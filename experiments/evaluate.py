@@ -22,6 +22,7 @@ from bert_jax.recipes import common
 from bert_jax.train import workdir as workdir_lib
 
 FLAGS = flags.FLAGS
+SCRIPT = "evaluate.py"
 
 
 def evaluate_run(workdir: str, step):
@@ -32,14 +33,21 @@ def evaluate_run(workdir: str, step):
 
 def main(argv):
     cli.start(argv)
-    step, metrics = cli.run_or_exit("evaluate.py", lambda: evaluate_run(FLAGS.workdir, FLAGS.step))
+    if FLAGS.output is not None:
+        cli.check_output(SCRIPT, FLAGS.output)
+    with cli.interrupts_stop(SCRIPT):
+        step, metrics = cli.run_or_exit(SCRIPT, lambda: evaluate_run(FLAGS.workdir, FLAGS.step))
     if jax.process_index() != 0:
         return
     output = FLAGS.output or os.fspath(
         paths.path(FLAGS.workdir) / "evaluation" / f"step_{step}.json")
     record = {"workdir": os.fspath(paths.path(FLAGS.workdir)), "step": step,
               "metrics": metrics}
-    paths.write_text_atomically(output, json.dumps(record, indent=2))
+    try:
+        paths.write_text_atomically(output, json.dumps(record, indent=2))
+    except OSError as e:
+        cli.fail(SCRIPT, f"cannot write {output} ({e.strerror}); the metrics were {metrics}: "
+                 "point --output at a writable file")
     logging.info("wrote %s", output)
     print(json.dumps(record))
 
@@ -47,7 +55,8 @@ def main(argv):
 if __name__ == "__main__":
     flags.DEFINE_string("workdir", None, "The workdir of a training run (holds config.json).",
                         required=True)
-    flags.DEFINE_integer("step", None, "Checkpoint step to evaluate (default: the newest).")
+    flags.DEFINE_integer("step", None, "Checkpoint step to evaluate (default: the newest).",
+                         lower_bound=0)
     flags.DEFINE_string("output", None, "Where to write the metrics JSON "
                         "(default: <workdir>/evaluation/step_<N>.json).")
     distributed.define_flags()

@@ -67,7 +67,9 @@ def write(path: str, report: dict) -> None:
 
 def main(argv):
     cli.start(argv)
-    report = cli.run_or_exit(SCRIPT, run)
+    cli.check_output(SCRIPT, FLAGS.output)
+    with cli.interrupts_stop(SCRIPT):
+        report = cli.run_or_exit(SCRIPT, run)
     if jax.process_index() == 0:
         write(FLAGS.output, report)
         print(summary(report))
@@ -76,7 +78,8 @@ def main(argv):
 if __name__ == "__main__":
     flags.DEFINE_string("hf_dir", None, "A Hugging Face BERT folder (config.json, weights, vocab).")
     flags.DEFINE_string("workdir", None, "A pre-training or fine-tuning run's workdir.")
-    flags.DEFINE_integer("step", None, "--workdir: the checkpoint step (default: the newest).")
+    flags.DEFINE_integer("step", None, "--workdir: the checkpoint step (default: the newest).",
+                         lower_bound=0)
     flags.DEFINE_string("beir_dir", None, "A BEIR folder: corpus.jsonl, queries.jsonl, qrels/.")
     flags.DEFINE_string("split", "test", "--beir_dir: the qrels split (qrels/<split>.tsv).")
     flags.DEFINE_string("sts_file", None, "STS pairs with gold scores: .tsv, .csv or .jsonl.")
@@ -89,10 +92,11 @@ if __name__ == "__main__":
                       "mean: over the real tokens; cls: the [CLS] vector.")
     flags.DEFINE_enum("similarity", "cos", ["cos", "dot"],
                       "--beir_dir: score documents by cosine or dot product.")
-    flags.DEFINE_integer("batch_size", 64, "Texts per embedding batch.")
+    flags.DEFINE_integer("batch_size", 64, "Texts per embedding batch.", lower_bound=1)
     flags.DEFINE_integer("max_seq_len", None,
-                         "Tokens per text with [CLS] and [SEP] (default: max_position_embeddings).")
-    flags.DEFINE_integer("query_block", 256, "--beir_dir: queries searched at once.")
+                         "Tokens per text with [CLS] and [SEP] (default: max_position_embeddings).",
+                         lower_bound=1)
+    flags.DEFINE_integer("query_block", 256, "--beir_dir: queries searched at once.", lower_bound=1)
     flags.mark_flags_as_required(["output"])
     flags.register_multi_flags_validator(
         ["hf_dir", "workdir"], lambda f: (f["hf_dir"] is None) != (f["workdir"] is None),

@@ -5,7 +5,9 @@
     python experiments/evaluate.py --workdir=/tmp/polarity     (reload and score, new process)
     python experiments/finetune.py --workdir=/tmp/polarity --mode=evaluate [--step=N]  (the same)
 
-Training resumes by itself from --workdir. It writes there: config.json (the resolved config),
+Every key of the config can be overridden with --config.<key>=<value> (--help lists every key
+with its default and meaning; the schema is bert_jax/run_config.py). Training resumes by itself
+from --workdir. It writes there: config.json (the resolved config),
 task.json (task kind, label map), metrics.jsonl, eval_metrics.jsonl, checkpoints/ and, for the
 final step, predictions/step_<N>/{metrics.json, predictions.*}; evaluation writes
 evaluation/step_<N>/ with the same metrics. Exit status: 0 done, 1 bad input (one line says
@@ -24,27 +26,36 @@ from bert_jax.train import workdir as workdir_lib
 FLAGS = flags.FLAGS
 
 
+def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
+    cli.define_run_flags(config_required=False, recipe="finetune", flag_values=flag_values)
+    flags.mark_flag_as_required("workdir", flag_values=flag_values)
+    flags.DEFINE_enum("mode", "train", ["train", "evaluate"], "Train (then evaluate), or only "
+                      "evaluate a saved step of --workdir.", flag_values=flag_values)
+    flags.DEFINE_integer("step", None, "With --mode=evaluate: the step (default: the newest).",
+                         flag_values=flag_values)
+
+
 def main(argv):
     if FLAGS.mode == "train":
         if FLAGS.config is None:
-            raise app.UsageError("--config is required to train")
+            cli.fail("finetune.py", "--config is required to train (--mode=evaluate reads the "
+                     "run's own config.json)")
         cli.train_main(argv, "finetune.py", finetune.train_and_evaluate)
         return
     cli.start(argv)
 
     def evaluate():
+        if FLAGS.config is not None:
+            common.check_config(FLAGS.config)
         config = FLAGS.config or workdir_lib.load_config(FLAGS.workdir)
         common.fit_mesh_to_devices(config)
         return finetune.evaluate(config, FLAGS.workdir, FLAGS.step)
 
-    step, metrics = cli.run_or_exit("finetune.py", evaluate)
+    with cli.interrupts_stop("finetune.py"):
+        step, metrics = cli.run_or_exit("finetune.py", evaluate)
     print(json.dumps({"step": step, "metrics": metrics}))
 
 
 if __name__ == "__main__":
-    cli.define_run_flags(config_required=False)
-    flags.mark_flag_as_required("workdir")
-    flags.DEFINE_enum("mode", "train", ["train", "evaluate"], "Train (then evaluate), or only "
-                      "evaluate a saved step of --workdir.")
-    flags.DEFINE_integer("step", None, "With --mode=evaluate: the step (default: the newest).")
+    define_flags()
     app.run(main, flags_parser=cli.parse_flags)

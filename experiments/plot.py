@@ -27,6 +27,7 @@ SCRIPT = "plot.py"
 def main(argv):
     workdirs = list(FLAGS.workdir) + list(argv[1:])
     metrics = list(FLAGS.metrics) if FLAGS.metrics else None
+    cli.check_output(SCRIPT, FLAGS.output)
     summary = cli.run_or_exit(SCRIPT, lambda: plotting.plot_workdirs(
         workdirs, FLAGS.output, metrics, FLAGS.x))
     print(json.dumps(summary))

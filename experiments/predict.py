@@ -35,11 +35,14 @@ FLAGS = flags.FLAGS
 
 def main(argv):
     cli.start(argv)
+    cli.check_output("predict.py", FLAGS.output)
     options = predict.PredictOptions(
         input_path=FLAGS.input, output_path=FLAGS.output, step=FLAGS.step,
         batch_size=FLAGS.batch_size, dtype=FLAGS.dtype, file_format=FLAGS.format,
         skip_bad_rows=FLAGS.skip_bad_rows)
-    summary = cli.run_or_exit("predict.py", lambda: predict.predict_file(FLAGS.workdir, options))
+    with cli.interrupts_stop("predict.py"):
+        summary = cli.run_or_exit("predict.py",
+                                  lambda: predict.predict_file(FLAGS.workdir, options))
     if jax.process_index() == 0:
         print(json.dumps(summary.to_dict(), ensure_ascii=False))
 
@@ -48,7 +51,7 @@ if __name__ == "__main__":
     flags.DEFINE_string("workdir", None, "The workdir of a fine-tuning run.", required=True)
     flags.DEFINE_string("input", None, "The file of unlabelled inputs.", required=True)
     flags.DEFINE_string("output", None, "The JSONL file to write.", required=True)
-    flags.DEFINE_integer("step", None, "Checkpoint step (default: the newest).")
+    flags.DEFINE_integer("step", None, "Checkpoint step (default: the newest).", lower_bound=0)
     flags.DEFINE_integer("batch_size", 64, "Rows per model call, over all devices.")
     flags.DEFINE_enum("dtype", None, ["float32", "bfloat16"],
                       "Compute dtype (default: the run's).")

@@ -247,29 +247,34 @@ def _write(path: str, text: str) -> None:
 if __name__ == "__main__":
     flags.DEFINE_string("preset", "base", "BertConfig preset: tiny, mini, small, medium, base, "
                         "large.")
-    flags.DEFINE_integer("vocab_size", 30522, "Vocabulary size (BERT's WordPiece: 30522).")
+    flags.DEFINE_integer("vocab_size", 30522, "Vocabulary size (BERT's WordPiece: 30522).",
+                         lower_bound=1)
     flags.DEFINE_string("target", "cpu", "cpu (fake CPU devices, --devices) or "
                         "tpu:<topology>, e.g. tpu:v5e:2x4, tpu:v4:4x4x4 (needs libtpu).")
     flags.DEFINE_enum("recipe", "pretrain", ["pretrain", "finetune"], "The step compiled: "
                       "pre-training (MLM) or fine-tuning a sequence classifier.")
-    flags.DEFINE_integer("num_labels", 2, "Classes of the fine-tuning classifier.")
+    flags.DEFINE_integer("num_labels", 2, "Classes of the fine-tuning classifier.", lower_bound=1)
     flags.DEFINE_bool("scan_layers", False, "Compile the layers as one nn.scan.")
     flags.DEFINE_enum("attention", "auto", ["auto", "xla", "splash", "cudnn"],
                       "model.attention: the attention kernel (auto: per platform).")
     flags.DEFINE_bool("max_batch", False, "Search the largest global batch that fits in the "
                       "chip's HBM (with --target=tpu:...).")
-    flags.DEFINE_integer("max_rows_per_device", 512, "Upper end of the --max_batch search.")
-    flags.DEFINE_integer("devices", 8, "Fake CPU devices to compile for (--target=cpu).")
+    flags.DEFINE_integer("max_rows_per_device", 512, "Upper end of the --max_batch search.",
+                         lower_bound=1)
+    flags.DEFINE_integer("devices", 8, "Fake CPU devices to compile for (--target=cpu).",
+                         lower_bound=1)
     flags.DEFINE_multi_string("mesh", ["-1,1,1"], "data,fsdp,tensor (one may be -1); repeat "
                               "the flag for several meshes.")
-    flags.DEFINE_integer("batch_size", None, "Global rows per step (default 32 per device).")
-    flags.DEFINE_integer("max_seq_len", 128, "Tokens per row.")
-    flags.DEFINE_integer("max_predictions", 20, "Masked positions per row.")
+    flags.DEFINE_integer("batch_size", None, "Global rows per step (default 32 per device).",
+                         lower_bound=1)
+    flags.DEFINE_integer("max_seq_len", 128, "Tokens per row.", lower_bound=1)
+    flags.DEFINE_integer("max_predictions", 20, "Masked positions per row.", lower_bound=1)
     flags.DEFINE_enum("dtype", "bfloat16", ["float32", "bfloat16"], "Compute dtype (parameters "
                       "and optimizer state stay float32).")
     flags.DEFINE_enum("remat", "none", ["none", "full", "dots", "dots_no_batch"],
                       "Remat policy of each encoder layer.")
-    flags.DEFINE_integer("accumulation_steps", 1, "Micro-batches per optimizer step.")
+    flags.DEFINE_integer("accumulation_steps", 1, "Micro-batches per optimizer step.",
+                         lower_bound=1)
     flags.DEFINE_enum("fsdp_collectives", "xla", ["xla", "explicit"], "With fsdp > 1: the "
                       "partitioner's collectives, or the explicit ones of bert_jax/train/fsdp.py.")
     flags.DEFINE_list("targets", ["tpu_v5e", "tpu_v5p", "h100"], "Machines to project onto.")

@@ -26,6 +26,9 @@ FLAGS = flags.FLAGS
 
 def main(argv):
     cli.start(argv)
+    fault = cli.workdir_fault(FLAGS.workdir)
+    if fault:
+        cli.fail("suite.py", fault)
     from bert_jax.recipes import suite as suite_lib
 
     plan = cli.run_or_exit("suite.py", lambda: suite_lib.make_plan(
@@ -46,13 +49,12 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    from ml_collections import config_flags
-    config_flags.DEFINE_config_file("suite", None, "The suite's config file (get_config()).",
-                                    lock_config=True)
+    cli.define_config_file_flag("suite", "The suite's config file (get_config()).")
     flags.DEFINE_string("workdir", None, "Folder of the suite's runs and table.")
     flags.DEFINE_string("init", None, "Where every run starts: a Hugging Face folder or our "
                         "run's workdir or checkpoints (default: the suite's).")
-    flags.DEFINE_integer("seeds", None, "Seeds per task, 0..n-1 (default: the suite's).")
+    flags.DEFINE_integer("seeds", None, "Seeds per task, 0..n-1 (default: the suite's).",
+                         lower_bound=1)
     flags.DEFINE_string("tasks", None, "Comma-separated tasks (default: the suite's).")
     flags.DEFINE_string("glue_dir", None, "The benchmark's folder (default: the suite's; "
                         "empty: TFDS).")

@@ -54,21 +54,37 @@ def model_config(config: Config, vocab_size: int, base: Optional[BertConfig] = N
     Without init weights (`base` None): config.model.preset with the overrides, vocab_size
     defaulting to the tokenizer's. With init weights: their config (`base`); an override of a
     shape field must agree with it, the others (dropout, initialisation, dtype, remat,
-    attention) apply.
+    attention) apply. Either way the model must have an embedding row for every id of the
+    tokenizer (`check_token_ids`): an id past the table reads no row and the loss turns NaN.
     """
     overrides = _model_overrides(config)
     if base is None:
         overrides.setdefault("vocab_size", vocab_size)
+        check_token_ids(vocab_size, overrides["vocab_size"], "config.model.vocab_size")
         return BertConfig.preset(config.model.preset, **overrides)
     differing = [f"model.{k}={overrides[k]} (the init weights have {getattr(base, k)})"
                  for k in SHAPE_FIELDS if k in overrides and overrides[k] != getattr(base, k)]
     if differing:
         raise ValueError("config " + "; ".join(differing) + ": the shape comes from "
                          "config.init; drop the override or the init weights")
-    if base.vocab_size < vocab_size:
-        raise ValueError(f"the tokenizer has {vocab_size} tokens but the init weights' "
-                         f"vocab_size is {base.vocab_size}: they do not belong together")
+    check_token_ids(vocab_size, base.vocab_size, "the init weights' vocab_size")
     return base.replace(**{k: v for k, v in overrides.items() if k not in SHAPE_FIELDS})
+
+
+def check_token_ids(tokenizer_size: int, model_vocab_size: int, what: str) -> None:
+    """ValueError unless every id of a tokenizer of `tokenizer_size` tokens (0 ..
+    tokenizer_size - 1) has an embedding row in a model of `model_vocab_size` rows."""
+    if tokenizer_size > model_vocab_size:
+        raise ValueError(f"token ids reach {tokenizer_size - 1} (the tokenizer has "
+                         f"{tokenizer_size} tokens) but {what} is {model_vocab_size}: ids at or "
+                         f"above {model_vocab_size} have no embedding row; use a model of at "
+                         f"least {tokenizer_size} tokens or the tokenizer it was trained with")
+
+
+def check_config(config: Config) -> None:
+    """The config of a new run against the schema (bert_jax.run_config.check): unknown keys,
+    types, the learning rate, the text encoding. Before anything of the run is written."""
+    run_config.check(config)
 
 
 def initial_weights(config: Config, workdir: Optional[str] = None
@@ -114,12 +130,21 @@ def load_tokenizer(config: Config):
     """The WordPiece tokenizer of config.tokenizer.path (default: init.hf_dir's vocabulary);
     tokenizer.lowercase applies to a vocab.txt whose casing nothing else states (a folder's
     tokenizer_config.json does: `bert_jax.data.tokenizer.load_tokenizer`)."""
-    from bert_jax.data import tokenizer
     path = config.tokenizer.path or config.init.hf_dir
     if not path:
         raise ValueError("config.tokenizer.path is empty and there is no config.init.hf_dir to "
                          "take the vocabulary from: name a vocab.txt, tokenizer.json or folder")
-    return tokenizer.load_tokenizer(path, lowercase=config.tokenizer.lowercase)
+    return read_tokenizer(path, config.tokenizer.lowercase)
+
+
+def read_tokenizer(path: str, lowercase: bool):
+    """bert_jax.data.tokenizer.load_tokenizer, with a file that is not text at all (a binary
+    file named as the vocabulary) a ValueError naming it."""
+    from bert_jax.data import tokenizer
+    try:
+        return tokenizer.load_tokenizer(path, lowercase=lowercase)
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{path} is not a vocabulary: not UTF-8 text (byte {e.start})") from None
 
 
 def check_lengths(config: Config, cfg: BertConfig) -> None:

@@ -104,6 +104,28 @@ def load_tokenizer(config: common.Config, workdir: str):
     return tokenizer.load_tokenizer(path, lowercase=config.tokenizer.lowercase)
 
 
+def checked_vocab_size(config: common.Config) -> int:
+    """The size of the run's vocabulary as far as it is known without writing anything (the
+    demo's is trained on first use: its configured size), after the inputs that need no
+    preparation are checked: a `text:` glob that matches no file, a tokenizer.path that is not
+    a vocabulary, a corpus that needs a vocabulary and names none (ValueError or
+    FileNotFoundError naming the config key)."""
+    corpus = config.data.corpus
+    if corpus == SYNTHETIC:
+        return config.tokenizer.vocab_size
+    from bert_jax.data import corpora
+    if corpus.startswith(corpora.TEXT_PREFIX):
+        corpora.matched_files(corpus[len(corpora.TEXT_PREFIX):])
+    if config.tokenizer.path:
+        return common.read_tokenizer(config.tokenizer.path, config.tokenizer.lowercase).vocab_size
+    if corpus == corpora.DEMO:
+        return config.tokenizer.vocab_size
+    raise ValueError(f"config.tokenizer.path is empty, and data.corpus={corpus!r} needs a "
+                     "vocabulary: train one with experiments/prepare_data.py "
+                     f"--corpus='{corpus}' and set --config.tokenizer.path to the vocab.txt it "
+                     "prints")
+
+
 def vocab_size_of(config: common.Config, workdir: str) -> int:
     """The tokenizer's vocabulary size; the demo vocabulary is trained here on first use."""
     if config.data.corpus == SYNTHETIC:
@@ -210,11 +232,14 @@ def pieces(config: common.Config, workdir: str) -> Pieces:
 
 def train_and_evaluate(config: common.Config, workdir: str) -> loop.TrainResult:
     """Check the config, then (holding the workdir) prepare data, build the task and train,
-    resuming from workdir. Errors name the fault."""
+    resuming from workdir. Errors name the fault; a config refused leaves the workdir as it
+    was (every check that needs no preparation comes before the workdir's lock)."""
+    common.check_config(config)
     mesh = common.make_mesh(config)
+    vocab_size = checked_vocab_size(config)
     init_cfg, initial_params = common.initial_weights(config, workdir)
     common.check_run(config, mesh, config.total_steps,
-                     common.model_config(config, config.tokenizer.vocab_size, init_cfg))
+                     common.model_config(config, vocab_size, init_cfg))
     with workdir_lib.lock(workdir):
         workdir_lib.record_config(config, workdir)
         vocab_size = vocab_size_of(config, workdir)

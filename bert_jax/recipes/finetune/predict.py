@@ -148,6 +148,8 @@ def load_predictor(workdir: str, config, kind: kinds.TaskKind, labels: Mapping[s
     step, cfg, params = common.load_checkpoint(
         workdir, options.step,
         lambda c: recipe.make_init_fn(kind.make_model(c, labels), config.max_seq_len), mesh)
+    common.check_token_ids(tokenizer.vocab_size, cfg.vocab_size,
+                           f"the vocab_size of the model in {workdir}")
     cfg = cfg.replace(dtype=options.dtype or cfg.dtype)
     predict = jax.jit(recipe.make_predict_fn(kind, kind.make_model(cfg, labels),
                                              config.max_seq_len),

@@ -133,7 +133,10 @@ def total_steps_of(config, num_train_rows: int) -> int:
 
 
 def train_and_evaluate(config, workdir: str) -> loop.TrainResult:
-    """Fine-tune as config says (resuming from workdir), then evaluate the final step."""
+    """Fine-tune as config says (resuming from workdir), then evaluate the final step. The
+    config, tokenizer, model and data are all checked before anything is written: a refused
+    run leaves the workdir as it was."""
+    common.check_config(config)
     mesh = common.make_mesh(config)
     tokenizer = common.load_tokenizer(config)
     init_cfg, initial_params = common.initial_weights(config, workdir)
