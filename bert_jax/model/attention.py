@@ -23,6 +23,10 @@ The kernels (`choose` states which one runs where):
   (data, fsdp), heads over tensor, as the activations are laid out (bert_jax.sharding).
 - "cudnn": cuDNN's fused attention through jax.nn.dot_product_attention, the padding mask as
   sequence lengths (right padding, as every pipeline here pads).
+- "local" (sliding windows only): bert_jax.model.local_attention, query blocks against their
+  neighbouring key blocks in XLA, linear memory in the row length, on every platform; xla's
+  arithmetic and dropout. Splash takes a window as its LocalMask (its blocks outside the band
+  are skipped).
 """
 
 from __future__ import annotations
@@ -39,12 +43,13 @@ import numpy as np
 
 from bert_jax import platform as platform_lib
 from bert_jax.config import ATTENTION_IMPLEMENTATIONS
+from bert_jax.model import local_attention
 from bert_jax.sharding import LOGICAL_AXIS_RULES, mesh_axes_for
 
 Array = jax.Array
 
 IMPLEMENTATIONS = ATTENTION_IMPLEMENTATIONS  # ("auto", "xla", "splash", "cudnn")
-KERNELS = ("xla", "splash", "cudnn")
+KERNELS = ("xla", "splash", "cudnn", "local")
 
 # Splash attention: blocks of the sequence (queries and keys) are multiples of the TPU's 128
 # lanes (with segment ids the kernel refuses others) and must divide the sequence; the largest
@@ -141,7 +146,7 @@ def cudnn_fits(dtype, head_dim: int, packed: bool) -> bool:
 
 def choose(requested: str, platform: str, *, dtype, head_dim: int, seq_len: int,
            with_dropout: bool, packed: bool, window: Optional[int] = None) -> str:
-    """The kernel that runs: "xla", "splash" or "cudnn".
+    """The kernel that runs: "xla", "splash", "cudnn" or "local".
 
     The rule:
     - "cudnn" asked for on a platform other than "gpu" is a ValueError (cuDNN runs nowhere else).
@@ -157,7 +162,10 @@ def choose(requested: str, platform: str, *, dtype, head_dim: int, seq_len: int,
       goes to cuDNN as sequence lengths, which assumes right padding); else "xla".
     An explicit kernel thus runs wherever it can compute the model, and xla elsewhere.
 
-    With a sliding `window` (not None): "xla", the band added to its boolean mask.
+    With a sliding `window` (not None), after the same checks of `requested`: "splash" where
+    splash would run for a global layer (asked for, or "auto" on TPU; no dropout; seq_len a
+    multiple of 128), with the window as its local mask; else "local" (every other request and
+    platform, with or without dropout: the blocked kernel, never a [seq, seq] tensor).
     """
     if requested not in IMPLEMENTATIONS:
         raise ValueError(f"attention implementation {requested!r} is unknown; choose one of "
@@ -166,7 +174,10 @@ def choose(requested: str, platform: str, *, dtype, head_dim: int, seq_len: int,
     if requested == "cudnn" and platform != "gpu":
         raise ValueError(f"BertConfig.attention='cudnn' runs only on GPUs, and this program is "
                          f"compiled for {platform}: use attention='auto' or 'xla'")
-    if requested == "xla" or with_dropout or window is not None:
+    if window is not None:
+        splash_asked = requested == "splash" or (requested == "auto" and platform == "tpu")
+        return "splash" if splash_asked and not with_dropout and splash_fits(seq_len) else "local"
+    if requested == "xla" or with_dropout:
         return "xla"
     if requested == "auto":
         requested = {"tpu": "splash", "gpu": "cudnn"}.get(platform, "xla")
@@ -194,8 +205,11 @@ def attend(query: Array, key: Array, value: Array, mask: Mask, *, implementation
     kernel = choose(implementation, platform_lib.current(), dtype=query.dtype, head_dim=head_dim,
                     seq_len=seq_len, with_dropout=dropout is not None, packed=mask.packed,
                     window=window)
+    if kernel == "local":
+        return local_attention.local(query, key, value, window, mask.attention_mask,
+                                     mask.segment_ids, dropout)
     if kernel == "splash":
-        return splash(query, key, value, mask)
+        return splash(query, key, value, mask, window=window)
     if kernel == "cudnn":
         return cudnn(query, key, value, mask)
     return xla(query, key, value, mask, dropout, window=window)
@@ -249,15 +263,20 @@ def splash_block(seq_len: int) -> int:
                      f"{SPLASH_MIN_BLOCK}, got {seq_len}")
 
 
-def splash_mask(heads: int, seq_len: int):
+def splash_mask(heads: int, seq_len: int, window: Optional[int] = None):
     """The static mask of the splash kernel, per head: every query may see every key (padding
-    and packing come as segment ids). The one place where a local (sliding window) mask,
-    splash_attention.LocalMask, would go."""
+    and packing come as segment ids), or with a window the keys within window // 2 of it
+    (LocalMask: the kernel skips the blocks outside the band)."""
     sa = _splash_module()
-    return sa.MultiHeadMask([sa.FullMask((seq_len, seq_len)) for _ in range(heads)])
+    shape = (seq_len, seq_len)
+    if window is None:
+        return sa.MultiHeadMask([sa.FullMask(shape) for _ in range(heads)])
+    half = window_half(window)
+    return sa.MultiHeadMask([sa.LocalMask(shape, window_size=(half, half), offset=0)
+                             for _ in range(heads)])
 
 
-def _splash_kernel(heads: int, seq_len: int, interpret: bool):
+def _splash_kernel(heads: int, seq_len: int, interpret: bool, window: Optional[int] = None):
     """The splash MHA kernel for one example: q, k, v [heads, seq, head_dim] (and SegmentIds
     [seq]) -> [heads, seq, head_dim]. Built with one device's head count: under a mesh it is
     called per shard."""
@@ -267,16 +286,16 @@ def _splash_kernel(heads: int, seq_len: int, interpret: bool):
         block_q=block, block_kv=block, block_kv_compute=block,
         block_q_dkv=block, block_kv_dkv=block, block_kv_dkv_compute=block,
         block_q_dq=block, block_kv_dq=block)
-    return sa.make_splash_mha_single_device(splash_mask(heads, seq_len), block_sizes=block_sizes,
-                                            interpret=interpret)
+    return sa.make_splash_mha_single_device(splash_mask(heads, seq_len, window),
+                                            block_sizes=block_sizes, interpret=interpret)
 
 
 def _splash_local(query: Array, key: Array, value: Array, segment_ids: Optional[Array],
-                  interpret: bool) -> Array:
+                  interpret: bool, window: Optional[int] = None) -> Array:
     """splash on arrays that are whole on this device: [batch, seq, heads, head_dim]."""
     sa = _splash_module()
     _, seq_len, heads, head_dim = query.shape
-    kernel = _splash_kernel(heads, seq_len, interpret)
+    kernel = _splash_kernel(heads, seq_len, interpret, window)
     # The kernel does not scale the scores: scale the queries (in fp32, then the compute dtype;
     # exact when head_dim is a power of 4, as BERT's 64 is).
     query = (query.astype(jnp.float32) / math.sqrt(head_dim)).astype(query.dtype)
@@ -289,14 +308,16 @@ def _splash_local(query: Array, key: Array, value: Array, segment_ids: Optional[
     return jnp.swapaxes(out, 1, 2)
 
 
-def splash(query: Array, key: Array, value: Array, mask: Mask) -> Array:
-    """The splash attention kernel (interpret mode off TPU). Under a mesh (an abstract mesh in
-    context, as `bert_jax.sharding.activation_sharding` sets), per device in jax.shard_map with
-    the activations' layout: a Pallas TPU kernel is not partitioned by XLA."""
+def splash(query: Array, key: Array, value: Array, mask: Mask,
+           window: Optional[int] = None) -> Array:
+    """The splash attention kernel (interpret mode off TPU); with a window, its LocalMask. Under
+    a mesh (an abstract mesh in context, as `bert_jax.sharding.activation_sharding` sets), per
+    device in jax.shard_map with the activations' layout: a Pallas TPU kernel is not
+    partitioned by XLA."""
     interpret = platform_lib.current() != "tpu"
     segment_ids = mask.kernel_segment_ids()
     mesh = jax.sharding.get_abstract_mesh()
-    local = functools.partial(_splash_local, interpret=interpret)
+    local = functools.partial(_splash_local, interpret=interpret, window=window)
     # Axes already manual (inside bert_jax.train.fsdp's shard_map) need no second shard_map.
     auto_axes = set() if mesh.empty else set(mesh.axis_names) - set(mesh.manual_axes)
     if all(mesh.shape[a] == 1 for a in auto_axes):
