@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Callable, Optional
+from typing import Optional
 
 import flax.linen as nn
 import jax
@@ -97,35 +97,6 @@ def _norm(cfg: ModernBertConfig, name: str) -> nn.LayerNorm:
         bias_init=zeros_init(("embed",)))
 
 
-# ----- attention with a window ---------------------------------------------------------------
-
-def _windowed_xla(query: Array, key: Array, value: Array, mask: Mask, window: int,
-                  dropout: Optional[Callable[[Array], Array]]) -> Array:
-    """attention.xla's composition with the band |i - j| <= window // 2 added to the mask."""
-    seq, head_dim = query.shape[1], query.shape[-1]
-    index = jnp.arange(seq)
-    near = jnp.abs(index[:, None] - index[None, :]) <= window // 2  # [seq, seq]
-    scores = jnp.einsum("bqnh,bknh->bnqk", query, key,
-                        preferred_element_type=jnp.float32) / jnp.sqrt(jnp.float32(head_dim))
-    scores = jnp.where(mask.boolean(seq) & near[None, None], scores, jnp.finfo(jnp.float32).min)
-    probs = jax.nn.softmax(scores, axis=-1)
-    if dropout is not None:
-        probs = dropout(probs)
-    return jnp.einsum("bnqk,bknh->bqnh", probs.astype(query.dtype), value,
-                      preferred_element_type=jnp.float32).astype(query.dtype)
-
-
-def attend(query: Array, key: Array, value: Array, mask: Mask, implementation: str,
-           dropout: Optional[Callable[[Array], Array]], window: Optional[int]) -> Array:
-    """softmax(Q K^T / sqrt(head_dim)) V per head over the keys that `mask` and the window allow:
-    [batch, seq, heads, head_dim] -> same. window None: global (cfg.attention's kernel); else
-    query i sees key j iff |i - j| <= window // 2 (XLA's masked composition)."""
-    if window is None:
-        return attention.attend(query, key, value, mask, implementation=implementation,
-                                dropout=dropout)
-    return _windowed_xla(query, key, value, mask, window, dropout)
-
-
 # ----- the encoder ---------------------------------------------------------------------------
 
 class Embeddings(nn.Module):
@@ -177,7 +148,9 @@ class Attention(nn.Module):
         rate = cfg.attention_dropout
         dropout = (functools.partial(nn.Dropout(rate), deterministic=False)
                    if not deterministic and rate > 0.0 else None)
-        context = attend(query, key, value, mask, cfg.attention, dropout, self.window)
+        # window None: the kernel of cfg.attention; else only |i - j| <= window // 2
+        context = attention.attend(query, key, value, mask, implementation=cfg.attention,
+                                   dropout=dropout, window=self.window)
         out = _dense(cfg, cfg.hidden_size, ("heads", "kv", "embed"), "Wo", cfg.attention_bias,
                      _std_out(cfg), num_contract=2)(constrain(context, HEAD_AXES))
         return nn.Dropout(rate)(out, deterministic=deterministic)
