@@ -180,6 +180,8 @@ def test_masked_lm_logits_match_transformers(setting, tmp_path_factory):
     _, params, model = ours(folder)
     assert isinstance(model, modernbert.ModernBertForMaskedLM)
     assert ("decoder_bias" in params["mlm"]) == decoder_bias
+    _, encoder = convert.load(folder, with_heads=False)  # the bare ModernBertModel tree
+    assert jax.tree.all(jax.tree.map(np.array_equal, encoder, params["bert"]))
     ids, mask = batch()
     logits = jax.jit(model.apply)({"params": params}, ids, attention_mask=mask).mlm_logits
     diff = real_max_diff(logits, torch_outputs(theirs, ids, mask), mask)

@@ -271,13 +271,10 @@ def pool(hidden: Array, how: str, attention_mask: Optional[Array] = None,
         jnp.asarray(attention_mask).astype(bool))
     if segment_ids is not None:
         real = real & (segment_ids != 0)
-    if positions is None:
-        weights = real[:, None, :]  # [batch, 1, seq]
-    else:
-        weights = real[:, None, :]
-        if segment_ids is not None:
-            own = jnp.take_along_axis(segment_ids, positions.astype(jnp.int32), axis=1)
-            weights = weights & (segment_ids[:, None, :] == own[:, :, None])  # [batch, k, seq]
+    weights = real[:, None, :]  # [batch, 1, seq]
+    if positions is not None and segment_ids is not None:
+        own = jnp.take_along_axis(segment_ids, positions.astype(jnp.int32), axis=1)  # [batch, k]
+        weights = weights & (segment_ids[:, None, :] == own[:, :, None])  # [batch, k, seq]
     weights = weights.astype(jnp.float32)
     total = jnp.einsum("bks,bsh->bkh", weights, hidden.astype(jnp.float32))
     mean = (total / weights.sum(axis=-1, keepdims=True)).astype(hidden.dtype)
