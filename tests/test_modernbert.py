@@ -128,6 +128,30 @@ def test_config_round_trip_through_transformers():
     assert none.local_rope_theta == none.global_rope_theta == 160000.0
 
 
+def test_published_base_config_reads_as_the_base_preset():
+    """The keys of answerdotai/ModernBERT-base's config.json (transformers 4.47's), among them
+    settings of transformers' own that change nothing we compute."""
+    published = {
+        "architectures": ["ModernBertForMaskedLM"], "attention_bias": False,
+        "attention_dropout": 0.0, "bos_token_id": 50281, "classifier_activation": "gelu",
+        "classifier_bias": False, "classifier_dropout": 0.0, "classifier_pooling": "mean",
+        "cls_token_id": 50281, "decoder_bias": True, "deterministic_flash_attn": False,
+        "embedding_dropout": 0.0, "eos_token_id": 50282, "global_attn_every_n_layers": 3,
+        "global_rope_theta": 160000.0, "gradient_checkpointing": False,
+        "hidden_activation": "gelu", "hidden_size": 768, "initializer_cutoff_factor": 2.0,
+        "initializer_range": 0.02, "intermediate_size": 1152, "layer_norm_eps": 1e-05,
+        "local_attention": 128, "local_rope_theta": 10000.0, "max_position_embeddings": 8192,
+        "mlp_bias": False, "mlp_dropout": 0.0, "model_type": "modernbert", "norm_bias": False,
+        "norm_eps": 1e-05, "num_attention_heads": 12, "num_hidden_layers": 22,
+        "pad_token_id": 50283, "position_embedding_type": "absolute", "reference_compile": True,
+        "sep_token_id": 50282, "sparse_pred_ignore_index": -100, "sparse_prediction": False,
+        "torch_dtype": "float32", "transformers_version": "4.47.0.dev0", "vocab_size": 50368}
+    cfg = ModernBertConfig.from_hf_dict(published)
+    assert cfg == ModernBertConfig.preset("base", classifier_pooling="mean")
+    assert [cfg.window_of(i) for i in range(4)] == [None, 128, 128, None]
+    assert "family" not in cfg.to_hf_dict() and cfg.to_hf_dict()["model_type"] == "modernbert"
+
+
 @pytest.mark.parametrize("name", ["base", "large", "tiny"])
 def test_num_params_is_transformers_count(name):
     cfg = ModernBertConfig.preset(name, pad_token_id=0)
