@@ -219,8 +219,10 @@ def parse_flags(argv: list[str], flag_values: Optional[flags.FlagValues] = None)
         rest = flag_values(argv)
     except flags.Error as e:
         check_loaded()  # an override of a config that did not load: say why it did not
+        required = re.search(r"Flag (--\w+) must have a value other than None", str(e))
         message = (_raised_in_config(e, files)
-                   or "; ".join(line for line in str(e).splitlines() if line.strip())
+                   or (f"{required.group(1)} is required" if required else
+                       "; ".join(line for line in str(e).splitlines() if line.strip()))
                    + " (--help lists the flags)")
         fail(script, message)
     except Exception as e:  # a config file's own error, or a bad override

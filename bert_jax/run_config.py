@@ -425,8 +425,9 @@ def check(config: Any) -> None:
         if not (math.isfinite(rate) and rate > 0):
             raise ConfigError(f"config.{key}={rate} must be a positive finite number (BERT "
                               "pre-training uses about 1e-4, fine-tuning 2e-5..5e-5)")
-    if "epochs" in values and not (math.isfinite(values["epochs"]) and values["epochs"] > 0):
-        raise ConfigError(f"config.epochs={values['epochs']} must be a positive finite number")
+    for key, fits, what in _RANGES:
+        if key in values and not fits(values[key]):
+            raise ConfigError(f"config.{key}={values[key]!r} must be {what}")
     if "data.encoding" in values:
         import codecs
         try:
@@ -434,6 +435,16 @@ def check(config: Any) -> None:
         except LookupError:
             raise ConfigError(f"config.data.encoding={values['data.encoding']!r} is not a text "
                               "encoding Python knows (e.g. utf-8, cp1252, latin-1)") from None
+
+
+# Values no run can use (the type is checked first): (key, test, what it must be).
+_RANGES = (
+    ("epochs", lambda v: math.isfinite(v) and v > 0, "a positive finite number"),
+    ("accumulation_steps", lambda v: v >= 1, "at least 1 (micro-batches per optimizer step)"),
+    ("seed", lambda v: 0 <= v < 2**32, "in [0, 2**32)"),
+    ("data.mask_rate", lambda v: 0 < v < 1, "in (0, 1): the share of tokens masked"),
+    ("data.eval_mask_rate", lambda v: 0 < v < 1, "in (0, 1): the share of tokens masked"),
+)
 
 
 def _schema_type(key: str, default: Any) -> type:

@@ -46,7 +46,7 @@ def main(argv):
 
     def evaluate():
         if FLAGS.config is not None:
-            common.check_config(FLAGS.config)
+            common.check_config(FLAGS.config, "finetune")
         config = FLAGS.config or workdir_lib.load_config(FLAGS.workdir)
         common.fit_mesh_to_devices(config)
         return finetune.evaluate(config, FLAGS.workdir, FLAGS.step)

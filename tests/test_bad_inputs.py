@@ -179,7 +179,7 @@ def test_bad_overrides_and_flags_are_one_line(argv, expected):
 
 def test_a_missing_required_flag_is_one_line(tmp_path):
     code, _ = parse(pretrain_script, f"--config={write_config(tmp_path, 'ok.py', GOOD_CONFIG)}")
-    assert isinstance(code, str) and "workdir" in code and "\n" not in code, code
+    assert code == "pretrain.py: error: --workdir is required (--help lists the flags)", code
 
 
 # ----- the run config against the schema: before anything is written -----------------------------
@@ -191,6 +191,27 @@ def test_a_learning_rate_that_makes_no_sense_is_refused_before_anything_is_writt
     message = one_line("pretrain.py", lambda: pretrain.train_and_evaluate(
         pretrain_config(learning_rate=rate), workdir))
     assert "config.learning_rate" in message and "positive finite" in message, message
+    assert listing(workdir) is None
+
+
+@pytest.mark.parametrize("key, value, expected", [
+    ("accumulation_steps", 0, "config.accumulation_steps=0 must be at least 1 (micro-batches "
+                              "per optimizer step)"),
+    ("seed", -1, "config.seed=-1 must be in [0, 2**32)"),
+    ("data.mask_rate", 2.0, "config.data.mask_rate=2.0 must be in (0, 1): the share of tokens "
+                            "masked"),
+    ("recipe", "finetune", "config.recipe='finetune', but this is a 'pretrain' run: train it "
+                           "with experiments/finetune.py"),
+])
+def test_values_no_run_can_use_are_refused_before_anything_is_written(tmp_path, key, value,
+                                                                      expected):
+    # found by probing: accumulation_steps=0 was a ZeroDivisionError traceback, seed=-1 a
+    # traceback after config.json, checkpoints/ and tensorboard/ were written, mask_rate=2 and a
+    # fine-tuning config given to pretrain.py trained on silently
+    workdir = str(tmp_path / "run")
+    message = one_line("pretrain.py", lambda: pretrain.train_and_evaluate(
+        pretrain_config(**{key: value}), workdir))
+    assert message == f"pretrain.py: error: {expected}", message
     assert listing(workdir) is None
 
 

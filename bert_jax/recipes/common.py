@@ -81,9 +81,14 @@ def check_token_ids(tokenizer_size: int, model_vocab_size: int, what: str) -> No
                          f"least {tokenizer_size} tokens or the tokenizer it was trained with")
 
 
-def check_config(config: Config) -> None:
-    """The config of a new run against the schema (bert_jax.run_config.check): unknown keys,
-    types, the learning rate, the text encoding. Before anything of the run is written."""
+def check_config(config: Config, recipe: str) -> None:
+    """The config of a new run of `recipe` against the schema (bert_jax.run_config.check):
+    its recipe, unknown keys, types, the learning rate, the text encoding, values no run can
+    use. Before anything of the run is written."""
+    if config.get("recipe") != recipe:
+        script = {"pretrain": "pretrain.py", "finetune": "finetune.py"}.get(config.get("recipe"))
+        raise ValueError(f"config.recipe={config.get('recipe')!r}, but this is a {recipe!r} run"
+                         + (f": train it with experiments/{script}" if script else ""))
     run_config.check(config)
 
 

@@ -234,7 +234,7 @@ def train_and_evaluate(config: common.Config, workdir: str) -> loop.TrainResult:
     """Check the config, then (holding the workdir) prepare data, build the task and train,
     resuming from workdir. Errors name the fault; a config refused leaves the workdir as it
     was (every check that needs no preparation comes before the workdir's lock)."""
-    common.check_config(config)
+    common.check_config(config, "pretrain")
     mesh = common.make_mesh(config)
     vocab_size = checked_vocab_size(config)
     init_cfg, initial_params = common.initial_weights(config, workdir)

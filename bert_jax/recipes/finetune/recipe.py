@@ -136,7 +136,7 @@ def train_and_evaluate(config, workdir: str) -> loop.TrainResult:
     """Fine-tune as config says (resuming from workdir), then evaluate the final step. The
     config, tokenizer, model and data are all checked before anything is written: a refused
     run leaves the workdir as it was."""
-    common.check_config(config)
+    common.check_config(config, "finetune")
     mesh = common.make_mesh(config)
     tokenizer = common.load_tokenizer(config)
     init_cfg, initial_params = common.initial_weights(config, workdir)
