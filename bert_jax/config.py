@@ -3,6 +3,11 @@
 Field names follow the Hugging Face `config.json` of `BertModel`, so that a config converts both
 ways without a renaming table. Sizes of the presets are those of the BERT paper (base, large) and of
 Turc et al. 2019, "Well-Read Students Learn Better" (tiny .. medium).
+
+RoBERTa (Liu et al., 2019) and XLM-R (Conneau et al., 2020) are BERT's architecture with one
+token type and learned positions read from row pad_token_id + 1 on (a fairseq convention kept by
+their checkpoints): the same BertConfig with `model_type` "roberta" / "xlm-roberta" and
+`position_offset` = pad_token_id + 1 (`from_hf_dict` sets both from their config.json).
 """
 
 from __future__ import annotations
@@ -17,7 +22,11 @@ DTYPES = ("float32", "bfloat16", "float16")
 # The fields that fix the parameter tree (its paths and shapes): a checkpoint fits a model only if
 # these agree; the others (dropout, dtypes, remat, initialisation) may change between runs.
 # scan_layers changes the paths, not the parameters: weights loaded into another run are
-# converted to its layout (bert_jax.model.scan); a resumed run keeps its own.
+# converted to its layout (bert_jax.model.scan); a resumed run keeps its own. position_offset is
+# not one either: it moves the row a position reads, not the table's shape, so (like hidden_act
+# or layer_norm_eps) it is part of what the weights mean and travels in their config, which a run
+# that starts from them keeps (run configs have no key for it), but a checkpoint of either offset
+# fits the same tree.
 SHAPE_FIELDS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
                 "intermediate_size", "max_position_embeddings", "type_vocab_size",
                 "layer_norm_position", "ffn_kind", "use_bias", "position_embedding_type")
@@ -25,6 +34,12 @@ REMAT_POLICIES = ("none", "full", "dots", "dots_no_batch")
 LAYER_NORM_POSITIONS = ("post", "pre")
 FFN_KINDS = ("dense", "geglu", "swiglu")
 POSITION_EMBEDDING_TYPES = ("absolute", "rotary")
+# The Hugging Face families whose config.json this config reads and writes (`model_type`).
+MODEL_TYPES = ("bert", "roberta", "xlm-roberta")
+# Families that read positions from row pad_token_id + 1 on, and their config.json defaults
+# where those differ from BERT's (transformers.RobertaConfig: <pad> is id 1).
+OFFSET_MODEL_TYPES = ("roberta", "xlm-roberta")
+_HF_DEFAULTS = {"roberta": {"pad_token_id": 1}, "xlm-roberta": {"pad_token_id": 1}}
 # How attention runs (bert_jax.model.attention.choose): auto picks by platform.
 ATTENTION_IMPLEMENTATIONS = ("auto", "xla", "splash", "cudnn")
 
@@ -82,6 +97,19 @@ class BertConfig:
       "rotary" (RoPE, base 10000, on queries and keys of each head, at the same position ids;
       no position table). max_position_embeddings still bounds the sequence length.
 
+    Positions (RoBERTa / XLM-R):
+    - `position_offset`: position p (0 at each sequence's first token, [CLS] / <s>) reads row
+      p + position_offset of the learned position table, so a sequence holds at most
+      max_position_embeddings - position_offset tokens (`max_sequence_length`). 0 for BERT;
+      pad_token_id + 1 for RoBERTa-style checkpoints, whose table of 514 rows then serves 512
+      tokens. transformers computes those positions from input_ids != pad_token_id, which is the
+      same on right-padded rows (the padding itself aside, which attention masks out). Only
+      with absolute positions (rotary positions have no table and are relative).
+    - `model_type`: the Hugging Face family the weights come from and export to ("bert",
+      "roberta", "xlm-roberta"); it names tensors and classes in config.json and
+      model.safetensors, and computes nothing (position_offset does). A RoBERTa-family export
+      needs position_offset = pad_token_id + 1, a BERT one 0 (bert_jax.convert.hf_export).
+
     `scan_layers` says how the encoder runs, not what it computes: True runs the layers as one
     `nn.scan` (one compiled layer, parameters stacked on a leading `layers` axis under
     `encoder/layers`), False unrolls them (`encoder/layer_0`, ...). Not a shape field: a
@@ -118,6 +146,8 @@ class BertConfig:
     position_embedding_type: str = "absolute"
     scan_layers: bool = False
     attention: str = "auto"
+    position_offset: int = 0
+    model_type: str = "bert"
 
     def __post_init__(self):
         for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
@@ -158,6 +188,19 @@ class BertConfig:
         for name in ("use_bias", "scan_layers"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"BertConfig.{name} must be a bool, got {getattr(self, name)!r}")
+        if (not isinstance(self.position_offset, int) or isinstance(self.position_offset, bool)
+                or not 0 <= self.position_offset < self.max_position_embeddings):
+            raise ConfigError(
+                f"BertConfig.position_offset={self.position_offset!r} must be an integer in "
+                f"[0, max_position_embeddings={self.max_position_embeddings})")
+        if self.position_offset and self.position_embedding_type != "absolute":
+            raise ConfigError(
+                f"BertConfig.position_offset={self.position_offset} moves rows of the learned "
+                f"position table; position_embedding_type={self.position_embedding_type!r} has "
+                "none (use 0)")
+        if self.model_type not in MODEL_TYPES:
+            raise ConfigError(
+                f"BertConfig.model_type={self.model_type!r}; choose one of {MODEL_TYPES}")
         if self.position_embedding_type == "rotary" and self.head_dim % 2:
             raise ConfigError(
                 f"BertConfig.position_embedding_type='rotary' needs an even head_dim, got "
@@ -166,6 +209,12 @@ class BertConfig:
     @property
     def head_dim(self) -> int:
         return self.hidden_size // self.num_attention_heads
+
+    @property
+    def max_sequence_length(self) -> int:
+        """The most tokens a row takes: max_position_embeddings - position_offset (512 for BERT
+        and for RoBERTa's 514-row table)."""
+        return self.max_position_embeddings - self.position_offset
 
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> BertConfig:
@@ -199,29 +248,46 @@ class BertConfig:
 
     # ----- Hugging Face config.json ------------------------------------------------------------
     # Our fields that config.json has no key for (position_embedding_type it has: HF BERT knows
-    # "absolute" and relative kinds, which from_hf_dict refuses; "rotary" never exports).
+    # "absolute" and relative kinds, which from_hf_dict refuses; "rotary" never exports;
+    # position_offset follows from model_type and pad_token_id).
     _HF_ONLY_KEYS = ("dtype", "param_dtype", "remat_policy", "layer_norm_position", "ffn_kind",
-                     "use_bias", "scan_layers", "attention")
+                     "use_bias", "scan_layers", "attention", "position_offset")
+
+    @property
+    def hf_class_prefix(self) -> str:
+        """The prefix of the model_type's transformers classes: Bert, Roberta, XLMRoberta."""
+        return {"bert": "Bert", "roberta": "Roberta", "xlm-roberta": "XLMRoberta"}[
+            self.model_type]
 
     def to_hf_dict(self) -> dict[str, Any]:
-        """The `config.json` dict of the equivalent `transformers.BertModel`."""
+        """The `config.json` dict of the equivalent transformers BertModel / RobertaModel /
+        XLMRobertaModel (by model_type)."""
         out = {k: v for k, v in dataclasses.asdict(self).items() if k not in self._HF_ONLY_KEYS}
-        out.update(model_type="bert", architectures=["BertModel"], torch_dtype="float32")
+        out.update(architectures=[f"{self.hf_class_prefix}Model"], torch_dtype="float32")
         return out
 
     @classmethod
     def from_hf_dict(cls, hf: Mapping[str, Any], source: str = "config.json",
                      **overrides: Any) -> BertConfig:
-        """A BertConfig from a Hugging Face `config.json` dict; `source` names it in errors."""
+        """A BertConfig from a Hugging Face `config.json` dict; `source` names it in errors.
+
+        model_type "bert", "roberta" or "xlm-roberta"; for the latter two, position_offset is
+        pad_token_id + 1 (as transformers computes their positions), and keys the file lacks
+        take transformers' RobertaConfig defaults where they differ from BERT's.
+        """
         model_type = hf.get("model_type", "bert")
-        if model_type != "bert":
-            raise ConfigError(f"{source}: model_type={model_type!r}, expected 'bert'")
+        if model_type not in MODEL_TYPES:
+            raise ConfigError(f"{source}: model_type={model_type!r}, expected one of "
+                              f"{MODEL_TYPES}")
         position_type = hf.get("position_embedding_type", "absolute")
         if position_type != "absolute":
             raise ConfigError(f"{source}: position_embedding_type={position_type!r} is not "
                               "supported (only 'absolute', as in the BERT paper)")
         fields = {f.name for f in dataclasses.fields(cls)} - set(cls._HF_ONLY_KEYS)
-        kwargs = {k: hf[k] for k in fields if k in hf and hf[k] is not None}
+        kwargs = dict(_HF_DEFAULTS.get(model_type, {}))
+        kwargs.update({k: hf[k] for k in fields if k in hf and hf[k] is not None})
+        if model_type in OFFSET_MODEL_TYPES and isinstance(kwargs["pad_token_id"], int):
+            kwargs["position_offset"] = kwargs["pad_token_id"] + 1
         kwargs.update(overrides)
         try:
             return cls(**kwargs)

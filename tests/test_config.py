@@ -77,8 +77,8 @@ def test_config_json_errors_name_the_file(tmp_path):
         BertConfig.from_json_file(path)
     assert str(path) in str(error.value) and "hidden_act='mish'" in str(error.value)
 
-    path.write_text(json.dumps({**hf, "model_type": "roberta"}))
-    with pytest.raises(ConfigError, match="model_type='roberta'"):
+    path.write_text(json.dumps({**hf, "model_type": "gpt2"}))
+    with pytest.raises(ConfigError, match="model_type='gpt2'"):
         BertConfig.from_json_file(path)
 
     path.write_text(json.dumps({**hf, "position_embedding_type": "relative_key"}))

@@ -161,9 +161,11 @@ class BertModel(nn.Module):
         if input_ids.ndim != 2:
             raise ValueError(f"input_ids must be [batch, seq], got shape {input_ids.shape}")
         batch, seq = input_ids.shape
-        if seq > self.cfg.max_position_embeddings:
+        if seq > self.cfg.max_sequence_length:  # positions read rows up to seq - 1 + offset
             raise ValueError(f"sequence length {seq} exceeds max_position_embeddings="
-                             f"{self.cfg.max_position_embeddings}")
+                             f"{self.cfg.max_position_embeddings}"
+                             + (f" less position_offset={self.cfg.position_offset}"
+                                if self.cfg.position_offset else ""))
         if token_type_ids is None:
             token_type_ids = jnp.zeros_like(input_ids)
         if position_ids is None:

@@ -76,7 +76,8 @@ def lookup(table: Array, ids: Array, name: str) -> Array:
 
 
 class Embeddings(nn.Module):
-    """Word + position + token-type embeddings, then LayerNorm and dropout. With rotary positions
+    """Word + position + token-type embeddings, then LayerNorm and dropout. Position p reads row
+    p + cfg.position_offset of its table (RoBERTa's offset; 0 for BERT). With rotary positions
     (cfg.position_embedding_type="rotary") there is no position table: positions enter in attention.
 
     input_ids, position_ids, token_type_ids: [batch, seq] -> [batch, seq, hidden]
@@ -108,6 +109,8 @@ class Embeddings(nn.Module):
         table = constrain(self.word_embeddings.embedding, ("vocab", None))
         x = lookup(table, input_ids, "input_ids")
         if self.cfg.position_embedding_type == "absolute":
+            if self.cfg.position_offset:  # RoBERTa's rows start at pad_token_id + 1
+                position_ids = jnp.asarray(position_ids) + self.cfg.position_offset
             x = x + lookup(self.position_embeddings.embedding, position_ids, "position_ids")
         x = x + lookup(self.token_type_embeddings.embedding, token_type_ids, "token_type_ids")
         return constrain(self.dropout(self.layer_norm(x), deterministic=deterministic), HIDDEN_AXES)
