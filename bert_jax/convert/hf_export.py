@@ -1,11 +1,14 @@
-"""Our parameter trees -> Hugging Face BERT folders: the export side of `bert_jax.convert.hf`.
+"""Our parameter trees -> Hugging Face BERT / RoBERTa / XLM-R folders: the export side of
+`bert_jax.convert.hf`.
 
 `save` writes what transformers needs to use the model: config.json and model.safetensors
-(float32; the architecture from the tree's heads, `hf_layout.ARCHITECTURES`); with `tokenizer=`,
-the tokenizer files (`AutoTokenizer.from_pretrained(out)` then tokenizes as ours does); with
-`label_map=` / `problem_type=`, the classifier's id2label / label2id and problem type, which
-transformers' pipelines read. A BertConfig option that the Hugging Face BERT format cannot hold
-is refused (`check_exportable`, against the list of fields HF BERT knows, `HF_BERT_FIELDS`).
+(float32; the architecture from the tree's heads, `hf_layout.ARCHITECTURES`, in the family of
+BertConfig.model_type: BertForMaskedLM, RobertaForMaskedLM, XLMRobertaForMaskedLM, ...); with
+`tokenizer=`, the tokenizer files (`AutoTokenizer.from_pretrained(out)` then tokenizes as ours
+does); with `label_map=` / `problem_type=`, the classifier's id2label / label2id and problem type,
+which transformers' pipelines read. A BertConfig option that the Hugging Face format cannot hold
+is refused (`check_exportable`, against the list of fields HF BERT knows, `HF_BERT_FIELDS`, and
+the position offset each family computes).
 
 `bert_jax.convert.hf` re-exports every public name here: callers use `hf.save`,
 `hf.to_hf_tensors`, `hf.check_exportable`. This module imports nothing from hf (what both sides
@@ -23,7 +26,7 @@ import numpy as np
 from etils import epath
 from safetensors import numpy as safetensors_numpy
 
-from bert_jax.config import BertConfig
+from bert_jax.config import OFFSET_MODEL_TYPES, BertConfig
 from bert_jax.convert.hf_layout import (
     CONFIG,
     SAFETENSORS,
@@ -31,14 +34,16 @@ from bert_jax.convert.hf_layout import (
     architecture_of,
     encoder_entries,
     encoder_of,
+    family_of,
     head_entries,
     heads_of,
     num_classes,
+    pooler_in_encoder,
 )
 from bert_jax.pytree import flatten_dict
 
 if TYPE_CHECKING:
-    from bert_jax.data.tokenizer import WordPieceTokenizer
+    from bert_jax.data.tokenizer import SubwordTokenizer
 
 # BertConfig fields that transformers' BertConfig holds under the same name and meaning.
 HF_BERT_FIELDS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
@@ -48,6 +53,9 @@ HF_BERT_FIELDS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attenti
 # BertConfig fields that say how we compute, not what: the export is float32 weights whatever
 # they are, and transformers picks its own precision and memory policy.
 RUNTIME_FIELDS = ("dtype", "param_dtype", "remat_policy", "scan_layers", "attention")
+# BertConfig fields that say which family the checkpoint is: config.json's model_type, and the
+# position offset that family computes (`check_exportable` checks they agree).
+FAMILY_FIELDS = ("model_type", "position_offset")
 # config.json "problem_type" values of BertForSequenceClassification.
 PROBLEM_TYPES = ("single_label_classification", "regression", "multi_label_classification")
 
@@ -83,12 +91,18 @@ def to_hf_tensors(cfg: BertConfig, params: Mapping[str, Any]) -> dict[str, np.nd
     from bert_jax.model import scan
     params = scan.unstack_layers(_plain(params), cfg.num_hidden_layers)  # HF's layout: unrolled
     heads = heads_of(params)
-    prefix = "bert." if heads else ""
+    family = family_of(cfg)
+    if "mlm" in heads and family.model_type != "bert" and cfg.hidden_act != "gelu":
+        raise CheckpointError(
+            f"BertConfig.hidden_act={cfg.hidden_act!r} cannot be exported with an MLM head as "
+            f"{family.class_prefix}: its LM head applies gelu whatever hidden_act says")
+    prefix = family.encoder_prefix if heads else ""
+    pooled = "pooler" in encoder_of(params)
     entries = [(prefix, ("bert",) if heads else (), e)
-               for e in encoder_entries(cfg, with_pooler="pooler" in encoder_of(params))]
+               for e in encoder_entries(cfg, with_pooler=pooler_in_encoder(cfg, heads, pooled))]
     for head in heads:
         num_labels = num_classes(params) if head == "classifier" else 2
-        entries += [("", (), e) for e in head_entries(cfg, head, num_labels)]
+        entries += [("", (), e) for e in head_entries(cfg, head, num_labels, pooled=pooled)]
 
     expected = {root + e.path for _, root, e in entries}
     unknown = sorted(set(flatten_dict(params)) - expected)
@@ -111,10 +125,18 @@ def to_hf_tensors(cfg: BertConfig, params: Mapping[str, Any]) -> dict[str, np.nd
 
 def check_exportable(cfg: BertConfig) -> None:
     """CheckpointError naming the option when `cfg` computes something that Hugging Face's BERT
-    cannot: a field outside HF_BERT_FIELDS and RUNTIME_FIELDS (a model option added to
-    BertConfig since) that is not at its default."""
+    (or RoBERTa, by model_type) cannot: a position_offset other than the family's (BERT 0,
+    RoBERTa and XLM-R pad_token_id + 1), or a field outside HF_BERT_FIELDS, RUNTIME_FIELDS and
+    FAMILY_FIELDS (a model option added to BertConfig since) that is not at its default."""
+    expected_offset = cfg.pad_token_id + 1 if cfg.model_type in OFFSET_MODEL_TYPES else 0
+    if cfg.position_offset != expected_offset:
+        rule = ("pad_token_id + 1" if expected_offset else "0")
+        raise CheckpointError(
+            f"BertConfig.position_offset={cfg.position_offset} cannot be exported as "
+            f"model_type={cfg.model_type!r}: transformers' {family_of(cfg).class_prefix}Model "
+            f"reads positions from row {rule} = {expected_offset} on")
     for field in dataclasses.fields(cfg):
-        if field.name in HF_BERT_FIELDS or field.name in RUNTIME_FIELDS:
+        if field.name in (*HF_BERT_FIELDS, *RUNTIME_FIELDS, *FAMILY_FIELDS):
             continue
         default = (field.default if field.default is not dataclasses.MISSING
                    else field.default_factory() if field.default_factory is not dataclasses.MISSING
@@ -129,10 +151,11 @@ def check_exportable(cfg: BertConfig) -> None:
 
 
 def _hf_config(cfg: BertConfig) -> dict[str, Any]:
-    """config.json keys of `cfg`: the fields HF BERT knows (others are at their defaults)."""
+    """config.json keys of `cfg`: the fields HF BERT knows (others are at their defaults) and
+    model_type."""
     # position_embedding_type is a config.json key too; check_exportable lets only "absolute" by.
     ours_only = ({f.name for f in dataclasses.fields(cfg)} - set(HF_BERT_FIELDS)
-                 - {"position_embedding_type"})
+                 - {"position_embedding_type", "model_type"})
     return {k: v for k, v in cfg.to_hf_dict().items() if k not in ours_only}
 
 
@@ -140,7 +163,7 @@ def _label_entries(fit_class: str, num_labels: Optional[int], label_map: Optiona
                    problem_type: Optional[str]) -> dict[str, Any]:
     """id2label / label2id (and problem_type) of a classifier head of `num_labels` outputs
     (None: no classifier); CheckpointError when the labels do not fit the head."""
-    sequence = fit_class == "BertForSequenceClassification"
+    sequence = fit_class.endswith("ForSequenceClassification")
     if num_labels is None:
         if label_map is not None or problem_type is not None:
             raise CheckpointError(f"label_map and problem_type need a classifier head; a "
@@ -165,19 +188,23 @@ def _label_entries(fit_class: str, num_labels: Optional[int], label_map: Optiona
 
 
 def save(cfg: BertConfig, params: Mapping[str, Any], directory: str | os.PathLike, *,
-         tokenizer: Optional[WordPieceTokenizer] = None,
+         tokenizer: Optional[SubwordTokenizer] = None,
          label_map: Optional[Sequence[str]] = None,
          problem_type: Optional[str] = None) -> None:
     """Write a folder that transformers loads: `config.json` and `model.safetensors` (float32),
     plus the tokenizer files when `tokenizer` is given.
 
     A bare BertModel tree gives a `BertModel` checkpoint; a tree with heads gives the matching
-    architecture (BertForPreTraining, BertForMaskedLM, ...) with the encoder under `bert.`. The
-    MLM decoder weight is not written: transformers ties it to the word embeddings on load.
+    architecture (BertForPreTraining, BertForMaskedLM, ...) with the encoder under `bert.`; with
+    cfg.model_type "roberta" / "xlm-roberta", RobertaModel, RobertaForMaskedLM, ... (XLMRoberta*)
+    with the encoder under `roberta.` (`hf_layout.FAMILIES`). The MLM decoder weight is not
+    written: transformers ties it to the word embeddings on load.
 
-    tokenizer: a bert_jax.data.tokenizer.WordPieceTokenizer, written as vocab.txt,
-      tokenizer.json, tokenizer_config.json (model_max_length = max_position_embeddings) and
-      special_tokens_map.json (`tokenizer.save_hf`); its vocabulary must fit cfg.vocab_size.
+    tokenizer: a bert_jax.data.tokenizer.SubwordTokenizer (WordPiece, BPE or Unigram), written
+      by `tokenizer.save_hf` (tokenizer.json, tokenizer_config.json with model_max_length =
+      cfg.max_sequence_length, special_tokens_map.json; vocab.txt for WordPiece); its vocabulary
+      must fit cfg.vocab_size, and for RoBERTa its pad id must be cfg.pad_token_id (from which
+      transformers computes positions).
     label_map: the class names of a classifier head, index = output (id2label / label2id);
       default LABEL_0 ... LABEL_{C-1}.
     problem_type: of a sequence classifier: "single_label_classification", "regression" (one
@@ -190,20 +217,29 @@ def save(cfg: BertConfig, params: Mapping[str, Any], directory: str | os.PathLik
     tensors = to_hf_tensors(cfg, params)
     plain = _plain(params)
     heads, fit = heads_of(plain), architecture_of(plain)
-    if fit is None:
-        raise CheckpointError(f"no single Hugging Face architecture has the heads {heads}")
+    hf_class = fit.hf_class_of(cfg.model_type) if fit is not None else None
+    if hf_class is None:
+        raise CheckpointError(f"no single Hugging Face {family_of(cfg).class_prefix} "
+                              f"architecture has the heads {heads}")
     hf_config = _hf_config(cfg)
-    hf_config["architectures"] = [fit.hf_class]
+    hf_config["architectures"] = [hf_class]
     hf_config["tie_word_embeddings"] = True
-    num_labels = tensors["classifier.bias"].shape[0] if "classifier" in heads else None
-    hf_config.update(_label_entries(fit.hf_class, num_labels, label_map, problem_type))
+    num_labels = num_classes(plain) if "classifier" in heads else None
+    hf_config.update(_label_entries(hf_class, num_labels, label_map, problem_type))
     if tokenizer is not None:
         from bert_jax.data import tokenizer as tokenizer_lib
         if tokenizer.vocab_size > cfg.vocab_size:
             raise CheckpointError(f"tokenizer {tokenizer.source} has {tokenizer.vocab_size} tokens "
                                   f"but the model's vocab_size is {cfg.vocab_size}")
+        if cfg.model_type in OFFSET_MODEL_TYPES:
+            if tokenizer.pad_id != cfg.pad_token_id:
+                raise CheckpointError(
+                    f"tokenizer {tokenizer.source} pads with id {tokenizer.pad_id} but the "
+                    f"model's pad_token_id is {cfg.pad_token_id}, from which "
+                    f"{family_of(cfg).class_prefix} computes positions")
+            hf_config.update(bos_token_id=tokenizer.cls_id, eos_token_id=tokenizer.sep_id)
         # First: it checks everything before its first write, and the weights cannot fail.
-        tokenizer_lib.save_hf(tokenizer, directory, model_max_length=cfg.max_position_embeddings)
+        tokenizer_lib.save_hf(tokenizer, directory, model_max_length=cfg.max_sequence_length)
     folder = epath.Path(directory)  # a local folder or gs://: safetensors' bytes, written whole
     folder.mkdir(parents=True, exist_ok=True)
     (folder / SAFETENSORS).write_bytes(safetensors_numpy.save(tensors, metadata={"format": "pt"}))

@@ -1,4 +1,5 @@
-"""Where each tensor of a Hugging Face BERT checkpoint goes in our parameter trees, and how.
+"""Where each tensor of a Hugging Face BERT or RoBERTa checkpoint goes in our parameter trees, and
+how.
 
 An `Entry` pairs a Hugging Face tensor name with its path in our tree, its torch-side shape and a
 `Layout` (the maps between the two layouts): a torch Linear weight is [out, in], our Dense kernel
@@ -7,10 +8,18 @@ An `Entry` pairs a Hugging Face tensor name with its path in our tree, its torch
 [heads, head_dim, hidden]. `encoder_entries` lists a BertModel's tensors, `head_entries` those of
 one head.
 
+RoBERTa and XLM-R (`Family`, by BertConfig.model_type) name the encoder's tensors as BERT does,
+under `roberta.` in a model with heads, and their heads otherwise: the LM head is `lm_head.dense`,
+`lm_head.layer_norm` and `lm_head.bias` (the decoder tied to the word embeddings, as ours), and
+RobertaClassificationHead's `classifier.dense` + tanh on the <s> token is our pooler, its
+`classifier.out_proj` our classifier (dropout aside, the same computation), so a sequence
+classifier's pooler is stored in its head (`pooler_in_encoder`). They have no NSP head.
+
 `ARCHITECTURES` is the one table of which heads make which Hugging Face architecture and which
 model of ours; `heads_of`, `encoder_of`, `num_classes` and `architecture_of` read a tree against
-it. With the names of a folder's files and `CheckpointError`, this is what reading
-(`bert_jax.convert.hf`) and writing (`bert_jax.convert.hf_export`) share.
+it, and `Architecture.hf_class_of` names the class of each family. With the names of a folder's
+files and `CheckpointError`, this is what reading (`bert_jax.convert.hf`) and writing
+(`bert_jax.convert.hf_export`) share.
 """
 
 from __future__ import annotations
@@ -137,22 +146,82 @@ def encoder_entries(cfg: BertConfig, with_pooler: bool = True) -> list[Entry]:
     return entries
 
 
-def head_entries(cfg: BertConfig, head: str, num_labels: int = 2) -> list[Entry]:
-    """The tensors of one head (`mlm`, `nsp`, `classifier`, `qa_outputs`), at the top level."""
+@dataclasses.dataclass(frozen=True)
+class Family:
+    """How one Hugging Face family (config.json model_type) names our trees in its checkpoints.
+
+    class_prefix: of its transformers classes (BertModel, RobertaModel, XLMRobertaModel).
+    encoder_prefix: the encoder's tensor names in a model with heads ("bert.", "roberta.").
+    head_keys: head -> the prefix of its tensor names; the heads its checkpoints can hold.
+    mlm_bias / mlm_decoder: the LM head's output bias, and its decoder (weight and bias tied to
+      the word embeddings and mlm_bias), which some exports store too.
+    """
+
+    model_type: str
+    class_prefix: str
+    encoder_prefix: str
+    head_keys: Mapping[str, str]
+    mlm_bias: str
+    mlm_decoder: str
+
+
+_BERT_HEAD_KEYS = {"mlm": "cls.predictions.", "nsp": "cls.seq_relationship.",
+                   "classifier": "classifier.", "qa_outputs": "qa_outputs."}
+_ROBERTA_HEAD_KEYS = {"mlm": "lm_head.", "classifier": "classifier.", "qa_outputs": "qa_outputs."}
+FAMILIES = {
+    "bert": Family("bert", "Bert", "bert.", _BERT_HEAD_KEYS, "cls.predictions.bias",
+                   "cls.predictions.decoder"),
+    "roberta": Family("roberta", "Roberta", "roberta.", _ROBERTA_HEAD_KEYS, "lm_head.bias",
+                      "lm_head.decoder"),
+    "xlm-roberta": Family("xlm-roberta", "XLMRoberta", "roberta.", _ROBERTA_HEAD_KEYS,
+                          "lm_head.bias", "lm_head.decoder"),
+}
+# RobertaForSequenceClassification's head: dense + tanh on <s> (our pooler), then out_proj.
+ROBERTA_SEQUENCE_CLASSIFIER = "classifier.out_proj."
+
+
+def family_of(cfg: BertConfig) -> Family:
+    return FAMILIES[cfg.model_type]
+
+
+def pooler_in_encoder(cfg: BertConfig, heads: tuple[str, ...], pooled: bool) -> bool:
+    """Whether a checkpoint of a tree with `heads` (and a pooler or not) keeps our pooler among
+    the encoder's tensors (`pooler.dense`): so in BERT; RoBERTa's sequence classifier keeps it
+    as its head's `classifier.dense`."""
+    return pooled and not (cfg.model_type != "bert" and "classifier" in heads)
+
+
+def head_entries(cfg: BertConfig, head: str, num_labels: int = 2, pooled: bool = False
+                 ) -> list[Entry]:
+    """The tensors of one head (`mlm`, `nsp`, `classifier`, `qa_outputs`), with paths from the
+    root of a tree with heads, named as cfg.model_type's family names them. pooled: the tree
+    has a pooler (a RoBERTa classifier is then a sequence classifier, holding the pooler)."""
     d = cfg.hidden_size
-    if head == "mlm":
-        # The decoder weight is the word embedding matrix (tied), so it is not a tensor of its own.
-        return [*_dense("cls.predictions.transform.dense", ("mlm", "transform"), d, d),
-                *_layer_norm("cls.predictions.transform.LayerNorm",
-                             ("mlm", "transform_layer_norm"), d),
-                Entry("cls.predictions.bias", ("mlm", "output_bias"), (cfg.vocab_size,), _same())]
-    if head == "nsp":
-        return _dense("cls.seq_relationship", ("nsp", "dense"), d, 2)
+    family = family_of(cfg)
+    if head not in family.head_keys:
+        raise CheckpointError(
+            f"a {family.class_prefix} checkpoint has no {head!r} head; its heads are "
+            f"{list(family.head_keys)}" if head in HEADS
+            else f"unknown head {head!r}; choose one of {HEADS}")
+    if family.model_type == "bert":
+        if head == "mlm":
+            # The decoder weight is the word embedding matrix (tied): not a tensor of its own.
+            return [*_dense("cls.predictions.transform.dense", ("mlm", "transform"), d, d),
+                    *_layer_norm("cls.predictions.transform.LayerNorm",
+                                 ("mlm", "transform_layer_norm"), d),
+                    Entry(family.mlm_bias, ("mlm", "output_bias"), (cfg.vocab_size,), _same())]
+        if head == "nsp":
+            return _dense("cls.seq_relationship", ("nsp", "dense"), d, 2)
+    elif head == "mlm":
+        return [*_dense("lm_head.dense", ("mlm", "transform"), d, d),
+                *_layer_norm("lm_head.layer_norm", ("mlm", "transform_layer_norm"), d),
+                Entry(family.mlm_bias, ("mlm", "output_bias"), (cfg.vocab_size,), _same())]
+    elif head == "classifier" and pooled:
+        return [*_dense("classifier.dense", ("bert", "pooler", "dense"), d, d),
+                *_dense("classifier.out_proj", ("classifier", "dense"), d, num_labels)]
     if head == "classifier":
         return _dense("classifier", ("classifier", "dense"), d, num_labels)
-    if head == "qa_outputs":
-        return _dense("qa_outputs", ("qa_outputs", "dense"), d, 2)
-    raise ValueError(f"unknown head {head!r}; choose one of {HEADS}")
+    return _dense("qa_outputs", ("qa_outputs", "dense"), d, 2)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -171,8 +240,17 @@ class Architecture:
     our_class: Optional[str]
     options: tuple[str, ...] = ()
 
+    def hf_class_of(self, model_type: str) -> Optional[str]:
+        """The transformers class of this row in a family (hf_class is BERT's): RobertaModel,
+        XLMRobertaForMaskedLM, ...; None where the family has no such model (RoBERTa: NSP)."""
+        family = FAMILIES[model_type]
+        if any(head not in family.head_keys for head in self.heads):
+            return None
+        return family.class_prefix + self.hf_class.removeprefix("Bert")
+
 
 ARCHITECTURES = (
+    # hf_class: BERT's name (hf_class_of gives the other families').
     Architecture((), None, "BertModel", "BertModel", ("add_pooler",)),
     Architecture(("mlm", "nsp"), None, "BertForPreTraining", "BertForPreTraining", ("with_nsp",)),
     Architecture(("mlm",), None, "BertForMaskedLM", "BertForPreTraining", ("with_nsp",)),

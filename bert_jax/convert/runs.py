@@ -1,4 +1,4 @@
-"""Our checkpoints <-> Hugging Face BERT folders, for whole runs: what experiments/convert.py does.
+"""Our checkpoints <-> Hugging Face BERT, RoBERTa and XLM-R folders, for whole runs: what
 
     hf_to_ours(hf_dir, checkpoint_dir, encoder_only)   an HF folder -> an ordinary step-0 checkpoint
                                                       (params and model config, no optimizer state)

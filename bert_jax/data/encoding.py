@@ -61,13 +61,15 @@ def _truncate_pair(a: list[int], b: list[int], budget: int) -> tuple[list[int], 
 
 def pack_pair(tokenizer: WordPieceTokenizer, ids_a: Sequence[int], ids_b: Optional[Sequence[int]],
               max_seq_len: int) -> tuple[list[int], list[int]]:
-    """[CLS] A [SEP] (B [SEP]) truncated longest-first to max_seq_len: (ids, token types)."""
+    """[CLS] A [SEP] (B [SEP]) truncated longest-first to max_seq_len: (ids, token types).
+    Between A and B, the tokenizer's pair separator: [SEP] (BERT), </s> </s> (RoBERTa)."""
     if ids_b is None:
         a = list(ids_a)[:max_seq_len - 2]
         return [tokenizer.cls_id, *a, tokenizer.sep_id], [0] * (len(a) + 2)
-    a, b = _truncate_pair(ids_a, ids_b, max_seq_len - 3)
-    ids = [tokenizer.cls_id, *a, tokenizer.sep_id, *b, tokenizer.sep_id]
-    return ids, [0] * (len(a) + 2) + [1] * (len(b) + 1)
+    middle = list(tokenizer.pair_separator_ids)
+    a, b = _truncate_pair(ids_a, ids_b, max_seq_len - 2 - len(middle))
+    ids = [tokenizer.cls_id, *a, *middle, *b, tokenizer.sep_id]
+    return ids, [0] * (len(a) + 1 + len(middle)) + [1] * (len(b) + 1)
 
 
 def _pad_sequences(sequences: Sequence[Sequence[int]], length: int, value: int) -> np.ndarray:

@@ -1,17 +1,28 @@
-"""BERT's WordPiece tokenizer, built on Hugging Face `tokenizers`.
+"""Subword tokenizers on Hugging Face `tokenizers`: BERT's WordPiece, and the BPE / Unigram of
+RoBERTa and XLM-R read from their tokenizer.json.
 
-The pipeline of the BERT paper: normalize (clean control characters, space out CJK characters,
-optionally lower-case and strip accents), split on whitespace and punctuation, then greedy
-longest-match-first WordPiece with "##" marking a piece that continues a word. Sequences get
+BERT's pipeline (Devlin et al., 2019): normalize (clean control characters, space out CJK
+characters, optionally lower-case and strip accents), split on whitespace and punctuation, then
+greedy longest-match-first WordPiece with "##" marking a piece that continues a word. Sequences get
 [CLS] A [SEP] (or [CLS] A [SEP] B [SEP]) when special tokens are asked for.
 
 `load_tokenizer` reads a `vocab.txt` (one token per line; the line number is the id), a
 `tokenizer.json` (Hugging Face format, e.g. the one shipped with MiniLM) or a folder holding
 either (a folder's vocab.txt with the casing of its tokenizer_config.json); `train_wordpiece`
-learns a vocabulary of a given size from texts and saves both files. Every vocabulary must hold
-the five special tokens [PAD] [UNK] [CLS] [SEP] [MASK]; a missing one is an error naming the file.
-`save_hf` writes a tokenizer in the layout of a Hugging Face model folder (vocab.txt,
-tokenizer.json, tokenizer_config.json, special_tokens_map.json), so that
+learns a vocabulary of a given size from texts and saves both files. Every WordPiece vocabulary
+must hold the five special tokens [PAD] [UNK] [CLS] [SEP] [MASK]; a missing one is an error naming
+the file.
+
+A tokenizer.json with a BPE model (RoBERTa: byte-level BPE) or a Unigram model (XLM-R:
+SentencePiece) gives a `SubwordTokenizer` whose special tokens are found in the file
+(`find_special_tokens`): the sequence's first and separator tokens from its post-processor (<s>
+and </s>), the unknown token from its model, padding and mask by their names (<pad>, <mask>).
+The pipelines ask every tokenizer the same questions (pad_id, cls_id, sep_id, mask_id,
+special_ids, is_continuation, is_ordinary), so a RoBERTa vocabulary answers with <pad>, <s>,
+</s>, <mask>.
+
+`save_hf` writes a tokenizer in the layout of a Hugging Face model folder (tokenizer.json,
+tokenizer_config.json, special_tokens_map.json, and vocab.txt for WordPiece), so that
 `transformers.AutoTokenizer.from_pretrained(folder)` tokenizes as it does. Every path may be local
 or on object storage (`gs://bucket/vocab.txt`): files are read and written through etils.epath.
 """
@@ -32,35 +43,62 @@ from bert_jax import paths, progress
 PAD, UNK, CLS, SEP, MASK = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
 SPECIAL_TOKENS = (PAD, UNK, CLS, SEP, MASK)
 CONTINUATION_PREFIX = "##"
+# The special tokens the pipelines ask for, by role: padding, an unknown piece, the token that
+# starts a sequence (BERT's [CLS], RoBERTa's <s>), the one that ends each segment ([SEP], </s>)
+# and the masked-LM mask.
+ROLES = ("pad", "unk", "cls", "sep", "mask")
+BERT_SPECIALS = dict(zip(ROLES, SPECIAL_TOKENS))
+# How a tokenizer.json may name each role where its post-processor and model do not say:
+# fairseq's names (RoBERTa, XLM-R) first, then BERT's.
+SPELLINGS = {"pad": ("<pad>", PAD), "unk": ("<unk>", UNK), "cls": ("<s>", CLS),
+             "sep": ("</s>", SEP), "mask": ("<mask>", MASK)}
+# The models a SubwordTokenizer takes.
+MODEL_KINDS = ("WordPiece", "BPE", "Unigram")
 
 
-class WordPieceTokenizer:
-    """A `tokenizers.Tokenizer` with BERT's special ids and per-token facts the pipeline needs.
+class SubwordTokenizer:
+    """A `tokenizers.Tokenizer` with the special ids and per-token facts the pipelines need.
 
-    Attributes: vocab_size, pad_id, unk_id, cls_id, sep_id, mask_id, special_ids (sorted tuple),
-    is_continuation [vocab] bool ("##" pieces), is_ordinary [vocab] bool (not a bracketed token
-    such as [PAD] or [unused3]; random replacements in masking are drawn from these).
+    specials: role (ROLES) -> token; None finds them in the tokenizer (`find_special_tokens`).
+    Attributes: kind (MODEL_KINDS), specials, vocab_size, pad_id, unk_id, cls_id, sep_id,
+    mask_id, special_ids (sorted tuple of the five), pair_separator_ids (what separates A from B
+    in a pair: (sep_id,) for BERT's [SEP], (sep_id, sep_id) for RoBERTa's </s> </s>; from the
+    post-processor, `pair_separator`), is_continuation [vocab] bool (a piece that
+    continues a word: `continuation_pieces`), is_ordinary [vocab] bool (random replacements in
+    masking are drawn from these: not a special token, and for WordPiece not a bracketed token
+    such as [unused3]).
     """
 
-    def __init__(self, tokenizer: tokenizers.Tokenizer, source: str = "<memory>"):
+    def __init__(self, tokenizer: tokenizers.Tokenizer, source: str = "<memory>",
+                 specials: dict[str, str] | None = None):
+        self.kind = type(tokenizer.model).__name__
+        if self.kind not in MODEL_KINDS:
+            raise ValueError(f"{source} holds a {self.kind} model; a subword tokenizer is one of "
+                             f"{list(MODEL_KINDS)}")
+        self.specials = dict(specials) if specials is not None else find_special_tokens(
+            tokenizer, source)  # before padding is turned off: it may name the pad token
         tokenizer.no_truncation()
         tokenizer.no_padding()
         self.tokenizer = tokenizer
         self.source = source
         vocab = tokenizer.get_vocab(with_added_tokens=True)
-        missing = [token for token in SPECIAL_TOKENS if token not in vocab]
+        missing = [token for token in self.specials.values() if token not in vocab]
         if missing:
-            raise ValueError(f"vocabulary {source} lacks the special token(s) {missing}; a BERT "
-                             f"vocabulary needs all of {list(SPECIAL_TOKENS)}")
+            raise ValueError(f"vocabulary {source} lacks the special token(s) {missing}")
         self.vocab_size = max(vocab.values()) + 1
         self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id = (
-            vocab[token] for token in SPECIAL_TOKENS)
-        self.special_ids = tuple(sorted(vocab[token] for token in SPECIAL_TOKENS))
-        self.is_continuation = np.zeros(self.vocab_size, bool)
+            vocab[self.specials[role]] for role in ROLES)
+        self.special_ids = tuple(sorted(vocab[self.specials[role]] for role in ROLES))
+        self.pair_separator_ids = tuple(
+            vocab[token] for token in pair_separator(tokenizer, self.specials["sep"]))
+        added = {token.content for token in tokenizer.get_added_tokens_decoder().values()
+                 if token.special}
+        bracketed = self.kind == "WordPiece"  # BERT's vocabularies: [PAD], [unused3], ...
+        self.is_continuation = continuation_pieces(tokenizer, vocab, exclude=added)
         self.is_ordinary = np.zeros(self.vocab_size, bool)
         for token, index in vocab.items():
-            self.is_continuation[index] = token.startswith(CONTINUATION_PREFIX)
-            self.is_ordinary[index] = not (len(token) > 2 and token[0] == "[" and token[-1] == "]")
+            self.is_ordinary[index] = token not in added and not (
+                bracketed and len(token) > 2 and token[0] == "[" and token[-1] == "]")
 
     def encode(self, text: str) -> list[int]:
         """Ids of `text` without special tokens."""
@@ -71,7 +109,8 @@ class WordPieceTokenizer:
         return [e.ids for e in self.tokenizer.encode_batch(list(texts), add_special_tokens=False)]
 
     def encode_pair(self, text_a: str, text_b: str | None = None) -> tokenizers.Encoding:
-        """[CLS] A [SEP] (B [SEP]) with type ids: the fine-tuning input format."""
+        """A (and B) with the tokenizer's own special tokens and type ids: [CLS] A [SEP] (B [SEP])
+        for BERT, <s> A </s> (</s> B </s>) for RoBERTa."""
         return self.tokenizer.encode(text_a, text_b, add_special_tokens=True)
 
     def decode(self, ids: Sequence[int]) -> str:
@@ -82,6 +121,134 @@ class WordPieceTokenizer:
 
     def token_to_id(self, token: str) -> int | None:
         return self.tokenizer.token_to_id(token)
+
+
+class WordPieceTokenizer(SubwordTokenizer):
+    """BERT's: a WordPiece `tokenizers.Tokenizer` whose vocabulary holds [PAD] [UNK] [CLS] [SEP]
+    [MASK] ("##" marks a continuation)."""
+
+    def __init__(self, tokenizer: tokenizers.Tokenizer, source: str = "<memory>"):
+        vocab = tokenizer.get_vocab(with_added_tokens=True)
+        missing = [token for token in SPECIAL_TOKENS if token not in vocab]
+        if missing:
+            raise ValueError(f"vocabulary {source} lacks the special token(s) {missing}; a BERT "
+                             f"vocabulary needs all of {list(SPECIAL_TOKENS)}")
+        super().__init__(tokenizer, source, BERT_SPECIALS)
+
+
+def _state(tokenizer: tokenizers.Tokenizer) -> dict[str, Any]:
+    """The tokenizer.json contents of `tokenizer`, as a dict."""
+    return json.loads(tokenizer.to_str())
+
+
+def _components(component: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """A pre-tokenizer or post-processor and, for a Sequence, the ones inside it."""
+    if not component:
+        return []
+    inner = component.get("pretokenizers") or component.get("processors") or []
+    return [component, *(part for item in inner for part in _components(item))]
+
+
+def _template_specials(template: list[dict[str, Any]]) -> tuple[str | None, str | None]:
+    """The special tokens just before and just after $A in a TemplateProcessing template."""
+    kinds = ["A" if "Sequence" in item else item.get("SpecialToken", {}).get("id")
+             for item in template]
+    if "A" not in kinds:
+        return None, None
+    a = kinds.index("A")
+    return (kinds[a - 1] if a > 0 else None), (kinds[a + 1] if a + 1 < len(kinds) else None)
+
+
+def pair_separator(tokenizer: tokenizers.Tokenizer, sep: str) -> tuple[str, ...]:
+    """The special tokens between A and B in the tokenizer's pair template: (sep, sep) for
+    RobertaProcessing, those between $A and $B of a TemplateProcessing, else (sep,) (BERT)."""
+    for processor in _components(_state(tokenizer).get("post_processor")):
+        if processor.get("type") == "RobertaProcessing":
+            return (processor["sep"][0],) * 2
+        if processor.get("type") == "TemplateProcessing":
+            kinds = [item["Sequence"]["id"] if "Sequence" in item
+                     else item.get("SpecialToken", {}).get("id") for item in processor["pair"]]
+            if "A" in kinds and "B" in kinds and kinds.index("A") < kinds.index("B"):
+                return tuple(k for k in kinds[kinds.index("A") + 1:kinds.index("B")] if k)
+    return (sep,)
+
+
+def find_special_tokens(tokenizer: tokenizers.Tokenizer, source: str = "<memory>"
+                        ) -> dict[str, str]:
+    """role -> token for ROLES, as the tokenizer itself says where it does: cls / sep from its
+    post-processor (RobertaProcessing, BertProcessing, or the tokens around $A in a
+    TemplateProcessing), unk from its model (BPE / WordPiece unk_token, Unigram unk_id), pad
+    from its padding; the rest by the names of SPELLINGS, special tokens first.
+
+    ValueError naming `source` and the role when one cannot be found.
+    """
+    state = _state(tokenizer)
+    vocab = tokenizer.get_vocab(with_added_tokens=True)
+    found: dict[str, str | None] = {}
+    for processor in _components(state.get("post_processor")):
+        if processor.get("type") in ("RobertaProcessing", "BertProcessing"):
+            found.setdefault("cls", processor["cls"][0])
+            found.setdefault("sep", processor["sep"][0])
+        elif processor.get("type") == "TemplateProcessing":
+            cls, sep = _template_specials(processor.get("single") or [])
+            found.setdefault("cls", cls)
+            found.setdefault("sep", sep)
+    model = state.get("model") or {}
+    if model.get("type") == "Unigram" and model.get("unk_id") is not None:
+        found["unk"] = model["vocab"][model["unk_id"]][0]
+    elif model.get("unk_token"):
+        found["unk"] = model["unk_token"]
+    if state.get("padding"):
+        found["pad"] = state["padding"].get("pad_token")
+    added = [token.content for token in tokenizer.get_added_tokens_decoder().values()
+             if token.special]
+    specials = {}
+    for role in ROLES:
+        token = found.get(role)
+        if token is None:
+            token = next((name for name in SPELLINGS[role] if name in added), None)
+        if token is None:
+            token = next((name for name in SPELLINGS[role] if name in vocab), None)
+        if token is None or token not in vocab:
+            said = f"{token!r} is not in its vocabulary" if token else (
+                f"none of {list(SPELLINGS[role])} is in its vocabulary")
+            raise ValueError(f"tokenizer {source} has no {role} token: {said}")
+        specials[role] = token
+    return specials
+
+
+def continuation_pieces(tokenizer: tokenizers.Tokenizer, vocab: dict[str, int] | None = None,
+                        exclude: Iterable[str] = ()) -> np.ndarray:
+    """[vocab] bool: the pieces that continue a word (whole-word masking keeps a word's pieces
+    together; packing splits rows between words).
+
+    WordPiece (and a BPE with a continuing_subword_prefix): the pieces with that prefix ("##").
+    Otherwise by the pre-tokenizer's word-start mark: byte-level BPE (RoBERTa) writes a space
+    before a word as "Ġ", Metaspace (XLM-R's SentencePiece) as "▁", so a piece without the mark
+    continues a word (a punctuation mark after a word, too, and a text's first word where no
+    space is prepended). Neither: every piece starts a word. `exclude` (special tokens) never
+    continues.
+    """
+    vocab = vocab if vocab is not None else tokenizer.get_vocab(with_added_tokens=True)
+    state = _state(tokenizer)
+    model = state.get("model") or {}
+    prefix = model.get("continuing_subword_prefix") or ""
+    mark = None
+    for part in _components(state.get("pre_tokenizer")):
+        if part.get("type") == "ByteLevel":
+            mark = "\u0120"  # "Ġ": the byte-level alphabet's space
+        elif part.get("type") == "Metaspace":
+            mark = part.get("replacement") or "\u2581"
+    out = np.zeros(max(vocab.values()) + 1, bool)
+    excluded = set(exclude)
+    for token, index in vocab.items():
+        if token in excluded:
+            continue
+        if prefix:
+            out[index] = token.startswith(prefix)
+        elif mark:
+            out[index] = not token.startswith(mark)
+    return out
 
 
 def bert_wordpiece(vocab: dict[str, int] | None = None, lowercase: bool = True,
@@ -126,9 +293,11 @@ def read_vocab_txt(path: str) -> dict[str, int]:
 
 
 def load_tokenizer(path: str, lowercase: bool = True,
-                   strip_accents: bool | None = None) -> WordPieceTokenizer:
+                   strip_accents: bool | None = None) -> SubwordTokenizer:
     """Loads `vocab.txt`, `tokenizer.json`, or a folder holding either (tokenizer.json preferred).
 
+    A WordPiece vocabulary gives a WordPieceTokenizer; a tokenizer.json of a BPE or Unigram model
+    (RoBERTa, XLM-R) a SubwordTokenizer with the special tokens the file names.
     For vocab.txt, `lowercase`/`strip_accents` configure the normalizer; a tokenizer.json carries
     its own normalizer and they are ignored. A folder read through its vocab.txt is a Hugging
     Face folder: the do_lower_case / strip_accents of its tokenizer_config.json, where it has
@@ -152,10 +321,9 @@ def load_tokenizer(path: str, lowercase: bool = True,
             tokenizer = tokenizers.Tokenizer.from_str(epath.Path(path).read_text())
         except Exception as e:
             raise ValueError(f"{path} is not a readable tokenizers JSON file: {e}") from e
-        if not isinstance(tokenizer.model, models.WordPiece):
-            kind = type(tokenizer.model).__name__
-            raise ValueError(f"{path} holds a {kind} model, not WordPiece")
-        return WordPieceTokenizer(tokenizer, source=path)
+        if isinstance(tokenizer.model, models.WordPiece):
+            return WordPieceTokenizer(tokenizer, source=path)
+        return SubwordTokenizer(tokenizer, source=path)
     vocab = read_vocab_txt(path)
     missing = [token for token in SPECIAL_TOKENS if token not in vocab]
     if missing:
@@ -244,7 +412,7 @@ SPECIAL_TOKENS_MAP = {"unk_token": UNK, "sep_token": SEP, "pad_token": PAD, "cls
 _HF_MAX_INPUT_CHARS_PER_WORD = 100
 
 
-def hf_bert_settings(tokenizer: WordPieceTokenizer) -> dict[str, Any]:
+def hf_bert_settings(tokenizer: SubwordTokenizer) -> dict[str, Any]:
     """do_lower_case, strip_accents, tokenize_chinese_chars: the BertTokenizer options that
     describe `tokenizer`'s normalizer.
 
@@ -273,7 +441,7 @@ def hf_bert_settings(tokenizer: WordPieceTokenizer) -> dict[str, Any]:
             "tokenize_chinese_chars": normalizer["handle_chinese_chars"]}
 
 
-def _vocab_lines(tokenizer: WordPieceTokenizer) -> list[str]:
+def _vocab_lines(tokenizer: SubwordTokenizer) -> list[str]:
     """Tokens by id, for vocab.txt; ValueError when the ids are not 0..n-1 or a token is not one
     line."""
     vocab = tokenizer.tokenizer.get_vocab(with_added_tokens=True)
@@ -288,7 +456,7 @@ def _vocab_lines(tokenizer: WordPieceTokenizer) -> list[str]:
     return tokens
 
 
-def _hf_backend(tokenizer: WordPieceTokenizer) -> tokenizers.Tokenizer:
+def _hf_backend(tokenizer: SubwordTokenizer) -> tokenizers.Tokenizer:
     """A copy for tokenizer.json: BERT's [CLS] A [SEP] (B [SEP]) template (what the encoders of
     bert_jax.data build), the special tokens registered as transformers registers them on load,
     no truncation or padding."""
@@ -300,7 +468,66 @@ def _hf_backend(tokenizer: WordPieceTokenizer) -> tokenizers.Tokenizer:
     return backend
 
 
-def save_hf(tokenizer: WordPieceTokenizer, directory: str, model_max_length: int) -> list[str]:
+def save_hf(tokenizer: SubwordTokenizer, directory: str, model_max_length: int) -> list[str]:
+    """Write `tokenizer` into `directory` as a Hugging Face tokenizer; returns the paths.
+
+    WordPiece: a BertTokenizer (`_save_hf_bert`). BPE / Unigram: tokenizer.json as it is (with
+    its own post-processor: <s> A </s> for RoBERTa), tokenizer_config.json and
+    special_tokens_map.json naming the special tokens (`_save_hf_fast`).
+    """
+    if tokenizer.kind == "WordPiece":
+        return _save_hf_bert(tokenizer, directory, model_max_length)
+    return _save_hf_fast(tokenizer, directory, model_max_length)
+
+
+def hf_tokenizer_class(tokenizer: SubwordTokenizer) -> str:
+    """The transformers class that reads `tokenizer`'s tokenizer.json as it is: RobertaTokenizer
+    for a byte-level BPE, XLMRobertaTokenizer for a Unigram with Metaspace (both with <s> </s>
+    <pad> <unk> <mask>), else PreTrainedTokenizerFast (which takes any tokenizer.json)."""
+    parts = {part.get("type") for part in _components(_state(tokenizer.tokenizer)
+                                                       .get("pre_tokenizer"))}
+    fairseq = tokenizer.specials == {role: names[0] for role, names in SPELLINGS.items()}
+    if fairseq and tokenizer.kind == "BPE" and "ByteLevel" in parts:
+        return "RobertaTokenizer"
+    if fairseq and tokenizer.kind == "Unigram" and "Metaspace" in parts:
+        return "XLMRobertaTokenizer"
+    return "PreTrainedTokenizerFast"
+
+
+def _save_hf_fast(tokenizer: SubwordTokenizer, directory: str, model_max_length: int
+                  ) -> list[str]:
+    """tokenizer.json, tokenizer_config.json and special_tokens_map.json of a BPE or Unigram
+    tokenizer (`save_hf`)."""
+    backend = tokenizers.Tokenizer.from_str(tokenizer.tokenizer.to_str())
+    backend.add_special_tokens(list(tokenizer.specials.values()))
+    backend.no_truncation()
+    backend.no_padding()
+    specials = {f"{role}_token": token for role, token in tokenizer.specials.items()}
+    specials.update(bos_token=tokenizer.specials["cls"], eos_token=tokenizer.specials["sep"])
+    config = {"tokenizer_class": hf_tokenizer_class(tokenizer),
+              "model_max_length": int(model_max_length), "clean_up_tokenization_spaces": False,
+              **specials}
+    # transformers resets a byte-level pre-tokenizer's add_prefix_space (and RobertaTokenizer a
+    # RobertaProcessing's trim_offsets) to its own defaults unless the config says otherwise.
+    state = _state(backend)
+    for part in _components(state.get("pre_tokenizer")) + _components(
+            state.get("post_processor")):
+        for key in ("add_prefix_space", "trim_offsets"):
+            if key in part:
+                config.setdefault(key, part[key])
+    epath.Path(directory).mkdir(parents=True, exist_ok=True)  # a local folder or gs://
+    names = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
+    files = [os.path.join(directory, name) for name in names]
+    texts = [backend.to_str(pretty=True),
+             *(json.dumps(content, indent=2, ensure_ascii=False) + "\n"
+               for content in (config, specials))]
+    for path, text in zip(files, texts):
+        epath.Path(path).write_bytes(text.encode("utf-8"))
+    return files
+
+
+def _save_hf_bert(tokenizer: SubwordTokenizer, directory: str, model_max_length: int
+                  ) -> list[str]:
     """Write `tokenizer` into `directory` as a Hugging Face BertTokenizer; returns the paths.
 
     vocab.txt (one token per line, line number = id), tokenizer.json (the tokenizers pipeline,
