@@ -210,13 +210,14 @@ def embed(encoder: Encoder, texts: Sequence[str], pooling: str = "mean", normali
     """float32 [len(texts), hidden_size]: one vector per text, in the order of `texts`.
 
     max_seq_len: tokens per row, [CLS] and [SEP] included (default and at most the model's
-    max_position_embeddings); longer texts are cut (logged). progress: a tqdm bar in rows/s.
+    max_sequence_length: max_position_embeddings, less RoBERTa's position offset); longer texts
+    are cut (logged). progress: a tqdm bar in rows/s.
     """
-    limit = encoder.cfg.max_position_embeddings
+    limit = encoder.cfg.max_sequence_length
     max_seq_len = max_seq_len or limit
     if not 0 < max_seq_len <= limit or batch_size <= 0:
         raise ValueError(f"max_seq_len={max_seq_len} must be in 1..{limit} (the model's "
-                         f"max_position_embeddings) and batch_size={batch_size} positive")
+                         f"max_sequence_length) and batch_size={batch_size} positive")
     rows, cut = token_rows(encoder.tokenizer, texts, max_seq_len)
     if cut:
         logging.warning("%d of %d texts are longer than max_seq_len=%d tokens and were cut",

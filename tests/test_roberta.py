@@ -26,7 +26,7 @@ import torch
 import transformers
 from tokenizers import decoders, models, normalizers, pre_tokenizers, processors, trainers
 
-from bert_jax import BertConfig, BertForPreTraining, BertModel, ConfigError
+from bert_jax import BertConfig, BertForPreTraining, BertModel, ConfigError, sentence_embeddings
 from bert_jax.convert import hf, runs
 from bert_jax.data import encoding, masking
 from bert_jax.data import tokenizer as tok
@@ -365,9 +365,16 @@ def test_export_with_tokenizer_loads_in_auto_classes(tmp_path, kind):
     model = transformers.AutoModel.from_pretrained(tmp_path / "out").eval()
     batch = {k: np.asarray(v, np.int32) for k, v in auto(TEXTS, padding=True).items()}
     assert (batch["input_ids"] == PAD).any()  # padded by transformers itself
-    diffs = max_diffs(our_outputs(cfg, params, batch), torch_outputs(model, batch),
+    reference = torch_outputs(model, batch)
+    diffs = max_diffs(our_outputs(cfg, params, batch), reference,
                       batch["attention_mask"].astype(bool))
     assert max(diffs.values()) <= FP32_TOLERANCE
+    # Sentence embeddings of the folder: our tokenizer, rows of at most max_sequence_length.
+    vectors = sentence_embeddings.embed(
+        sentence_embeddings.load_encoder(hf_dir=str(tmp_path / "out")), TEXTS, pooling="mean")
+    weights = batch["attention_mask"][:, :, None]
+    expected = (reference.last_hidden_state.numpy() * weights).sum(1) / weights.sum(1)
+    assert np.abs(vectors - expected).max() <= FP32_TOLERANCE
 
     with pytest.raises(hf.CheckpointError, match="pads with id 1 but the model's pad_token_id "
                                                  "is 0"):

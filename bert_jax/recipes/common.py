@@ -153,9 +153,11 @@ def read_tokenizer(path: str, lowercase: bool):
 
 
 def check_lengths(config: Config, cfg: BertConfig) -> None:
-    if config.max_seq_len > cfg.max_position_embeddings:
+    if config.max_seq_len > cfg.max_sequence_length:  # RoBERTa: max_position_embeddings - 2
         raise ValueError(f"config.max_seq_len={config.max_seq_len} exceeds the model's "
-                         f"max_position_embeddings={cfg.max_position_embeddings}")
+                         f"max_position_embeddings={cfg.max_position_embeddings}"
+                         + (f" less position_offset={cfg.position_offset}"
+                            if cfg.position_offset else ""))
 
 
 def optimizer_config(config: Config, total_steps: int) -> optimizer.OptimizerConfig:
