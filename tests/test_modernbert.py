@@ -21,6 +21,7 @@ import transformers
 from jax.sharding import PartitionSpec as P
 from safetensors import numpy as safetensors_numpy
 
+from bert_jax import sharding
 from bert_jax.config import ConfigError
 from bert_jax.convert import modernbert as convert
 from bert_jax.convert.hf_layout import CheckpointError
@@ -367,6 +368,19 @@ def test_model_init_tree_is_what_the_converter_writes(tmp_path):
     assert specs["encoder"]["layer_0"]["attn"]["Wo"]["kernel"] == P("heads", "kv", "embed")
     assert specs["encoder"]["layer_0"]["mlp"]["Wi"]["kernel"] == P("embed", None, "mlp")
     assert "attn_norm" not in specs["encoder"]["layer_0"]  # an identity in layer 0
+    # the shardings of one layout, converted, are those of the other
+    mesh = sharding.make_mesh(devices=jax.devices()[:1])
+    scanned_shardings = sharding.param_shardings(shapes, mesh)
+    unrolled_shardings = sharding.param_shardings(jax.eval_shape(
+        modernbert.ModernBertForMaskedLM(cfg.replace(scan_layers=False)).init,
+        jax.random.key(0), np.ones((1, 8), np.int64))["params"], mesh)
+    def specs_of(shardings):  # the specs as tuples: a stacked leaf's has one more entry
+        return jax.tree.map(lambda s: tuple(s.spec), shardings)
+
+    assert specs_of(modernbert_scan.shardings_in_layout(unrolled_shardings, cfg, True)) == \
+        specs_of(scanned_shardings)
+    assert specs_of(modernbert_scan.shardings_in_layout(scanned_shardings, cfg, False)) == \
+        specs_of(unrolled_shardings)
     params = jax.tree.map(lambda s: np.zeros(s.shape, s.dtype), nn.meta.unbox(shapes))
     convert.save(cfg, params, tmp_path)
     _, info = transformers.ModernBertForMaskedLM.from_pretrained(

@@ -20,10 +20,11 @@ ModernBertModel tree or one under `bert` beside the heads).
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping, Optional
 
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import NamedSharding, PartitionSpec
 
 from bert_jax.modernbert_config import ModernBertConfig
 
@@ -75,27 +76,36 @@ def _map_encoders(tree: Any, convert) -> Any:
             else _map_encoders(value, convert) for name, value in tree.items()}
 
 
-def _zip(trees: list[Any], where: str) -> Any:
-    """Trees of the same keys -> one tree whose leaves are the stacked leaves."""
+def _stack_arrays(leaves: list[Any]) -> Any:
+    """[G] arrays of one shape -> one [G, ...] array (numpy stays numpy)."""
+    if all(isinstance(leaf, np.ndarray) for leaf in leaves):
+        return np.stack(leaves)
+    return jnp.stack(leaves)
+
+
+def _zip(trees: list[Any], combine: Callable[[list[Any]], Any], where: str) -> Any:
+    """Trees of the same keys -> one tree whose leaves are combine([leaf of each tree])."""
     first = trees[0]
     if not isinstance(first, Mapping):
-        if all(isinstance(leaf, np.ndarray) for leaf in trees):
-            return np.stack(trees)
-        return jnp.stack(trees)
+        return combine(list(trees))
     for tree in trees:
         if not isinstance(tree, Mapping) or set(tree) != set(first):
             raise ValueError(f"{where}: the grouped layers do not hold the same parameters")
-    return {name: _zip([t[name] for t in trees], f"{where}/{name}") for name in first}
+    return {name: _zip([t[name] for t in trees], combine, f"{where}/{name}") for name in first}
 
 
-def _take(tree: Any, index: int) -> Any:
+def _take(tree: Any, index: int, take: Callable[[Any, int], Any]) -> Any:
     if isinstance(tree, Mapping):
-        return {name: _take(value, index) for name, value in tree.items()}
-    return tree[index]
+        return {name: _take(value, index, take) for name, value in tree.items()}
+    return take(tree, index)
 
 
-def stack_layers(params: Any, cfg: ModernBertConfig) -> Any:
-    """Unrolled -> scanned (see the module doc); a scanned tree comes back as it is."""
+def stack_layers(params: Any, cfg: ModernBertConfig,
+                 stack: Callable[[list[Any]], Any] = _stack_arrays) -> Any:
+    """Unrolled -> scanned (see the module doc); a scanned tree comes back as it is.
+
+    `stack(leaves)` makes one stacked leaf of the G groups' leaves (default: the arrays stacked).
+    """
     plan = scan_plan(cfg)
 
     def convert(encoder: Mapping[str, Any]) -> dict:
@@ -111,7 +121,7 @@ def stack_layers(params: Any, cfg: ModernBertConfig) -> Any:
         out = {k: v for k, v in encoder.items() if k not in grouped}
         if plan.groups:
             out[LAYERS] = {member_name(j): _zip([encoder[layer_name(plan.layer_of(g, j))]
-                                                 for g in range(plan.groups)],
+                                                 for g in range(plan.groups)], stack,
                                                 f"{ENCODER}/{member_name(j)}")
                            for j in range(plan.group_size)}
         return out
@@ -119,8 +129,13 @@ def stack_layers(params: Any, cfg: ModernBertConfig) -> Any:
     return _map_encoders(params, convert)
 
 
-def unstack_layers(params: Any, cfg: ModernBertConfig) -> Any:
-    """Scanned -> unrolled (the inverse of stack_layers); an unrolled tree comes back as it is."""
+def unstack_layers(params: Any, cfg: ModernBertConfig,
+                   take: Optional[Callable[[Any, int], Any]] = None) -> Any:
+    """Scanned -> unrolled (the inverse of stack_layers); an unrolled tree comes back as it is.
+
+    `take(leaf, g)` is group g's part of a stacked leaf (default: leaf[g], checked to have a
+    leading axis of G).
+    """
     plan = scan_plan(cfg)
 
     def convert(encoder: Mapping[str, Any]) -> dict:
@@ -130,22 +145,23 @@ def unstack_layers(params: Any, cfg: ModernBertConfig) -> Any:
         out = {k: v for k, v in encoder.items() if k != LAYERS}
         for j in range(plan.group_size):
             member = stacked[member_name(j)]
-            for leaf in _leaves(member):
-                if tuple(leaf.shape[:1]) != (plan.groups,):
-                    raise ValueError(f"{ENCODER}/{LAYERS}/{member_name(j)} has a leaf of shape "
-                                     f"{tuple(leaf.shape)}, without a leading axis of "
-                                     f"{plan.groups} groups")
+            if take is None:
+                _check_stacked(member, plan.groups, f"{ENCODER}/{LAYERS}/{member_name(j)}")
             for g in range(plan.groups):
-                out[layer_name(plan.layer_of(g, j))] = _take(member, g)
+                out[layer_name(plan.layer_of(g, j))] = _take(
+                    member, g, take or (lambda leaf, i: leaf[i]))
         return out
 
     return _map_encoders(params, convert)
 
 
-def _leaves(tree: Any) -> list[Any]:
+def _check_stacked(tree: Any, groups: int, where: str) -> None:
     if isinstance(tree, Mapping):
-        return [leaf for value in tree.values() for leaf in _leaves(value)]
-    return [tree]
+        for name, value in tree.items():
+            _check_stacked(value, groups, f"{where}/{name}")
+    elif tuple(tree.shape[:1]) != (groups,):
+        raise ValueError(f"{where} has shape {tuple(tree.shape)}, without a leading axis of "
+                         f"{groups} groups")
 
 
 def is_scanned(tree: Any) -> bool | None:
@@ -165,3 +181,30 @@ def to_layout(params: Any, cfg: ModernBertConfig) -> Any:
     import flax.linen as nn
     params = nn.meta.unbox(params)
     return stack_layers(params, cfg) if cfg.scan_layers else unstack_layers(params, cfg)
+
+
+# ----- shardings of the parameters in either layout --------------------------------------------
+
+def _stack_shardings(shardings: list[Any]) -> Any:
+    """The first group's sharding with a replicated leading axis (`layers` maps to no mesh axis)."""
+    first = shardings[0]
+    if isinstance(first, NamedSharding):
+        return NamedSharding(first.mesh, PartitionSpec(None, *first.spec))
+    return first
+
+
+def _unstack_sharding(stacked: Any, _: int) -> Any:
+    if isinstance(stacked, NamedSharding):
+        return NamedSharding(stacked.mesh, PartitionSpec(*stacked.spec[1:]))
+    return stacked
+
+
+def shardings_in_layout(shardings: Any, cfg: ModernBertConfig, scanned: bool) -> Any:
+    """A tree of the params' Shardings, for the same params in the asked layout (to load a
+    checkpoint of one layout into a sharded model of the other). None or one Sharding for every
+    leaf comes back as it is."""
+    if not isinstance(shardings, Mapping):
+        return shardings
+    if scanned:
+        return stack_layers(shardings, cfg, stack=_stack_shardings)
+    return unstack_layers(shardings, cfg, take=_unstack_sharding)
