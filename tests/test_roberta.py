@@ -28,7 +28,7 @@ from tokenizers import decoders, models, normalizers, pre_tokenizers, processors
 
 from bert_jax import BertConfig, BertForPreTraining, BertModel, ConfigError, sentence_embeddings
 from bert_jax.convert import hf, runs
-from bert_jax.data import encoding, masking
+from bert_jax.data import encoding, masking, readers
 from bert_jax.data import tokenizer as tok
 from bert_jax.train import params_loading
 
@@ -336,6 +336,16 @@ def test_tokenizer_json_reads_like_transformers(tmp_path, kind):
             expected = reference(a, b)["input_ids"]
             assert ours.encode_pair(a, b).ids == expected
             assert encoding.pack_pair(ours, ours.encode(a), ours.encode(b), 64)[0] == expected
+
+    # Words of a tagged sentence are encoded as transformers encodes split words (RoBERTa's
+    # byte-level BPE: each with its "Ġ", as with add_prefix_space=True).
+    words = ("Where", "is", "Zürich's", "station", "?")
+    split = getattr(transformers, fast_class)(tokenizer_file=str(path), add_prefix_space=True)(
+        list(words), is_split_into_words=True)["input_ids"]
+    rows = encoding.encode_tagged_sentences(
+        ours, [readers.TaggedSentence(words, ("O",) * len(words))], 32, ("O",))
+    assert rows["input_ids"][0, :len(split)].tolist() == split
+    assert not rows["attention_mask"][0, len(split):].any()
 
     # A piece continues a word unless it carries the word-start mark.
     words = ours.tokenizer.encode("the quokka", add_special_tokens=False).tokens

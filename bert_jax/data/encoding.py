@@ -128,7 +128,7 @@ def encode_tagged_sentences(tokenizer: WordPieceTokenizer, sentences: Sequence[T
     all_tags = [tag for s in sentences for tag in s.tags]
     label_ids(all_tags, label_map, source)  # fails on a tag never seen in training
     tag_index = {name: i for i, name in enumerate(label_map)}
-    encodings = tokenizer.tokenizer.encode_batch(
+    encodings = tokenizer.words_tokenizer.encode_batch(
         [list(s.words) for s in sentences], is_pretokenized=True, add_special_tokens=False)
     n = len(sentences)
     input_ids = np.full((n, max_seq_len), tokenizer.pad_id, np.int32)

@@ -63,7 +63,8 @@ class SubwordTokenizer:
     Attributes: kind (MODEL_KINDS), specials, vocab_size, pad_id, unk_id, cls_id, sep_id,
     mask_id, special_ids (sorted tuple of the five), pair_separator_ids (what separates A from B
     in a pair: (sep_id,) for BERT's [SEP], (sep_id, sep_id) for RoBERTa's </s> </s>; from the
-    post-processor, `pair_separator`), is_continuation [vocab] bool (a piece that
+    post-processor, `pair_separator`), words_tokenizer (the tokenizers.Tokenizer for text already
+    split into words: `words_tokenizer`), is_continuation [vocab] bool (a piece that
     continues a word: `continuation_pieces`), is_ordinary [vocab] bool (random replacements in
     masking are drawn from these: not a special token, and for WordPiece not a bracketed token
     such as [unused3]).
@@ -80,6 +81,7 @@ class SubwordTokenizer:
         tokenizer.no_truncation()
         tokenizer.no_padding()
         self.tokenizer = tokenizer
+        self.words_tokenizer = words_tokenizer(tokenizer)
         self.source = source
         vocab = tokenizer.get_vocab(with_added_tokens=True)
         missing = [token for token in self.specials.values() if token not in vocab]
@@ -157,6 +159,25 @@ def _template_specials(template: list[dict[str, Any]]) -> tuple[str | None, str 
         return None, None
     a = kinds.index("A")
     return (kinds[a - 1] if a > 0 else None), (kinds[a + 1] if a + 1 < len(kinds) else None)
+
+
+def words_tokenizer(tokenizer: tokenizers.Tokenizer) -> tokenizers.Tokenizer:
+    """The tokenizer for input split into words (is_pretokenized=True, e.g. tagged sentences).
+
+    A byte-level BPE that prepends no space (RoBERTa's add_prefix_space=False) would encode each
+    word as the start of a text, without the "Ġ" that a word has after a space; here it gets one,
+    as transformers' RobertaTokenizerFast(add_prefix_space=True) requires for such input. Any
+    other tokenizer is `tokenizer` itself.
+    """
+    state = _state(tokenizer)
+    pre_tokenizer = state.get("pre_tokenizer") or {}
+    if pre_tokenizer.get("type") != "ByteLevel" or pre_tokenizer.get("add_prefix_space"):
+        return tokenizer
+    words = tokenizers.Tokenizer.from_str(tokenizer.to_str())
+    words.pre_tokenizer = pre_tokenizers.ByteLevel(
+        add_prefix_space=True, trim_offsets=pre_tokenizer.get("trim_offsets", True),
+        use_regex=pre_tokenizer.get("use_regex", True))
+    return words
 
 
 def pair_separator(tokenizer: tokenizers.Tokenizer, sep: str) -> tuple[str, ...]:
