@@ -28,7 +28,7 @@ from tokenizers import decoders, models, normalizers, pre_tokenizers, processors
 
 from bert_jax import BertConfig, BertForPreTraining, BertModel, ConfigError, sentence_embeddings
 from bert_jax.convert import hf, runs
-from bert_jax.data import encoding, masking, readers
+from bert_jax.data import encoding, masking, readers, squad
 from bert_jax.data import tokenizer as tok
 from bert_jax.train import params_loading
 
@@ -336,6 +336,18 @@ def test_tokenizer_json_reads_like_transformers(tmp_path, kind):
             expected = reference(a, b)["input_ids"]
             assert ours.encode_pair(a, b).ids == expected
             assert encoding.pack_pair(ours, ours.encode(a), ours.encode(b), 64)[0] == expected
+
+    # Span QA rows: <s> question </s> </s> context </s>, the answer's tokens at its characters.
+    context = "The dog sleeps in the sun."
+    example = readers.QAExample("q", "Where is the dog?", context,
+                                (readers.Answer("in the sun", context.index("in the sun")),))
+    qa = squad.encode_qa_examples(ours, [example], squad.WindowConfig(64, 16, 16))
+    expected = getattr(transformers, fast_class)(tokenizer_file=str(path))(
+        example.question, context)["input_ids"]
+    assert qa["input_ids"][0, :len(expected)].tolist() == expected
+    first = qa["offsets"][0, qa["start_positions"][0], 0]
+    last = qa["offsets"][0, qa["end_positions"][0], 1]
+    assert context[first:last].strip() == "in the sun"
 
     # Words of a tagged sentence are encoded as transformers encodes split words (RoBERTa's
     # byte-level BPE: each with its "Ġ", as with add_prefix_space=True).

@@ -6,6 +6,8 @@ window, with some context on both sides in most. A window is the row
 
     [CLS] question [SEP] context tokens of the window [SEP]     (token types 0 ... 0 1 ... 1)
 
+(RoBERTa: <s> question </s> </s> context </s>, the tokenizer's pair separator.)
+
 and keeps, for every position, the character span of its token in the context (-1 outside the
 context), and whether this window is the token's *max-context* window: the one where the token
 has the most context on its smaller side (the rule of the BERT paper's SQuAD code), so that a
@@ -79,9 +81,14 @@ def encode_qa_examples(tokenizer: WordPieceTokenizer, examples: Sequence[QAExamp
     rows: dict[str, list] = {k: [] for k in ("input_ids", "token_type_ids", "start_positions",
                                              "end_positions", "example_index", "offsets",
                                              "max_context")}
+    middle = list(tokenizer.pair_separator_ids)  # [SEP] (BERT), </s> </s> (RoBERTa)
+    if L - config.max_query_len - 2 - len(middle) < 1:
+        raise DataError(f"max_seq_len={L} leaves no room for context beside a question of up to "
+                        f"max_query_len={config.max_query_len} tokens and "
+                        f"{2 + len(middle)} special tokens")
     for index, (example, question, context) in enumerate(zip(examples, questions, contexts)):
         question_ids = question.ids[:config.max_query_len]
-        window = L - len(question_ids) - 3
+        window = L - len(question_ids) - 2 - len(middle)
         offsets = context.offsets
         answer_span = None
         if example.answers and not example.is_impossible:
@@ -93,9 +100,10 @@ def encode_qa_examples(tokenizer: WordPieceTokenizer, examples: Sequence[QAExamp
         starts = window_starts(len(context.ids), window, config.doc_stride)
         for start in starts:
             stop = min(start + window, len(context.ids))
-            first_context = len(question_ids) + 2  # position of the window's first token
-            ids = [tokenizer.cls_id, *question_ids, tokenizer.sep_id,
-                   *context.ids[start:stop], tokenizer.sep_id]
+            # position of the window's first token
+            first_context = len(question_ids) + 1 + len(middle)
+            ids = [tokenizer.cls_id, *question_ids, *middle, *context.ids[start:stop],
+                   tokenizer.sep_id]
             types = [0] * first_context + [1] * (stop - start + 1)
             row_offsets = np.full((L, 2), -1, np.int32)
             row_max_context = np.zeros(L, bool)
