@@ -15,6 +15,7 @@ tokenizer.json, and read by ours and by transformers' fast tokenizers from the s
 """
 
 import json
+import os
 
 import flax.linen as nn
 import jax
@@ -28,9 +29,12 @@ from tokenizers import decoders, models, normalizers, pre_tokenizers, processors
 
 from bert_jax import BertConfig, BertForPreTraining, BertModel, ConfigError, sentence_embeddings
 from bert_jax.convert import hf, runs
-from bert_jax.data import encoding, masking, readers, squad
+from bert_jax.data import corpora, encoding, masking, readers, squad
 from bert_jax.data import tokenizer as tok
+from bert_jax.recipes.finetune import recipe
 from bert_jax.train import params_loading
+
+from finetune_runs import tiny_finetune_config
 
 torch.set_num_threads(2)
 transformers.logging.set_verbosity_error()
@@ -414,3 +418,54 @@ def test_a_tokenizer_json_without_a_mask_token_names_the_file(tmp_path):
     tokenizer.save(str(path))
     with pytest.raises(ValueError, match=f"tokenizer {path} has no mask token"):
         tok.load_tokenizer(str(path))
+
+
+# ----- end to end ---------------------------------------------------------------------------------
+
+@pytest.mark.slow
+def test_fine_tuning_a_roberta_folder_and_its_export_in_the_pipeline(tmp_path):
+    """A RoBERTa folder (random weights saved by transformers, a byte-level BPE trained on the
+    texts) fine-tuned by our recipe on real sentences, exported, and run by transformers'
+    text-classification pipeline: the same labels and probabilities as our predictions."""
+    polarity = os.path.join(corpora.gensim_test_data(), "pang_lee_polarity.cor")
+    with open(polarity, encoding="cp1252") as f:
+        texts = [line.split(" ", 1)[1] for line in f if " " in line]
+    tokenizer = tokenizers.Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    tokenizer.train_from_iterator(texts, trainers.BpeTrainer(
+        vocab_size=600, special_tokens=FAIRSEQ_SPECIALS, show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    tokenizer.post_processor = processors.RobertaProcessing(("</s>", 2), ("<s>", 0))
+    folder = tmp_path / "roberta"
+    random_reference("RobertaModel", vocab_size=600, hidden_size=64, num_attention_heads=2,
+                     intermediate_size=128, max_position_embeddings=66
+                     ).save_pretrained(folder, safe_serialization=True)
+    tokenizer.save(str(folder / "tokenizer.json"))
+
+    config = tiny_finetune_config("classification", "", max_position_embeddings=None, **{
+        "init.hf_dir": str(folder), "max_seq_len": 64, "learning_rate": 2e-3,
+        "total_steps": 40, "data.train_path": polarity, "data.format": "fasttext",
+        "data.encoding": "cp1252", "data.heldout_fraction": 0.25})
+    workdir = tmp_path / "run"
+    result = recipe.train_and_evaluate(config, str(workdir))
+    cfg, _ = params_loading.load_params(str(workdir / "checkpoints"))
+    assert (cfg.model_type, cfg.position_offset, cfg.type_vocab_size) == ("roberta", 2, 1)
+    with open(workdir / "predictions" / f"step_{result.step}" / "predictions.jsonl",
+              encoding="utf-8") as f:
+        records = [json.loads(line) for line in f]
+
+    runs.ours_to_hf(str(workdir / "checkpoints"), str(tmp_path / "hf"), None,
+                    encoder_only=False)
+    written = json.loads((tmp_path / "hf" / "config.json").read_text())
+    assert written["architectures"] == ["RobertaForSequenceClassification"]
+    assert written["id2label"] == {"0": "neg", "1": "pos"}
+    pipe = transformers.pipeline("text-classification", model=str(tmp_path / "hf"), device=-1)
+    assert type(pipe.tokenizer).__name__ == "RobertaTokenizerFast"
+    got = pipe([r["text"] for r in records], truncation=True, batch_size=8)
+    agree = sum(g["label"] == r["prediction"] for g, r in zip(got, records))
+    score_diff = max(abs(g["score"] - max(r["probabilities"])) for g, r in zip(got, records))
+    print(f"RoBERTa classification run: pipeline agrees on {agree}/{len(records)} labels, "
+          f"max |score - our probability| {score_diff:.2g}")
+    assert agree == len(records) == 50
+    assert score_diff <= 1e-5  # our probabilities are written with 6 decimals
