@@ -1,6 +1,11 @@
 """The workdir's config check: which differences between a rerun and config.json count."""
 
+import errno
+import json
+import os
+
 import ml_collections
+import pytest
 
 from bert_jax.train import workdir
 
@@ -30,3 +35,58 @@ def test_a_key_added_after_the_run_started_counts_only_when_switched_on():
     removed = config().to_dict()
     removed["data"]["old_key"] = 0
     assert workdir.config_differences(removed, config()) == ["data.old_key: 0 -> '(absent)'"]
+
+
+# ----- a run whose config.json is gone, a workdir that cannot be written --------------------------
+
+def _checkpoint_with(workdir, step, metadata):
+    """A step folder holding only the metadata item (what the config check reads)."""
+    folder = workdir / "checkpoints" / str(step) / "metadata"
+    folder.mkdir(parents=True)
+    (folder / "metadata").write_text(json.dumps(metadata))
+
+
+def _allowing(config_dict, allow=False):
+    config_dict.allow_config_change = allow
+    return config_dict
+
+
+def test_a_lost_config_json_is_checked_against_the_newest_checkpoint(tmp_path):
+    _checkpoint_with(tmp_path, 10, {"run_config": {"learning_rate": 1e-3}})
+    _checkpoint_with(tmp_path, 20, {"run_config": config().to_dict(), "params_finite": True})
+    changed = _allowing(config())
+    changed.learning_rate = 0.5
+    with pytest.raises(workdir.ConfigChangedError) as error:
+        workdir.record_config(changed, str(tmp_path))
+    assert str(error.value) == (
+        f"{tmp_path}/config.json is missing, and the newest checkpoint (step 20) was saved with "
+        "another config (learning_rate: 0.001 -> 0.5): rerun with the config it was saved with, "
+        "or --config.allow_config_change=true if the change is meant")
+    assert not (tmp_path / "config.json").exists()
+    workdir.record_config(_allowing(config()), str(tmp_path))  # the same config: written anew
+    assert json.loads((tmp_path / "config.json").read_text())["learning_rate"] == 1e-3
+
+
+def test_a_lost_config_json_with_a_change_that_is_meant_or_an_older_checkpoint(tmp_path):
+    _checkpoint_with(tmp_path, 10, {"model_config": {}})  # saved before configs were kept
+    changed = _allowing(config())
+    changed.learning_rate = 0.5
+    workdir.record_config(changed, str(tmp_path))  # nothing to compare with: a warning
+    (tmp_path / "config.json").unlink()
+    _checkpoint_with(tmp_path, 20, {"run_config": config().to_dict()})
+    workdir.record_config(_allowing(changed, allow=True), str(tmp_path))
+    assert json.loads((tmp_path / "config.json").read_text())["learning_rate"] == 0.5
+
+
+def test_a_workdir_that_cannot_be_written_is_one_error_naming_the_file(tmp_path, monkeypatch):
+    def read_only(file, text):
+        raise OSError(errno.EROFS, os.strerror(errno.EROFS), f"{file}.tmp-1")
+
+    monkeypatch.setattr(workdir, "create_exclusively", read_only)
+    with pytest.raises(workdir.WorkdirNotWritableError) as error:
+        with workdir.lock(str(tmp_path)):
+            pass
+    assert str(error.value) == (
+        f"cannot write into {tmp_path} (OSError: [Errno 30] Read-only file system: "
+        f"'{tmp_path}/run.lock.tmp-1'): a run needs a writable --workdir (free some space, or "
+        "use another folder)")

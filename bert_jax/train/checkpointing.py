@@ -7,6 +7,11 @@ One checkpoint step (a folder `<directory>/<step>/`) holds three items:
     data_iterator  each process's grain iterator state (`process_<i>-of-<n>.json`)
     metadata       JSON: the BertConfig of the model and whatever the caller adds (task, labels)
 
+plus `checksums/process_<i>.json`: each process's checksum of every file it wrote, recorded
+right after Orbax finalizes the step (bert_jax.train.checksums) and verified before a restore
+reads the arrays, so that a file whose bytes changed since (bit rot, a damaged copy) makes the
+step unreadable instead of being trained on.
+
 Saves are asynchronous (training continues while the arrays are written) and only the newest
 `keep` steps stay on disk. Restoring takes the target shardings of the *current* mesh, so a
 checkpoint written on (2, 2, 2) devices restores onto one device, or any other mesh.
@@ -18,12 +23,12 @@ bert_jax.train.params_loading (`load_params`, `load_model_config`, `resolve_step
 
 Errors (bert_jax.train.checkpoint_errors, importable from here too) say which step and which
 item: CheckpointMismatchError (readable, but does not fit this run), CheckpointUnreadableError
-(a truncated or missing file), CheckpointWriteError (a save failed); all are ValueErrors.
-`check_readable` (a step's metadata files) and `restore` (the arrays, each process its own shards)
-read without any collective and without Orbax's restore barrier, so that an error on one process
-never leaves the others waiting: with several processes the caller agrees on the outcome (see
-bert_jax.train.state, which falls back to the previous step). `set_aside` moves an unreadable step
-to `<directory>_unreadable/<step>`.
+(a truncated, missing or changed file), CheckpointWriteError (a save failed); all are ValueErrors.
+`check_readable` (a step's checksums, then its metadata files) and `restore` (the arrays, each
+process its own shards) read without any collective and without Orbax's restore barrier, so
+that an error on one process never leaves the others waiting: with several processes the caller
+agrees on the outcome (see bert_jax.train.state, which falls back to the previous step).
+`set_aside` moves an unreadable step to `<directory>_unreadable/<step>`.
 """
 
 from __future__ import annotations
@@ -35,10 +40,12 @@ from typing import Any, Mapping, Optional
 
 import jax
 import orbax.checkpoint as ocp
+from absl import logging
 from etils import epath
 
 from bert_jax import paths, pytree
 from bert_jax.config import SHAPE_FIELDS, BertConfig
+from bert_jax.train import checksums
 from bert_jax.train.checkpoint_errors import (
     CheckpointMismatchError,
     CheckpointWriteError,
@@ -67,9 +74,19 @@ def unreadable_dir(directory: str | os.PathLike) -> epath.Path:
 
 
 class _Manager(ocp.CheckpointManager):
-    """A CheckpointManager whose waits for an asynchronous save name the step that failed."""
+    """A CheckpointManager that records each finalized step's checksums and whose waits for an
+    asynchronous save name the step that failed."""
 
     pending_step: Optional[int] = None
+
+    def _finalize(self, step: int, *args, **kwargs):
+        """Orbax's finalisation of a saved step (every process; in Orbax's finalize thread when
+        saves are asynchronous), then this process's checksums of the files it wrote. An error
+        here surfaces as the save's error (wait_until_finished)."""
+        super()._finalize(step, *args, **kwargs)
+        step_dir = self.directory / str(step)
+        if step_dir.is_dir():  # not when Orbax skipped the finalisation of a failed save
+            checksums.record(step_dir, jax.process_index(), jax.process_count())
 
     def wait_until_finished(self):
         try:
@@ -184,6 +201,12 @@ def read_metadata(manager: ocp.CheckpointManager, step: int) -> dict:
     return _read_metadata_item(manager.directory / str(step), step_name(manager, step))
 
 
+def read_step_metadata(directory: str | os.PathLike, step: int) -> dict:
+    """read_metadata without a manager: the metadata JSON of `<directory>/<step>`."""
+    directory = paths.path(directory)
+    return _read_metadata_item(directory / str(step), f"{directory}/{step}")
+
+
 def state_metadata(manager: ocp.CheckpointManager, step: int) -> Any:
     """The saved TrainState's tree of array metadata (shapes, dtypes), without reading arrays."""
     where = step_name(manager, step)
@@ -247,16 +270,22 @@ def _other_layout_state(data_iterator: Any, path: epath.Path, where: str) -> Opt
 
 
 def check_readable(manager: ocp.CheckpointManager, step: int, *,
-                   data_iterator: bool = False) -> None:
-    """Raise CheckpointUnreadableError naming the item unless `step`'s metadata JSON, the
-    metadata of its saved arrays and (if asked) this process's data-iterator state can be read.
+                   data_iterator: bool = False) -> bool:
+    """Raise CheckpointUnreadableError naming the item (or the file) unless `step`'s files match
+    their checksums (this process's share of them, see `verify_checksums`), and its metadata
+    JSON, the metadata of its saved arrays and (if asked) this process's data-iterator state can
+    be read. Returns whether the files were verified (False: the step has no checksums).
 
-    Reads files only, without any collective, so that each process can check on its own; the
-    arrays themselves are read only by restore (a truncated data file shows there).
+    The checksums come first, so that Orbax never reads a file whose bytes changed. Reads files
+    only, without any collective, so that each process can check on its own; the arrays
+    themselves are read only by restore (in a step without checksums, a truncated data file
+    shows there).
     """
     where = step_name(manager, step)
-    if not (manager.directory / str(step)).is_dir():
+    step_dir = manager.directory / str(step)
+    if not step_dir.is_dir():
         raise unreadable(where, "the folder is missing")
+    verified = verify_checksums(step_dir, where, share=(jax.process_index(), jax.process_count()))
     read_metadata(manager, step)
     state_metadata(manager, step)
     if data_iterator:
@@ -264,6 +293,7 @@ def check_readable(manager: ocp.CheckpointManager, step: int, *,
         if path is not None:
             with Reading(where, DATA):
                 json.loads(path.read_text())
+    return verified
 
 
 def _shapes_by_path(tree: Any) -> dict[str, tuple[int, ...]]:
@@ -314,13 +344,16 @@ def _check_same_layout(where: str, saved: bool, ours: bool) -> None:
 
 
 def restore(manager: ocp.CheckpointManager, step: int, abstract_state: Any, *,
-            model_config: BertConfig, data_iterator: Any = None) -> Any:
+            model_config: BertConfig, data_iterator: Any = None, checked: bool = False) -> Any:
     """The TrainState at `step`, placed with the shardings of `abstract_state` (any mesh).
 
     abstract_state: a tree of jax.ShapeDtypeStruct with `.sharding` set, e.g. from
     jax.eval_shape plus the state shardings. The iterator, if given, is set to its saved state
     (only once everything was read). Raises CheckpointMismatchError if the step does not fit this
-    run, CheckpointUnreadableError (naming the item) if it cannot be read.
+    run, CheckpointUnreadableError (naming the item, or the file) if it cannot be read or its
+    files do not match their checksums (`check_readable`, unless `checked` says the caller has
+    just called it for this step; each process checks its share of the files, and the caller
+    combines the outcomes as below).
 
     Each process reads its own shards through the item handlers, without the barrier that
     `manager.restore` ends with, so that an error on one process cannot leave the others waiting
@@ -330,7 +363,8 @@ def restore(manager: ocp.CheckpointManager, step: int, abstract_state: Any, *,
     """
     where = step_name(manager, step)
     step_dir = manager.directory / str(step)
-    check_readable(manager, step, data_iterator=data_iterator is not None)
+    if not checked:
+        check_readable(manager, step, data_iterator=data_iterator is not None)
     check_compatible(manager, step, abstract_state, model_config)
     receiver, other_layout = _IteratorStateReceiver(), None
     if data_iterator is not None:
@@ -356,6 +390,20 @@ def restore(manager: ocp.CheckpointManager, step: int, abstract_state: Any, *,
     elif data_iterator is not None:
         data_iterator.set_state(receiver.state)
     return state
+
+
+def verify_checksums(step_dir: epath.Path, where: str,
+                     share: Optional[tuple[int, int]] = None) -> bool:
+    """checksums.verify, with one log line for a step saved without checksums (restored as
+    before, unverified); False for such a step. Raises CheckpointUnreadableError naming the
+    step and the damaged file."""
+    with Reading(where, checksums.FOLDER):
+        verified = checksums.verify(step_dir, where, share)
+    if not verified:
+        logging.warning("checkpoint %s has no checksums (saved before they were recorded, or its "
+                        "run stopped before recording them): its files are read unverified",
+                        where)
+    return verified
 
 
 def set_aside(directory: str | os.PathLike, step: int) -> epath.Path:

@@ -44,6 +44,7 @@ import signal
 from typing import Any, Callable, Iterator, Mapping, Optional
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import optax
 from absl import logging
@@ -53,8 +54,14 @@ from jax.sharding import Mesh
 from bert_jax import run_config, sharding
 from bert_jax.config import BertConfig
 from bert_jax.train import checkpointing, fsdp, preemption, program, steps
+from bert_jax.train import workdir as workdir_lib
 from bert_jax.train.evaluation import Evaluator
-from bert_jax.train.metrics_writer import MetricsWriter, format_log_line, read_metrics
+from bert_jax.train.metrics_writer import (
+    MetricsWriteError,
+    MetricsWriter,
+    format_log_line,
+    read_metrics,
+)
 from bert_jax.train.throughput import Throughput
 
 _DEFAULTS = run_config.LOOP_DEFAULTS
@@ -102,11 +109,19 @@ class LoopConfig:
 
 
 NONFINITE_POLICIES = ("stop", "skip")
+_ADVICE = ("Lower the learning rate, set optimizer.clip_norm, or set nonfinite=skip to go on past "
+           "such steps")
 _CONFIG_KEYS = {"global_batch_size": "batch_size"}  # LoopConfig field -> the config key
 
 
 class NonFiniteError(ValueError):
-    """The loss or gradients of a run stopped being finite (see LoopConfig.nonfinite)."""
+    """The loss or gradients of a run stopped being finite (see LoopConfig.nonfinite), or its
+    parameters did."""
+
+
+def _all_finite(tree: Any) -> jax.Array:
+    """Whether every element of every leaf of `tree` is finite: one boolean scalar."""
+    return jnp.all(jnp.stack([jnp.all(jnp.isfinite(leaf)) for leaf in jax.tree.leaves(tree)]))
 
 
 @dataclasses.dataclass
@@ -173,11 +188,24 @@ class _Run:
         self.manager = checkpointing.make_manager(checkpointing.checkpoint_dir(workdir),
                                                   keep=config.keep_checkpoints,
                                                   async_saves=config.async_checkpoints)
-        built = program.build(task, optimizer, config, mesh, learning_rate_fn=learning_rate_fn,
-                              manager=self.manager, train_iterator=train_iterator)
-        self.state, self.step, self.train_step = built.state, built.start_step, built.train_step
+        self.writer: Optional[MetricsWriter] = None
+        try:  # an error from here on still shuts the manager's threads down (close)
+            built = program.build(task, optimizer, config, mesh,
+                                  learning_rate_fn=learning_rate_fn, manager=self.manager,
+                                  train_iterator=train_iterator)
+            self.state, self.step = built.state, built.start_step
+            self.train_step = built.train_step
+            self.writer = MetricsWriter(workdir, self.step)
+        except BaseException:
+            self.close(quietly=True)
+            raise
         self.start_step, self.checked_step = self.step, self.step
-        self.writer = MetricsWriter(workdir, self.step)
+        # Kept with every checkpoint: the run's config.json, so that a rerun whose config.json
+        # is gone can be checked against it (workdir.record_config); params_finite: see save.
+        self.checkpoint_metadata = {**task.checkpoint_metadata, "params_finite": True,
+                                    **workdir_lib.saved_config_metadata(workdir)}
+        self.finite_saves: set[int] = set()  # steps saved by this invocation (finite params)
+        self.all_finite = jax.jit(_all_finite, out_shardings=sharding.replicated(mesh))
         self.throughput = Throughput(task.flops_per_step, task.tokens_per_step,
                                      config.peak_flops_per_device, self.step)
         self.metrics: Mapping[str, jax.Array] = {}
@@ -219,24 +247,54 @@ class _Run:
             first = self.step - in_a_row + 1
             where = (f"by step {self.step}" if in_a_row != total else f"at step {first}"
                      if in_a_row == 1 else f"at steps {first}-{self.step}")
-            latest = self.manager.latest_step()
-            kept = (f"the newest checkpoint, step {latest}, holds finite parameters"
-                    if latest is not None else "no checkpoint had been saved")
             raise NonFiniteError(
                 f"training diverged: the loss or gradients were not finite in {total} step(s) "
                 f"({in_a_row} in a row) {where}; those updates were skipped and nothing was "
-                f"saved since; {kept}. Lower the learning rate, set optimizer.clip_norm, or set "
-                "nonfinite=skip to go on past such steps")
+                f"saved since; {self.finite_checkpoint()}. {_ADVICE}")
         self.checked_step = self.step
 
+    def finite_checkpoint(self) -> str:
+        """Which checkpoint holds finite parameters, checked: the newest step saved by this
+        invocation (save checked it), else marked params_finite in its metadata, else whose
+        parameters load finite; steps that cannot be read are passed over."""
+        from bert_jax.train import params_loading
+        try:
+            self.manager.wait_until_finished()  # the newest save is on disk (or failed)
+        except checkpointing.CheckpointWriteError as e:
+            logging.error("%s", e)
+        saved = sorted(self.manager.all_steps(), reverse=True)
+        if not saved:
+            return "no checkpoint had been saved"
+        for step in saved:
+            try:
+                finite = step in self.finite_saves or checkpointing.read_metadata(
+                    self.manager, step).get("params_finite") is True or bool(self.all_finite(
+                        params_loading.load_params(self.manager.directory, step)[1]))
+            except checkpointing.CheckpointUnreadableError:
+                continue
+            if finite:
+                which = "the newest checkpoint" if step == saved[0] else "the newest finite one"
+                return f"{which}, step {step}, holds finite parameters"
+        return (f"no checkpoint holds finite parameters (steps {sorted(saved)} checked): start "
+                "over in another --workdir")
+
     def save(self, force: bool = False) -> None:
+        """Save this step (after checking the loss so far was finite); parameters that are not
+        finite (a finite loss and gradient, but an update that overflowed, e.g. an infinite
+        learning rate) are never saved: they would rotate finite checkpoints out."""
         if self.checked_step != self.step:
             self.check_finite()
+        if not bool(self.all_finite(self.state.params)):
+            raise NonFiniteError(
+                f"training diverged: the parameters after step {self.step} are not finite (the "
+                "update overflowed although the loss and gradients were finite) and were not "
+                f"saved; {self.finite_checkpoint()}. {_ADVICE}")
         checkpointing.save(self.manager, self.step, self.state,
                            model_config=self.task.model_config,
                            data_iterator=self.iterator if hasattr(self.iterator, "get_state")
                            else None,
-                           extra_metadata=self.task.checkpoint_metadata, force=force)
+                           extra_metadata=self.checkpoint_metadata, force=force)
+        self.finite_saves.add(self.step)
 
     def run_eval(self) -> None:
         self.last_eval = self.evaluate(self.state.params)
@@ -267,17 +325,22 @@ class _Run:
             self.last_eval = {k: v for k, v in record.items() if k != "step"}
 
     def close(self, quietly: bool = False) -> None:
-        """Wait for the saves and release everything; quietly: an error is already on its way,
-        so a failed background save is logged rather than raised over it."""
-        try:
-            self.manager.wait_until_finished()
-        except checkpointing.CheckpointWriteError as e:
-            if not quietly:
-                raise
-            logging.error("%s", e)
-        finally:
-            self.manager.close()
-            self.writer.close()
+        """Wait for the saves and release everything, Orbax's background threads included (left
+        running, they print tracebacks at exit); quietly: an error is already on its way, so a
+        failed write here is logged rather than raised over it."""
+        errors = []
+        for release in (self.manager.wait_until_finished, self.manager.close,
+                        self.writer.close if self.writer is not None else None):
+            if release is None:
+                continue
+            try:
+                release()
+            except (checkpointing.CheckpointWriteError, MetricsWriteError) as e:
+                errors.append(e)
+        for error in errors[not quietly:]:
+            logging.error("%s", error)
+        if errors and not quietly:
+            raise errors[0]
 
 
 def train(task: Task, optimizer: optax.GradientTransformation, train_iterator: Iterator,

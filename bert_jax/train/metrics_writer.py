@@ -14,11 +14,12 @@ for such a URI is `_ObjectRecordWriter` (etils.epath again: the whole event file
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
 import threading
-from typing import Mapping, Optional
+from typing import Iterator, Mapping, Optional
 
 import jax
 from absl import logging
@@ -33,20 +34,37 @@ EVAL_FILE = "eval_metrics.jsonl"
 _RATE_KEYS = ("learning_rate", "tokens_per_second", "mfu", "seconds_per_step")
 
 
+class MetricsWriteError(ValueError):
+    """A metrics file or TensorBoard's events could not be written (a full disk, a read-only
+    workdir): names the file. What was trained is in the checkpoints (a rerun resumes)."""
+
+
+# TensorBoard's own thread flushes its event file every this many seconds; this writer flushes
+# after each record instead, in the training thread, where a failed write (a full disk) is caught
+# and named rather than printed as a traceback of that thread. (A day: the thread waits on its
+# queue with this timeout, and the queue's semaphore refuses a timeout too large.)
+_TENSORBOARD_FLUSH_SECS = 24 * 3600
+
+
 class MetricsWriter:
-    """metrics.jsonl / eval_metrics.jsonl + TensorBoard events, written by process 0 only."""
+    """metrics.jsonl / eval_metrics.jsonl + TensorBoard events, written by process 0 only.
+
+    A failed write (OSError: a full disk, a read-only workdir) is a MetricsWriteError naming
+    the file."""
 
     def __init__(self, workdir: str, start_step: int):
         self.enabled = jax.process_index() == 0
         self.train_path = os.fspath(epath.Path(workdir) / TRAIN_FILE)
         self.eval_path = os.fspath(epath.Path(workdir) / EVAL_FILE)
         self.tensorboard = None
+        self._tensorboard_dir = os.fspath(epath.Path(workdir) / "tensorboard")
         # On object storage: each file's text so far, written whole at every record.
         self._texts: Optional[dict[str, str]] = None
         if not self.enabled:
             return
         for path in (self.train_path, self.eval_path):
-            drop_lines_after(path, start_step)
+            with _writing(path):
+                drop_lines_after(path, start_step)
         if paths.is_remote(workdir):
             self._texts = {path: _text_of(path) for path in (self.train_path, self.eval_path)}
         from tensorboardX import SummaryWriter
@@ -54,18 +72,23 @@ class MetricsWriter:
             from tensorboardX import record_writer
             record_writer.register_writer_factory(os.fspath(workdir).split("://")[0],
                                                   _ObjectRecordWriterFactory())
-        self.tensorboard = SummaryWriter(os.fspath(epath.Path(workdir) / "tensorboard"),
-                                         purge_step=start_step + 1 if start_step else None)
+        with _writing(self._tensorboard_dir, "TensorBoard's events in"):
+            self.tensorboard = SummaryWriter(self._tensorboard_dir,
+                                             purge_step=start_step + 1 if start_step else None,
+                                             flush_secs=_TENSORBOARD_FLUSH_SECS)
 
     def write(self, step: int, metrics: Mapping[str, float], evaluation: bool = False) -> None:
         if not self.enabled:
             return
         record = {"step": step, **{k: float(v) for k, v in metrics.items()}}
-        self._append(self.eval_path if evaluation else self.train_path, json.dumps(record) + "\n")
+        path = self.eval_path if evaluation else self.train_path
+        with _writing(path):
+            self._append(path, json.dumps(record) + "\n")
         prefix = "eval/" if evaluation else "train/"
         for name, value in metrics.items():
             self.tensorboard.add_scalar(prefix + name, float(value), step)
-        self.tensorboard.flush()
+        with _writing(self._tensorboard_dir, "TensorBoard's events in"):
+            self.tensorboard.flush()
 
     def _append(self, path: str, line: str) -> None:
         if self._texts is None:
@@ -77,7 +100,19 @@ class MetricsWriter:
 
     def close(self) -> None:
         if self.tensorboard is not None:
-            self.tensorboard.close()
+            tensorboard, self.tensorboard = self.tensorboard, None
+            with _writing(self._tensorboard_dir, "TensorBoard's events in"):
+                tensorboard.close()
+
+
+@contextlib.contextmanager
+def _writing(path: str, what: str = "") -> Iterator[None]:
+    """Turns an OSError of the body into a MetricsWriteError naming `path` (and `what` it is)."""
+    try:
+        yield
+    except OSError as e:
+        target = f"{what} {path}" if what else path
+        raise MetricsWriteError(f"could not write {target}: {type(e).__name__}: {e}") from e
 
 
 class _ObjectRecordWriter:

@@ -92,8 +92,9 @@ def load_params(checkpoint_dir: str | os.PathLike, step: Optional[int] = None,
     shardings: where the parameters land: None (the first local device), one Sharding for every
     leaf, or a tree of Shardings shaped like the params (e.g. `sharding.param_shardings` of this
     run's model on its mesh), in which case each leaf is read straight into its shards.
-    A step that cannot be read is a CheckpointUnreadableError naming it (no fallback: the caller
-    asked for this step, or for the newest).
+    A step that cannot be read, or whose files do not match the checksums recorded when it was
+    saved (bert_jax.train.checksums), is a CheckpointUnreadableError naming it (no fallback: the
+    caller asked for this step, or for the newest).
     scan_layers: the layout of the encoder layers returned (BertConfig.scan_layers, which the
     returned config then holds): None keeps the checkpoint's, or takes that of a tree of
     `shardings`; the other layout is converted (bert_jax.model.scan).
@@ -102,6 +103,7 @@ def load_params(checkpoint_dir: str | os.PathLike, step: Optional[int] = None,
     manager = _read_only_manager(root)
     where = checkpointing.step_name(manager, step)
     try:
+        checkpointing.verify_checksums(root / str(step), where)  # before Orbax reads a file
         model_config = _model_config(manager, step)
         saved = checkpointing.state_metadata(manager, step)
         if "params" not in saved:

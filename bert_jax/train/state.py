@@ -4,9 +4,10 @@ restored from the newest readable checkpoint, with the shardings that the jitted
 Optimizer moments are sharded like the parameters they belong to; step and rng are replicated.
 
 Resuming (create_or_restore) takes the newest step that can be read. A step that cannot (a
-truncated data file or manifest, a deleted metadata or data_iterator folder: any
-CheckpointUnreadableError) is logged as a warning naming the step and the error, and the previous
-step is tried. Once a step restores, the newer unreadable ones are moved (never deleted) to
+truncated data file or manifest, a deleted metadata or data_iterator folder, a file whose bytes no
+longer match the checksum recorded when it was saved: any CheckpointUnreadableError) is logged
+as a warning naming the step and the error, and the previous step is tried. Once a step
+restores, the newer unreadable ones are moved (never deleted) to
 `<workdir>/checkpoints_unreadable/<step>` (a suffix `.1`, ... if that exists) and the manager
 forgets them, so the run continues from there exactly and later saves do not meet them. If no
 step can be read the run stops with CheckpointUnreadableError listing each step's error and
@@ -206,7 +207,7 @@ def _restore_newest_readable(manager, abstract_state: Any, model_config: BertCon
             # process could not, the restore of the previous step sets it again.
             state, problem = _attempt(functools.partial(
                 checkpointing.restore, manager, step, abstract_state, model_config=model_config,
-                data_iterator=data_iterator), where)
+                data_iterator=data_iterator, checked=True), where)
         if problem is None:
             if unreadable:
                 _set_aside(manager, [s for s, _ in unreadable])

@@ -4,7 +4,12 @@
 recipe from process 0 after checking it, and read back by evaluate.py in a new process. A rerun
 on a workdir that holds a checkpoint continues the same run, so its config must be the same in
 everything that changes what the run computes (`record_config`); `allow_config_change` says a
-change is meant.
+change is meant. Each checkpoint keeps a copy (`saved_config_metadata`, in its metadata), so a
+rerun whose config.json is gone is checked against the newest readable checkpoint's: refused
+when they differ, a warning when they do not (or when the checkpoint predates saved configs).
+
+A workdir that cannot be written (a read-only filesystem, a full disk) stops a run at the lock
+or at config.json with a WorkdirNotWritableError naming the file.
 
 `<workdir>/run.lock` is held for the life of a run (`lock`): a second run on the same workdir
 stops at once, naming the process that holds it. A lock left by a process that died is taken
@@ -22,7 +27,7 @@ import json
 import os
 import socket
 import time
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator, Optional
 
 import jax
 from absl import logging
@@ -56,6 +61,22 @@ class WorkdirInUseError(ValueError):
 
 class ConfigChangedError(ValueError):
     """A rerun's config differs from the one the workdir's run was started with."""
+
+
+class WorkdirNotWritableError(ValueError):
+    """The workdir cannot be written (a read-only filesystem, no permission, a full disk)."""
+
+
+SAVED_CONFIG_KEY = "run_config"  # the run's config.json, kept in each checkpoint's metadata
+
+
+def saved_config_metadata(workdir: str) -> dict:
+    """{"run_config": <workdir>/config.json} for the metadata of a checkpoint, or {} when this
+    process sees no config.json (a run outside the recipes, another host's local disk)."""
+    config_path = epath.Path(workdir) / CONFIG_FILE
+    if not config_path.exists():
+        return {}
+    return {SAVED_CONFIG_KEY: read_json(config_path)}
 
 
 def _flat(config: Any) -> dict[str, Any]:
@@ -93,9 +114,65 @@ def _has_checkpoint(workdir: str) -> bool:
     return directory.is_dir() and any(p.name.isdigit() for p in directory.iterdir())
 
 
+def _checkpoint_config(workdir: str) -> tuple[Optional[int], Optional[dict]]:
+    """(step, the config saved in its metadata) of the newest checkpoint whose metadata can be
+    read; (step, None) when that checkpoint predates saved configs; (None, None) when none can."""
+    from bert_jax.train import checkpointing  # orbax: only where a checkpoint is read
+    directory = epath.Path(workdir) / checkpointing.CHECKPOINTS
+    for step in sorted((int(p.name) for p in directory.iterdir() if p.name.isdigit()),
+                       reverse=True):
+        try:
+            metadata = checkpointing.read_step_metadata(directory, step)
+        except checkpointing.CheckpointUnreadableError:
+            continue
+        return step, metadata.get(SAVED_CONFIG_KEY)
+    return None, None
+
+
+def _check_against_checkpoint(config: ml_collections.ConfigDict, workdir: str) -> None:
+    """config.json is gone but checkpoints exist: compare with the config the newest readable
+    checkpoint was saved with; refuse a difference unless allow_config_change, else warn."""
+    config_path = epath.Path(workdir) / CONFIG_FILE
+    step, saved = _checkpoint_config(workdir)
+    if saved is None:
+        logging.warning("%s is missing and %s: this config cannot be checked against the run's, "
+                        "so the run goes on with it", config_path,
+                        f"checkpoint step {step} predates saved configs" if step is not None
+                        else "no checkpoint's metadata can be read")
+        return
+    differences = config_differences(saved, config)
+    if differences and not config.allow_config_change:
+        raise ConfigChangedError(
+            f"{config_path} is missing, and the newest checkpoint (step {step}) was saved with "
+            "another config (" + "; ".join(differences[:8])
+            + ("; ..." if len(differences) > 8 else "") + "): rerun with the config it was "
+            "saved with, or --config.allow_config_change=true if the change is meant")
+    logging.warning("%s was missing; %s", config_path,
+                    f"the config differs from checkpoint step {step}'s as allowed ("
+                    + "; ".join(differences) + ")" if differences else
+                    f"this config is the one checkpoint step {step} was saved with, written anew")
+
+
+def _not_writable(workdir: str, error: OSError) -> str:
+    return (f"cannot write into {workdir} ({type(error).__name__}: {error}): a run needs a "
+            "writable --workdir (free some space, or use another folder)")
+
+
+@contextlib.contextmanager
+def _writing(workdir: str) -> Iterator[None]:
+    """An OSError of the body (a read-only filesystem, no permission, a full disk) as a
+    WorkdirNotWritableError: one line naming the file."""
+    try:
+        yield
+    except OSError as e:
+        raise WorkdirNotWritableError(_not_writable(workdir, e)) from e
+
+
 def _record(config: ml_collections.ConfigDict, workdir: str) -> None:
     config_path = epath.Path(workdir) / CONFIG_FILE
-    if config_path.exists() and _has_checkpoint(workdir):
+    if not config_path.exists() and _has_checkpoint(workdir):
+        _check_against_checkpoint(config, workdir)
+    elif config_path.exists() and _has_checkpoint(workdir):
         differences = config_differences(read_json(config_path), config)
         if differences and not config.allow_config_change:
             raise ConfigChangedError(
@@ -105,10 +182,13 @@ def _record(config: ml_collections.ConfigDict, workdir: str) -> None:
                 "change is meant")
         if differences:
             kept = config_path.parent / f"config.previous-{time.strftime('%Y%m%d-%H%M%S')}.json"
-            config_path.copy(kept, overwrite=True)
+            with _writing(workdir):
+                config_path.copy(kept, overwrite=True)
             logging.warning("config changed (%s); the previous config is kept as %s",
                             "; ".join(differences), kept)
-    write_text_atomically(config_path, json.dumps(config.to_dict(), indent=2, sort_keys=True))
+    with _writing(workdir):
+        write_text_atomically(config_path, json.dumps(config.to_dict(), indent=2,
+                                                      sort_keys=True))
 
 
 def load_config(workdir: str) -> ml_collections.ConfigDict:
@@ -142,12 +222,13 @@ def _acquire(workdir: str) -> dict:
     """Create <workdir>/run.lock holding this process's record, taking over a dead process's
     lock."""
     lock_path = epath.Path(workdir) / LOCK_FILE
-    lock_path.parent.mkdir(parents=True, exist_ok=True)
     me = {"pid": os.getpid(), "host": socket.gethostname(),
           "since": time.strftime("%Y-%m-%d %H:%M:%S")}
     for _ in range(2):
-        if create_exclusively(lock_path, json.dumps(me)):
-            return me
+        with _writing(workdir):
+            lock_path.parent.mkdir(parents=True, exist_ok=True)
+            if create_exclusively(lock_path, json.dumps(me)):
+                return me
         try:
             holder = read_json(lock_path)
         except (ValueError, FileNotFoundError):

@@ -7,26 +7,38 @@ their index (resumable), so that a resumed run must reproduce the uninterrupted 
 """
 
 import errno
+import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 
+import jax
 import jax.numpy as jnp
+import optax
 import pytest
+from etils import epath
 
 from bert_jax import BertConfig, cli, sharding
 from bert_jax.data.synthetic import RandomTokenBatches
 from bert_jax.model import BertForPreTraining
 from bert_jax.recipes import pretrain
-from bert_jax.train import checkpointing, loop, optimizer, params_loading
+from bert_jax.train import (
+    checkpoint_verification,
+    checkpointing,
+    checksums,
+    loop,
+    optimizer,
+    params_loading,
+)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TOTAL_STEPS = 8  # checkpoints every 2 steps, the newest 3 kept: 4, 6, 8
 
 
-def train(workdir, async_checkpoints=False):
+def train(workdir, async_checkpoints=False, tx=None, total_steps=TOTAL_STEPS):
     cfg = BertConfig.preset("tiny", vocab_size=100, hidden_size=32, num_hidden_layers=1,
                             num_attention_heads=2, intermediate_size=64,
                             max_position_embeddings=16, hidden_dropout_prob=0.1)
@@ -34,9 +46,9 @@ def train(workdir, async_checkpoints=False):
     ids, positions = jnp.zeros((1, 16), jnp.int32), jnp.zeros((1, 2), jnp.int32)
     task = loop.Task(cfg, lambda rng: model.init(rng, ids, positions)["params"],
                      pretrain.make_loss(model))
-    tx = optimizer.make_optimizer(optimizer.OptimizerConfig(
+    tx = tx or optimizer.make_optimizer(optimizer.OptimizerConfig(
         learning_rate=1e-3, total_steps=TOTAL_STEPS, warmup_steps=1))
-    config = loop.LoopConfig(total_steps=TOTAL_STEPS, global_batch_size=4, log_every_steps=1,
+    config = loop.LoopConfig(total_steps=total_steps, global_batch_size=4, log_every_steps=1,
                              checkpoint_every_steps=2, keep_checkpoints=3,
                              async_checkpoints=async_checkpoints)
     return loop.train(task, tx, RandomTokenBatches(4, 16, 2, 100, seed=0), str(workdir), config,
@@ -99,6 +111,30 @@ def truncate_manifest(step_dir):
     truncate(step_dir / "state" / "manifest.ocdbt")
 
 
+def largest_array_file(step_dir):
+    files = [os.path.join(root, name) for root, _, names in os.walk(step_dir / "state")
+             for name in names]
+    return max(files, key=os.path.getsize)  # an array chunk under ocdbt.process_0/d/
+
+
+def flip_bytes(step_dir):
+    """Bit rot: 3 x 64 bytes inverted, spread over the largest array file (its size unchanged)."""
+    path = largest_array_file(step_dir)
+    size = os.path.getsize(path)
+    with open(path, "r+b") as f:
+        for start in (size // 4, size // 2, 3 * size // 4):
+            f.seek(start)
+            chunk = f.read(64)
+            f.seek(start)
+            f.write(bytes(b ^ 0xFF for b in chunk))
+
+
+def zero_largest_file(step_dir):
+    path = largest_array_file(step_dir)
+    with open(path, "r+b") as f:
+        f.write(bytes(os.path.getsize(path)))
+
+
 def delete_metadata(step_dir):
     shutil.rmtree(step_dir / "metadata")
 
@@ -107,6 +143,7 @@ def delete_metadata(step_dir):
 
 @pytest.mark.parametrize("damage, set_aside_before", [
     (truncate_largest_data_file, []), (truncate_manifest, []),
+    (flip_bytes, []), (zero_largest_file, []),
     (delete_metadata, ["8"]),  # an earlier unreadable step 8 is there already: "8.1"
 ])
 def test_an_unreadable_newest_step_is_set_aside_and_the_run_resumes_from_the_previous_one(
@@ -167,7 +204,12 @@ def test_load_params_names_an_unreadable_step(run_copy):
     with pytest.raises(checkpointing.CheckpointUnreadableError, match=r"checkpoints/8 cannot"):
         params_loading.load_model_config(directory)
     assert params_loading.resolve_step(directory) == 8  # listing only: reading says the rest
-    truncate_manifest(directory / "6")  # (a truncated data file may hold only optimizer state)
+    truncate_manifest(directory / "6")
+    with pytest.raises(checkpointing.CheckpointUnreadableError,
+                       match=rf"^checkpoint {directory}/6 cannot be read: state/manifest.ocdbt has "
+                             r"\d+ bytes, and \d+ were saved"):
+        params_loading.load_params(directory, step=6)
+    shutil.rmtree(directory / "6" / "checksums")  # as saved before checksums: Orbax finds it
     with pytest.raises(checkpointing.CheckpointUnreadableError,
                        match=rf"^checkpoint {directory}/6 cannot be read: state: ValueError: "
                              r"DATA_LOSS: "):
@@ -264,3 +306,182 @@ def test_a_failed_background_save_names_its_step(tmp_path, monkeypatch):
                        match=rf"^could not write the checkpoint {workdir}/checkpoints/4 \(saved "
                              r"in the background\): OSError: \[Errno 28\] No space left"):
         train(workdir, async_checkpoints=True)
+
+
+# ----- checksums: recorded when a step is finalized, verified before its arrays are read --------
+
+def step_files(step_dir):
+    """Every file of a step but its checksum records, relative to the step folder."""
+    return sorted(os.path.relpath(os.path.join(root, name), step_dir)
+                  for root, _, names in os.walk(step_dir) for name in names
+                  if os.path.relpath(root, step_dir).split(os.sep)[0] != "checksums")
+
+
+def test_every_saved_step_records_the_checksum_of_each_of_its_files(uninterrupted):
+    for step in (4, 6, 8):
+        step_dir = uninterrupted[0] / "checkpoints" / str(step)
+        assert os.listdir(step_dir / "checksums") == ["process_0.json"]
+        with open(step_dir / "checksums" / "process_0.json") as f:
+            record = json.load(f)
+        assert (record["algorithm"], record["process_index"], record["process_count"]) == (
+            "blake2b-128", 0, 1)
+        assert sorted(record["files"]) == step_files(step_dir)
+        assert any(name.startswith("state/ocdbt.process_0/d/") for name in record["files"])
+        for name, entry in record["files"].items():
+            with open(step_dir / name, "rb") as f:
+                data = f.read()
+            assert entry == {"size": len(data),
+                             "digest": hashlib.blake2b(data, digest_size=16).hexdigest()}
+        assert checksums.verify(epath.Path(step_dir), "here") is True
+
+
+def test_asynchronous_saves_record_their_checksums_too(tmp_path):
+    """Recorded in Orbax's finalize thread; the run's last save is waited for at its end."""
+    train(tmp_path, async_checkpoints=True)
+    for step in (4, 6, 8):
+        assert checksums.verify(epath.Path(tmp_path / "checkpoints" / str(step)), "here")
+
+
+def _remove(step_dir, name):
+    os.remove(step_dir / name)
+
+
+@pytest.mark.parametrize("damage, problem", [
+    (flip_bytes, "{file} does not match its checksum (its bytes changed after it was saved: "
+                 "bit rot, or a damaged copy)"),
+    (zero_largest_file, "{file} does not match its checksum"),
+    (truncate_largest_data_file, "{file} has {half} bytes, and {size} were saved (a truncated "
+                                 "or partly copied file)"),
+    (lambda d: _remove(d, largest_array_file(d)), "{file} is missing (recorded in "
+                                                  "checksums/process_0.json)"),
+    (lambda d: shutil.copy(largest_array_file(d), d / "state" / "extra"),
+     "state/extra is in none of the step's checksum records (checksums/): a file added after "
+     "the step was saved"),
+    (lambda d: _remove(d, "checksums/process_0.json"), None),  # as a step saved before them
+])
+def test_verify_names_the_damaged_file(run_copy, damage, problem):
+    step_dir = run_copy / "checkpoints" / "8"
+    file = os.path.relpath(largest_array_file(step_dir), step_dir)
+    size = os.path.getsize(step_dir / file)
+    damage(step_dir)
+    if problem is None:
+        assert checksums.verify(epath.Path(step_dir), "the step") is False
+        return
+    with pytest.raises(checkpointing.CheckpointUnreadableError) as error:
+        checksums.verify(epath.Path(step_dir), "the step")
+    assert str(error.value).startswith(
+        "checkpoint the step cannot be read: " + problem.format(file=file, half=size // 2,
+                                                                 size=size))
+
+
+def test_a_record_of_another_process_that_is_missing_makes_the_step_unreadable(run_copy):
+    step_dir = run_copy / "checkpoints" / "8"
+    record_file = step_dir / "checksums" / "process_0.json"
+    with open(record_file) as f:
+        record = json.load(f)
+    record["process_count"] = 2
+    with open(record_file, "w") as f:
+        json.dump(record, f)
+    with pytest.raises(checkpointing.CheckpointUnreadableError,
+                       match=r"checksums/process_1.json is missing \(the step's files were "
+                             r"recorded by 2 processes\)"):
+        checksums.verify(epath.Path(step_dir), "the step")
+
+
+def test_two_damaged_steps_are_set_aside_and_the_run_resumes_from_the_third(
+        uninterrupted, run_copy, restored_steps):
+    flip_bytes(run_copy / "checkpoints" / "8")
+    zero_largest_file(run_copy / "checkpoints" / "6")
+    result = train(run_copy)
+    assert restored_steps == [4] and result.step == TOTAL_STEPS
+    assert losses(run_copy) == uninterrupted[1]
+    assert sorted(os.listdir(run_copy / "checkpoints_unreadable")) == ["6", "8"]
+    assert steps_in(run_copy / "checkpoints") == [4, 6, 8]
+    for step in (4, 6, 8):  # the steps saved anew carry checksums again
+        assert checksums.verify(epath.Path(run_copy / "checkpoints" / str(step)), "here")
+
+
+def test_steps_saved_before_checksums_restore_as_before_with_one_log_line(
+        uninterrupted, run_copy, restored_steps, caplog):
+    for step in (4, 6, 8):
+        shutil.rmtree(run_copy / "checkpoints" / str(step) / "checksums")
+    with caplog.at_level("WARNING"):
+        checkpointing.verify_checksums(epath.Path(run_copy / "checkpoints" / "8"), "step 8")
+    assert [r.getMessage() for r in caplog.records] == [
+        "checkpoint step 8 has no checksums (saved before they were recorded, or its run "
+        "stopped before recording them): its files are read unverified"]
+    train(run_copy)
+    assert restored_steps == [8]  # nothing set aside
+    assert not (run_copy / "checkpoints_unreadable").exists()
+
+
+def test_load_params_refuses_a_step_whose_bytes_changed(run_copy):
+    directory = run_copy / "checkpoints"
+    flip_bytes(directory / "8")
+    with pytest.raises(checkpointing.CheckpointUnreadableError,
+                       match=rf"^checkpoint {directory}/8 cannot be read: state/ocdbt.process_0/"
+                             r"d/\w+ does not match its checksum"):
+        params_loading.load_params(directory)
+    assert params_loading.load_params(directory, step=6)[0].hidden_size == 32
+
+
+def test_verify_checkpoints_lists_each_step_and_fails_on_a_damaged_one(run_copy):
+    checks = checkpoint_verification.check_run(run_copy)
+    assert [(c.step, c.problem, c.verified) for c in checks] == [
+        (4, None, True), (6, None, True), (8, None, True)]
+    flip_bytes(run_copy / "checkpoints" / "6")
+    shutil.rmtree(run_copy / "checkpoints" / "4" / "checksums")
+    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=ROOT)
+    done = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "experiments", "verify_checkpoints.py"),
+         f"--workdir={run_copy}"], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1, done.stderr[-3000:]
+    lines = done.stdout.splitlines()
+    directory = run_copy / "checkpoints"
+    assert lines[0].startswith(f"{directory}/4: readable, not verified (")
+    assert re.fullmatch(rf"{directory}/6: damaged: state/ocdbt.process_0/d/\w+ does not match "
+                        r"its checksum \(its bytes changed after it was saved: bit rot, or a "
+                        r"damaged copy\)", lines[1]), lines[1]
+    assert re.fullmatch(rf"{directory}/8: ok \(\d+ files, [\d.]+ MB match their checksums\)",
+                        lines[2]), lines[2]
+    assert len(lines) == 3 and "Traceback" not in done.stderr
+    assert done.stderr.strip().splitlines()[-1] == (
+        "verify_checkpoints.py: error: 1 of 3 checkpoint steps are damaged: [6]")
+
+
+# ----- the diverged message names a step whose parameters are finite -----------------------------
+
+def overflowing(from_update):
+    """Adam whose step turns infinite from update `from_update` on (counted from 0): the loss and
+    gradients of that step are finite, the parameters after it are not (as with an infinite
+    learning rate)."""
+    step_size = lambda count: jnp.where(count >= from_update, -jnp.inf, -1e-3)
+    return optax.apply_if_finite(optax.chain(optax.scale_by_adam(),
+                                             optax.scale_by_schedule(step_size)), 10**9)
+
+
+def params_are_finite(directory, step):
+    _, params = params_loading.load_params(directory, step)
+    return all(bool(jnp.isfinite(leaf).all()) for leaf in jax.tree.leaves(params))
+
+
+def test_parameters_that_overflow_are_not_saved_and_the_message_names_a_finite_step(tmp_path):
+    with pytest.raises(loop.NonFiniteError) as error:
+        train(tmp_path, tx=overflowing(5))  # update 5 gives step 6, a checkpoint step
+    assert str(error.value).startswith(
+        "training diverged: the parameters after step 6 are not finite (the update overflowed "
+        "although the loss and gradients were finite) and were not saved; the newest "
+        "checkpoint, step 4, holds finite parameters. Lower the learning rate")
+    directory = tmp_path / "checkpoints"
+    assert steps_in(directory) == [2, 4] and params_are_finite(directory, 4)
+
+
+def test_after_a_resume_the_claim_is_read_from_the_checkpoint(tmp_path):
+    train(tmp_path, tx=overflowing(10**6), total_steps=4)
+    with pytest.raises(loop.NonFiniteError) as error:  # step 5 overflows, step 6's loss is NaN
+        train(tmp_path, tx=overflowing(4))
+    message = str(error.value)
+    assert message.startswith("training diverged: the loss or gradients were not finite in 1 "
+                              "step(s) (1 in a row) at step 6"), message
+    assert "; the newest checkpoint, step 4, holds finite parameters. " in message
+    assert params_are_finite(tmp_path / "checkpoints", 4)
