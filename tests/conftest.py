@@ -18,6 +18,8 @@ import os
 import shutil
 import tempfile
 
+import xla_flags
+
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 # Under pytest-xdist (`-n 2`) the workers inherit the controller's environment, so the controller
 # makes the one cache directory, every worker and every script it starts shares it, and the
@@ -29,6 +31,8 @@ if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
     _CACHE = tempfile.mkdtemp(prefix="bert_jax_tests_xla_")
     os.environ["JAX_COMPILATION_CACHE_DIR"] = _CACHE
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+# Compile for tests quickly (tests/xla_flags.py says why that computes the same).
+xla_flags.add_fast_compile()
 
 # pytest's settings (testpaths, the `slow` marker, the filter that makes our own
 # DeprecationWarnings errors) are in pyproject.toml's [tool.pytest.ini_options].

@@ -7,6 +7,8 @@ import os
 import subprocess
 import sys
 
+import xla_flags
+
 RESULTS = "results.json"
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -14,7 +16,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def run(test_file: str, out_dir: str, timeout: int = 900) -> dict:
     """Run `python test_file out_dir` on 8 CPU devices; return what it wrote with `write`."""
     env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=ROOT,
-               XLA_FLAGS="--xla_force_host_platform_device_count=8")
+               XLA_FLAGS=xla_flags.with_devices(8))
     done = subprocess.run([sys.executable, os.path.abspath(test_file), out_dir], env=env,
                           capture_output=True, text=True, timeout=timeout)
     assert done.returncode == 0, done.stderr[-4000:]

@@ -9,6 +9,8 @@ import subprocess
 import sys
 import time
 
+import xla_flags
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PRETRAIN = os.path.join(ROOT, "experiments", "pretrain.py")
 EVALUATE = os.path.join(ROOT, "experiments", "evaluate.py")
@@ -32,7 +34,7 @@ TINY_RUN = [
 
 def env():
     env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=ROOT)
-    env.pop("XLA_FLAGS", None)
+    env["XLA_FLAGS"] = xla_flags.with_devices()  # one device, whatever the caller had
     return env
 
 

@@ -22,6 +22,7 @@ import grain
 import numpy as np
 import pytest
 import tensorflow_datasets as tfds
+import xla_flags
 
 from bert_jax.data import corpora, host_shards, pretraining
 from bert_jax.data import tokenizer as tok
@@ -302,7 +303,7 @@ def pretrain_on_two_processes(corpus, workdir, total_steps, logdir):
 
 
 def pretrain_on_one_process(corpus, workdir, total_steps) -> str:
-    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    env = dict(os.environ, XLA_FLAGS=xla_flags.with_devices())
     done = subprocess.run(
         [sys.executable, "experiments/pretrain.py", *pretrain_command(corpus, workdir,
                                                                       total_steps)],

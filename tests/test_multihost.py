@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+import xla_flags
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LAUNCHER = os.path.join(ROOT, "launch", "multihost_local.sh")
@@ -51,7 +52,7 @@ def test_two_processes_train_checkpoint_and_evaluate_on_one(tmp_path):
     # One process with one device reads the checkpoint the two processes wrote.
     proc = subprocess.run([sys.executable, "experiments/evaluate.py", f"--workdir={workdir}"],
                           cwd=ROOT, capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "XLA_FLAGS": ""})
+                          env={**os.environ, "XLA_FLAGS": xla_flags.with_devices()})
     assert proc.returncode == 0, proc.stderr[-2000:]
     evaluated = json.loads(proc.stdout.strip().splitlines()[-1])
     logged = read_jsonl(os.path.join(workdir, "eval_metrics.jsonl"))[-1]

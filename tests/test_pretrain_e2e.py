@@ -14,6 +14,7 @@ import subprocess
 import sys
 
 import pytest
+import xla_flags
 
 from pretrain_runs import EVALUATE, command, env, last_logged_step, losses, run, wait_for
 
@@ -106,7 +107,7 @@ def test_checkpoint_of_another_model_shape_is_named(uninterrupted, tmp_path):
 
 
 def test_batch_not_divisible_by_data_parallel_size_is_named(tmp_path):
-    four_devices = dict(env(), XLA_FLAGS="--xla_force_host_platform_device_count=4")
+    four_devices = dict(env(), XLA_FLAGS=xla_flags.with_devices(4))
     done = subprocess.run(command(str(tmp_path), "--config.batch_size=6"), env=four_devices,
                           capture_output=True, text=True, timeout=300)
     assert done.returncode != 0

@@ -15,6 +15,8 @@ import subprocess
 import sys
 import time
 
+import xla_flags
+
 from pretrain_runs import PRETRAIN, ROOT, TINY_RUN, last_logged_step, losses
 
 SBATCH = os.path.join(ROOT, "launch", "slurm.sbatch")
@@ -44,7 +46,7 @@ def slurm_env(job_id: str, process: int) -> dict:
            if not k.startswith(("SLURM_", "OMPI_", "PMI_", "JAX_", "CUDA_VISIBLE"))
            or k.startswith(("JAX_COMPILATION_CACHE", "JAX_PERSISTENT_CACHE"))}
     env.update(JAX_PLATFORMS="cpu", PYTHONPATH=ROOT, PYTHON=sys.executable,
-               XLA_FLAGS="--xla_force_host_platform_device_count=2",
+               XLA_FLAGS=xla_flags.with_devices(2),
                SLURM_JOB_ID=job_id, SLURM_STEP_NODELIST="localhost", SLURM_NTASKS="2",
                SLURM_PROCID=str(process), SLURM_LOCALID=str(process))
     return env
