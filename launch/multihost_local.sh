@@ -21,7 +21,8 @@ port=${COORDINATOR_PORT:-$((20000 + RANDOM % 20000))}
 logdir=${LOGDIR:-$(mktemp -d)}
 pids=()
 for ((i = 0; i < num_processes; i++)); do
-  XLA_FLAGS="--xla_force_host_platform_device_count=${devices}" JAX_PLATFORMS=cpu \
+  # The caller's XLA_FLAGS are kept; the device count is added after them.
+  XLA_FLAGS="${XLA_FLAGS:-} --xla_force_host_platform_device_count=${devices}" JAX_PLATFORMS=cpu \
     "$python" "$script" "$@" --coordinator_address="127.0.0.1:${port}" \
     --num_processes="$num_processes" --process_id="$i" >"$logdir/process_$i.log" 2>&1 &
   pids+=($!)
