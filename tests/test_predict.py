@@ -341,12 +341,12 @@ def test_unlabelled_conll_and_squad(tmp_path):
 # ----- the real polarity config ------------------------------------------------------------------
 
 def test_polarity_run_predictions_equal_the_runs_own(tmp_path):
-    """finetune_polarity.py (MiniLM, gensim's polarity sentences), 20 steps: predict.py on the
+    """finetune_polarity.py (MiniLM, gensim's polarity sentences), 4 steps: predict.py on the
     50 held-out sentences, as plain lines, gives the run's own classes and probabilities."""
     from experiments.configs import finetune_polarity
 
     config = finetune_polarity.get_config()
-    config.total_steps, config.async_checkpoints = 20, False
+    config.total_steps, config.async_checkpoints = 4, False
     workdir = str(tmp_path / "polarity")
     recipe.train_and_evaluate(config, workdir)
     theirs = read_jsonl(run_outputs(workdir, "predictions.jsonl"))
