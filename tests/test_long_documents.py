@@ -185,3 +185,22 @@ def test_sentences_by_window_are_those_of_the_whole_text(vocab):
         i += 1
     assert len(read) == len(whole) > 100
     assert all(np.array_equal(a, b) for a, b in zip(read, whole))
+
+
+def test_sentence_pairs_resume_inside_a_long_document(corpus):
+    glob, data_dir, vocab_path = corpus
+    cfg = pretraining.PretrainingDataConfig(corpus=glob, data_dir=data_dir, vocab_path=vocab_path,
+                                            seed=7, sentence_pairs=True)
+    iterator = pretraining.make_iterator(cfg, "train", global_batch_size=16)
+    for _ in range(6):
+        next(iterator)
+    state = json.loads(json.dumps(iterator.get_state()))
+    expected = next(iterator)
+    iterator.close()
+    assert state["grain"]["offset"] == 6 * 16  # rows into the one document: inside it
+    resumed = pretraining.make_iterator(cfg, "train", global_batch_size=16)
+    resumed.set_state(state)  # the document's rows are made again up to the offset
+    batch = next(resumed)
+    resumed.close()
+    for key in expected:
+        np.testing.assert_array_equal(batch[key], expected[key])
