@@ -467,6 +467,9 @@ def test_pretrain_help_lists_its_flags_and_every_config_key(tmp_path, capsys):
     assert code == 0
     assert "  total_steps = 0 (the file: 10)" in capsys.readouterr().out
 
+    code, _ = parse(pretrain_script, "--helpfull")  # absl's listing of every flag, exit 0 too
+    assert code == 0 and "bert_jax.cli:\n  --config" in capsys.readouterr().out
+
 
 def test_finetune_help_exits_0_and_lists_its_flags_and_every_config_key():
     done = subprocess.run([sys.executable, os.path.join(ROOT, "experiments", "finetune.py"),
