@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging as std_logging
 import os
 from typing import Any, Mapping, Optional
 
@@ -44,7 +45,8 @@ from absl import logging
 from etils import epath
 
 from bert_jax import paths, pytree
-from bert_jax.config import SHAPE_FIELDS, BertConfig
+from bert_jax.config import BertConfig
+from bert_jax.model import families
 from bert_jax.train import checksums
 from bert_jax.train.checkpoint_errors import (
     CheckpointMismatchError,
@@ -102,9 +104,32 @@ class _Manager(ocp.CheckpointManager):
         self.pending_step = None
 
 
+class _OrbaxErrorsInOneLine(std_logging.Filter):
+    """Orbax logs a failed write with its traceback (from its background threads too) before it
+    hands the error on, and `save` or the manager's wait raise it as a CheckpointWriteError
+    naming the step: the log keeps the error's class and first line, not the traceback."""
+
+    def filter(self, record: std_logging.LogRecord) -> bool:
+        if record.exc_info and "/orbax/" in record.pathname.replace(os.sep, "/"):
+            error = record.exc_info[1]
+            message = record.getMessage()
+            record.msg = f"{message} ({describe(error)})" if error is not None else message
+            record.args, record.exc_info, record.exc_text = None, None, None
+        return True
+
+
+def _orbax_errors_in_one_line() -> None:
+    """Install _OrbaxErrorsInOneLine on the absl logger, through which Orbax logs (once)."""
+    logger = std_logging.getLogger("absl")
+    if not any(isinstance(f, _OrbaxErrorsInOneLine) for f in logger.filters):
+        logger.addFilter(_OrbaxErrorsInOneLine())
+
+
 def make_manager(directory: str | os.PathLike, keep: int = 3,
                  async_saves: bool = True) -> ocp.CheckpointManager:
-    """A CheckpointManager over `directory` that keeps the newest `keep` steps."""
+    """A CheckpointManager over `directory` that keeps the newest `keep` steps. Orbax's log
+    records of failed writes lose their tracebacks from here on (_OrbaxErrorsInOneLine)."""
+    _orbax_errors_in_one_line()
     options = ocp.CheckpointManagerOptions(
         max_to_keep=keep, create=True, enable_async_checkpointing=async_saves)
     return _Manager(paths.path(directory), options=options,
@@ -151,7 +176,8 @@ class _IteratorStateReceiver:
 # ----- save --------------------------------------------------------------------------------------
 
 def metadata_for(model_config: BertConfig, extra: Optional[Mapping[str, Any]] = None) -> dict:
-    return {"model_config": dataclasses.asdict(model_config), **dict(extra or {})}
+    """The model config with its family (bert_jax.model.families), and the caller's keys."""
+    return {"model_config": families.config_to_dict(model_config), **dict(extra or {})}
 
 
 def save(manager: ocp.CheckpointManager, step: int, state: Any, *,
@@ -308,12 +334,18 @@ def check_compatible(manager: ocp.CheckpointManager, step: int, abstract_state: 
     where = step_name(manager, step)
     saved_config = read_metadata(manager, step).get("model_config", {})
     ours = dataclasses.asdict(model_config)
+    saved_family = saved_config.get(families.FAMILY_KEY, families.BERT)
+    if saved_family != families.name_of(model_config):
+        raise CheckpointMismatchError(
+            f"the checkpoint {where} holds a {saved_family} model and this config a "
+            f"{families.name_of(model_config)} one (model.family). Use another --workdir.")
     _check_same_layout(where, saved_config.get("scan_layers", False), model_config.scan_layers)
     # A checkpoint written before a model option existed holds the option's default.
-    defaults = {f.name: f.default for f in dataclasses.fields(BertConfig)}
-    saved_config = {name: saved_config.get(name, defaults[name]) for name in SHAPE_FIELDS}
+    defaults = families.shape_defaults(model_config)
+    shape_fields = families.of(model_config).shape_fields
+    saved_config = {name: saved_config.get(name, defaults[name]) for name in shape_fields}
     differing = [f"{name}: checkpoint {saved_config[name]!r} vs config {ours[name]!r}"
-                 for name in SHAPE_FIELDS if saved_config[name] != ours[name]]
+                 for name in shape_fields if saved_config[name] != ours[name]]
     if differing:
         raise CheckpointMismatchError(
             f"the checkpoint {where} holds a model of another shape ("

@@ -201,3 +201,150 @@ def test_two_fresh_workdirs_give_the_same_run(tmp_path):
         assert done.returncode == 0, done.stderr[-2000:]
         results.append(losses(workdir))
     assert len(results[0]) == 3 and results[0] == results[1]
+
+
+# ----- checkpoint integrity, disk full, read-only workdir, a lost config.json --------------------
+
+SHORT = ("--config.total_steps=30", "--config.checkpoint_every_steps=10")
+INJECT = os.path.join(ROOT, "tests", "faults", "inject.py")
+
+
+def _clean_one_line(done, returncode=1) -> str:
+    """The one-line error, last on stderr, with no traceback of any thread before it."""
+    assert done.returncode == returncode, done.stderr[-3000:]
+    assert "Event loop is closed" not in done.stderr, done.stderr[-3000:]
+    return _error_line(done)
+
+
+def _steps(workdir):
+    return sorted(int(s) for s in os.listdir(os.path.join(workdir, "checkpoints")) if s.isdigit())
+
+
+def _array_files(step_dir):
+    return [os.path.join(root, name) for root, _, names in os.walk(os.path.join(step_dir, "state"))
+            for name in names]
+
+
+def _flip_bytes(path):
+    size = os.path.getsize(path)
+    with open(path, "r+b") as f:
+        for start in (size // 4, size // 2, 3 * size // 4):
+            f.seek(start)
+            chunk = f.read(64)
+            f.seek(start)
+            f.write(bytes(b ^ 0xFF for b in chunk))
+
+
+def _zero(path):
+    with open(path, "r+b") as f:
+        f.write(bytes(os.path.getsize(path)))
+
+
+@pytest.fixture(scope="module")
+def short_run(tmp_path_factory):
+    """An uninterrupted 30-step run (checkpoints 10, 20, 30): its workdir and losses."""
+    workdir = str(tmp_path_factory.mktemp("short"))
+    run(workdir, *SHORT)
+    assert _steps(workdir) == [10, 20, 30]
+    return workdir, losses(workdir)
+
+
+@pytest.fixture
+def short_copy(short_run, tmp_path):
+    import shutil
+    workdir = str(tmp_path / "copy")
+    shutil.copytree(short_run[0], workdir)
+    return workdir
+
+
+def test_bit_rot_in_the_newest_step_falls_back_and_ends_as_the_uninterrupted_run(
+        short_run, short_copy):
+    """Issue 26's case: step 30 removed, 3 x 64 bytes flipped in step 20's largest array file:
+    the rerun sets step 20 aside, resumes from step 10 and logs the uninterrupted losses."""
+    import shutil
+    checkpoints = os.path.join(short_copy, "checkpoints")
+    shutil.rmtree(os.path.join(checkpoints, "30"))
+    _flip_bytes(max(_array_files(os.path.join(checkpoints, "20")), key=os.path.getsize))
+    done = run(short_copy, *SHORT)
+    assert "Traceback" not in done.stderr and "Event loop is closed" not in done.stderr
+    assert "does not match its checksum" in done.stderr  # the warning names the file
+    assert os.listdir(os.path.join(short_copy, "checkpoints_unreadable")) == ["20"]
+    assert losses(short_copy) == short_run[1]
+
+
+@pytest.mark.parametrize("with_checksums", [True, False])
+def test_when_no_step_can_be_read_the_one_line_error_is_the_last_line(short_copy,
+                                                                      with_checksums):
+    """Every manifest zeroed (without checksums, Orbax itself meets them): the error is the last
+    line, with no tracebacks of Orbax's threads after it."""
+    import shutil
+    for step in _steps(short_copy):
+        step_dir = os.path.join(short_copy, "checkpoints", str(step))
+        _zero(os.path.join(step_dir, "state", "manifest.ocdbt"))
+        if not with_checksums:
+            shutil.rmtree(os.path.join(step_dir, "checksums"))
+    line = _clean_one_line(run(short_copy, *SHORT, check=False))
+    assert line.startswith(f"pretrain.py: error: no checkpoint in {short_copy}/checkpoints can be "
+                           "read"), line
+
+
+@pytest.mark.parametrize("with_checksums", [True, False])
+def test_a_recovery_from_a_zeroed_file_prints_no_traceback(short_run, short_copy,
+                                                           with_checksums):
+    import shutil
+    step_dir = os.path.join(short_copy, "checkpoints", "30")
+    _zero(max(_array_files(step_dir), key=os.path.getsize))
+    if not with_checksums:
+        shutil.rmtree(os.path.join(step_dir, "checksums"))
+    done = run(short_copy, *SHORT)
+    assert "Traceback" not in done.stderr and "Event loop is closed" not in done.stderr, \
+        done.stderr[-3000:]
+    assert os.listdir(os.path.join(short_copy, "checkpoints_unreadable")) == ["30"]
+    assert losses(short_copy) == short_run[1]
+
+
+def _injected(fault, workdir, *extra, script=None):
+    return subprocess.run([sys.executable, INJECT, fault, script or command(workdir)[1],
+                           *command(workdir, *extra)[2:]],
+                          env=env(), capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.parametrize("fault, named", [
+    ("enospc-metrics:15", "could not write {workdir}/metrics.jsonl: OSError: [Errno 28] No space "
+                          "left on device: '{workdir}/metrics.jsonl'"),
+    ("enospc-tensorboard:15", "could not write TensorBoard's events in {workdir}/tensorboard: "
+                              "OSError: [Errno 28] No space left on device"),
+    ("enospc-checkpoint:20", "could not write the checkpoint {workdir}/checkpoints/20: OSError: "
+                             "[Errno 28] No space left on device"),
+])
+def test_a_full_disk_stops_the_run_in_one_line_and_loses_nothing(short_run, tmp_path, fault,
+                                                                 named):
+    workdir = str(tmp_path / "run")
+    line = _clean_one_line(_injected(fault, workdir, *SHORT))
+    assert line == "pretrain.py: error: " + named.format(workdir=workdir)
+    run(workdir, *SHORT)  # room again: the same command resumes and finishes
+    assert losses(workdir) == short_run[1]
+
+
+def test_a_read_only_workdir_is_one_line(short_run, short_copy):
+    line = _clean_one_line(_injected(f"readonly:{short_copy}", short_copy, *SHORT))
+    assert line.startswith(f"pretrain.py: error: cannot write into {short_copy} (OSError: "
+                           f"[Errno 30] Read-only file system: '{short_copy}/run.lock.tmp-"), line
+    assert line.endswith("): a run needs a writable --workdir (free some space, or use another "
+                         "folder)")
+    assert losses(short_copy) == short_run[1]
+
+
+def test_a_run_whose_config_json_is_gone_is_checked_against_its_checkpoint(short_copy):
+    config_path = os.path.join(short_copy, "config.json")
+    os.remove(config_path)
+    line = _clean_one_line(run(short_copy, *SHORT, "--config.learning_rate=0.5", check=False))
+    assert line == (f"pretrain.py: error: {config_path} is missing, and the newest checkpoint "
+                    "(step 30) was saved with another config (learning_rate: 0.001 -> 0.5): "
+                    "rerun with the config it was saved with, or "
+                    "--config.allow_config_change=true if the change is meant")
+    assert not os.path.exists(config_path)
+    done = run(short_copy, *SHORT)  # the config it was saved with: a warning, and on it goes
+    assert (f"{config_path} was missing; this config is the one checkpoint step 30 was saved "
+            "with, written anew") in done.stderr
+    assert os.path.exists(config_path)
