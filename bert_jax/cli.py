@@ -455,11 +455,11 @@ def interrupts_stop(script: str, grace: Optional[float] = None) -> Iterator[None
 
 def train_main(argv: list[str], script: str, train_and_evaluate: Callable) -> None:
     """The main of a training script: train_and_evaluate(FLAGS.config, FLAGS.workdir)."""
-    start(argv)
-    fault = workdir_fault(FLAGS.workdir)
-    if fault:
-        fail(script, fault)
     with interrupts_stop(script):
+        run_or_exit(script, lambda: start(argv))
+        fault = workdir_fault(FLAGS.workdir)
+        if fault:
+            fail(script, fault)
         result = run_or_exit(script, lambda: train_and_evaluate(FLAGS.config, FLAGS.workdir))
     if result.preempted:
         logging.warning("stopped by signal %d at step %d (saved); run the same command again to "
