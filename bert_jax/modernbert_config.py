@@ -162,6 +162,12 @@ class ModernBertConfig:
     def head_dim(self) -> int:
         return self.hidden_size // self.num_attention_heads
 
+    @property
+    def max_sequence_length(self) -> int:
+        """The longest row the model takes (BertConfig's name for it): max_position_embeddings,
+        rotary positions having no offset."""
+        return self.max_position_embeddings
+
     def is_global(self, layer: int) -> bool:
         """Whether layer `layer` (0-based) attends globally; the others see the local window."""
         return layer % self.global_attn_every_n_layers == 0

@@ -78,9 +78,10 @@ LOOP_DEFAULTS: dict[str, Any] = dict(
 )
 
 
-def model_block(preset: str = "tiny", **overrides) -> ml_collections.ConfigDict:
-    """A BertConfig preset (tiny | mini | small | medium | base | large) plus any field of
-    MODEL_FIELDS overridden (None: the preset's)."""
+def model_block(preset: str = "tiny", family: str = "bert", **overrides
+                ) -> ml_collections.ConfigDict:
+    """A preset (tiny | mini | small | medium | base | large) of a model family (bert |
+    modernbert) plus any field of MODEL_FIELDS overridden (None: the preset's)."""
     import ml_collections
     from ml_collections import config_dict
     unknown = sorted(set(overrides) - set(MODEL_FIELDS))
@@ -89,7 +90,9 @@ def model_block(preset: str = "tiny", **overrides) -> ml_collections.ConfigDict:
     block = {name: config_dict.placeholder(kind) for name, kind in MODEL_FIELDS.items()}
     block.update(overrides)
     # preset: tiny | mini | small | medium | base | large (bert_jax.config.BertConfig.preset)
-    return ml_collections.ConfigDict({"preset": preset, **block})
+    return ml_collections.ConfigDict({"preset": preset,
+                                      "family": family,  # bert | modernbert (model.families)
+                                      **block})
 
 
 def optimizer_block(**overrides) -> ml_collections.ConfigDict:

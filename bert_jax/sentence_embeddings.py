@@ -182,8 +182,8 @@ def make_embed_fn(cfg: BertConfig, pooling: str, normalize: bool):
     """jitted (params, input_ids [B, L], attention_mask [B, L]) -> float32 [B, H]."""
     if pooling not in POOLINGS:
         raise ValueError(f"pooling {pooling!r} is unknown; choose one of {POOLINGS}")
-    from bert_jax.model import BertModel
-    model = BertModel(cfg, add_pooler=False)
+    from bert_jax.model import families
+    model = families.of(cfg).encoder(cfg, add_pooler=False)  # BertModel, ModernBertModel
 
     def embed_fn(params, input_ids, attention_mask):
         out = model.apply({"params": params}, input_ids, jnp.zeros_like(input_ids),

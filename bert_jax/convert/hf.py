@@ -56,9 +56,9 @@ from bert_jax.convert.hf_export import (
     PROBLEM_TYPES,
     RUNTIME_FIELDS,
     check_exportable,
-    save,
     to_hf_tensors,
 )
+from bert_jax.convert.hf_export import save as save_bert_family
 from bert_jax.convert.hf_layout import (
     CONFIG,
     PYTORCH_BIN,
@@ -263,6 +263,9 @@ def load(directory: str | os.PathLike, *, with_heads: bool = True,
         raise CheckpointError(f"{config_path}: cannot read ({e})") from None
     if not isinstance(hf_config, dict):
         raise ConfigError(f"{config_path}: expected a JSON object, got {type(hf_config).__name__}")
+    if hf_config.get("model_type") == "modernbert":  # a family of its own: its own reader
+        from bert_jax.convert import modernbert
+        return modernbert.load(directory, with_heads=with_heads, **config_overrides)
     try:
         cfg = BertConfig.from_hf_dict(hf_config, source=config_path, **config_overrides)
     except TypeError as e:  # a field of the wrong type, e.g. "hidden_dropout_prob": "0.1"
@@ -364,6 +367,46 @@ def _numpy_dtype(name: str):
         import ml_dtypes
         return ml_dtypes.bfloat16
     return np.dtype(name)
+
+
+# ----- writing ---------------------------------------------------------------------------------
+
+def save(cfg, params: Mapping[str, Any], directory: str | os.PathLike, *, tokenizer=None,
+         label_map=None, problem_type: str | None = None) -> None:
+    """Write a folder that transformers loads (hf_export.save's contract) for a model of either
+    family: a BertConfig through hf_export.save, a ModernBertConfig through
+    bert_jax.convert.modernbert.save. For ModernBERT a classifier is a sequence classifier when
+    `problem_type` is given (the recipes' text tasks), else a token classifier; the tokenizer's
+    special ids go into config.json."""
+    from bert_jax.model import families
+    if families.name_of(cfg) != families.MODERNBERT:
+        save_bert_family(cfg, params, directory, tokenizer=tokenizer, label_map=label_map,
+                         problem_type=problem_type)
+        return
+    from bert_jax.convert import modernbert
+    architecture = None
+    if "classifier" in modernbert.heads_of(params):
+        architecture = ("ModernBertForSequenceClassification" if problem_type is not None
+                        else "ModernBertForTokenClassification")
+    if tokenizer is not None:
+        if tokenizer.vocab_size > cfg.vocab_size:
+            raise CheckpointError(f"tokenizer {tokenizer.source} has {tokenizer.vocab_size} tokens "
+                                  f"but the model's vocab_size is {cfg.vocab_size}")
+        cfg = cfg.replace(pad_token_id=tokenizer.pad_id, cls_token_id=tokenizer.cls_id,
+                          sep_token_id=tokenizer.sep_id, bos_token_id=tokenizer.cls_id,
+                          eos_token_id=tokenizer.sep_id)
+    modernbert.save(cfg, params, directory, architecture=architecture, label_map=label_map)
+    if problem_type is not None:
+        path = os.path.join(os.fspath(directory), CONFIG)
+        with open(path, encoding="utf-8") as f:
+            written = json.load(f)
+        written["problem_type"] = problem_type
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(json.dumps(written, indent=2, sort_keys=True) + "\n")
+    if tokenizer is not None:
+        from bert_jax.data import tokenizer as tokenizer_lib
+        tokenizer_lib.save_hf(tokenizer, os.fspath(directory),
+                              model_max_length=cfg.max_position_embeddings)
 
 
 # ----- which model a tree fits ----------------------------------------------------------------

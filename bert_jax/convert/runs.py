@@ -1,4 +1,4 @@
-"""Our checkpoints <-> Hugging Face BERT, RoBERTa and XLM-R folders, for whole runs: what
+"""Our checkpoints <-> Hugging Face BERT, RoBERTa, XLM-R and ModernBERT folders, for whole runs:
 
     hf_to_ours(hf_dir, checkpoint_dir, encoder_only)   an HF folder -> an ordinary step-0 checkpoint
                                                       (params and model config, no optimizer state)
@@ -116,7 +116,7 @@ def ours_to_hf(checkpoint_dir: str, hf_dir: str, step: int | None, encoder_only:
         raise FileNotFoundError(f"--workdir={workdir} holds no config.json: it is not the workdir "
                                 "of a training run")
     try:
-        cfg, params = params_loading.load_params(checkpoint_dir, step=step)
+        cfg, params = params_loading.load_params(checkpoint_dir, step=step, scan_layers=False)
     except ValueError as e:  # some (Orbax's JSON metadata) name no file: say which checkpoint
         if os.path.normpath(checkpoint_dir) in str(e) or os.fspath(
                 paths.path(checkpoint_dir)) in str(e):

@@ -14,8 +14,8 @@ import jax
 from absl import logging
 
 from bert_jax import run_config, sharding
-from bert_jax.config import SHAPE_FIELDS, BertConfig
-from bert_jax.model import scan
+from bert_jax.config import BertConfig
+from bert_jax.model import families
 from bert_jax.train import checkpointing, loop, optimizer, params_loading, program
 
 Config = Any  # an ml_collections.ConfigDict (imported where configs are read, not here)
@@ -42,17 +42,19 @@ def _model_overrides(config: Config) -> dict[str, Any]:
     """The non-None fields of config.model (its preset aside), with dtype and remat, and the
     attention kernel: like dtype and remat it is the run's (model.attention, default auto), not
     that of the init weights, which may have been trained on another platform."""
-    fields = {k: v for k, v in config.model.to_dict().items() if k != "preset" and v is not None}
+    fields = {k: v for k, v in config.model.to_dict().items()
+              if k not in ("preset", "family") and v is not None}
     return {**fields, "dtype": config.dtype, "remat_policy": config.remat,
             "attention": config.model.get("attention") or "auto"}
 
 
 def model_config(config: Config, vocab_size: int, base: Optional[BertConfig] = None
                  ) -> BertConfig:
-    """The run's BertConfig.
+    """The run's model config (BertConfig or ModernBertConfig: bert_jax.model.families).
 
-    Without init weights (`base` None): config.model.preset with the overrides, vocab_size
-    defaulting to the tokenizer's. With init weights: their config (`base`); an override of a
+    Without init weights (`base` None): config.model.preset of config.model.family with the
+    overrides, vocab_size defaulting to the tokenizer's. With init weights: their config
+    (`base`, whose family wins over config.model.family); an override of a
     shape field must agree with it, the others (dropout, initialisation, dtype, remat,
     attention) apply. Either way the model must have an embedding row for every id of the
     tokenizer (`check_token_ids`): an id past the table reads no row and the loss turns NaN.
@@ -61,14 +63,20 @@ def model_config(config: Config, vocab_size: int, base: Optional[BertConfig] = N
     if base is None:
         overrides.setdefault("vocab_size", vocab_size)
         check_token_ids(vocab_size, overrides["vocab_size"], "config.model.vocab_size")
-        return BertConfig.preset(config.model.preset, **overrides)
+        family = families.get(config.model.get("family") or families.BERT)
+        return family.preset(config.model.preset, **overrides)
+    shape_fields = families.of(base).shape_fields
     differing = [f"model.{k}={overrides[k]} (the init weights have {getattr(base, k)})"
-                 for k in SHAPE_FIELDS if k in overrides and overrides[k] != getattr(base, k)]
+                 for k in shape_fields if k in overrides and overrides[k] != getattr(base, k)]
     if differing:
         raise ValueError("config " + "; ".join(differing) + ": the shape comes from "
                          "config.init; drop the override or the init weights")
     check_token_ids(vocab_size, base.vocab_size, "the init weights' vocab_size")
-    return base.replace(**{k: v for k, v in overrides.items() if k not in SHAPE_FIELDS})
+    try:
+        return base.replace(**{k: v for k, v in overrides.items() if k not in shape_fields})
+    except TypeError as e:  # a BertConfig field set for a ModernBERT model, or the reverse
+        raise ValueError(f"config.model: {e} (the init weights are a {families.name_of(base)} "
+                         "model)") from None
 
 
 def check_token_ids(tokenizer_size: int, model_vocab_size: int, what: str) -> None:
@@ -113,7 +121,7 @@ def initial_weights(config: Config, workdir: Optional[str] = None
             return cfg, None
         except (FileNotFoundError, checkpointing.CheckpointUnreadableError):
             pass  # no checkpoint (a new run), or an unreadable newest one: read the weights
-    if init.hf_dir:
+    if init.hf_dir:  # a BERT-family or a ModernBERT folder
         from bert_jax.convert import hf
         cfg, params = hf.load(init.hf_dir, with_heads=bool(init.with_heads))
     elif init.checkpoint:
@@ -126,7 +134,7 @@ def initial_weights(config: Config, workdir: Optional[str] = None
         params = {"bert": params["bert"]}
     if config.model.get("scan_layers") is not None:  # the run's layer layout, whatever the weights'
         cfg = cfg.replace(scan_layers=config.model.scan_layers)
-        params = scan.to_layout(params, cfg)
+        params = families.to_layout(params, cfg)
     logging.info("initial weights from %s: %s", init.hf_dir or init.checkpoint, cfg)
     return cfg, params
 
@@ -154,10 +162,10 @@ def read_tokenizer(path: str, lowercase: bool):
 
 def check_lengths(config: Config, cfg: BertConfig) -> None:
     if config.max_seq_len > cfg.max_sequence_length:  # RoBERTa: max_position_embeddings - 2
+        offset = getattr(cfg, "position_offset", 0)
         raise ValueError(f"config.max_seq_len={config.max_seq_len} exceeds the model's "
                          f"max_position_embeddings={cfg.max_position_embeddings}"
-                         + (f" less position_offset={cfg.position_offset}"
-                            if cfg.position_offset else ""))
+                         + (f" less position_offset={offset}" if offset else ""))
 
 
 def optimizer_config(config: Config, total_steps: int) -> optimizer.OptimizerConfig:

@@ -28,7 +28,7 @@ import optax
 from etils import epath
 
 from bert_jax.config import BertConfig
-from bert_jax.model import BertForPreTraining
+from bert_jax.model import BertForPreTraining, families
 from bert_jax.recipes import common
 from bert_jax.train import evaluation, flops, loop, program, steps
 from bert_jax.train import optimizer as optimizer_lib
@@ -161,7 +161,9 @@ def make_data(config: common.Config, workdir: str, vocab_size: int
 # ----- the task --------------------------------------------------------------------------------
 
 def make_model(config: common.Config, cfg: BertConfig) -> BertForPreTraining:
-    return BertForPreTraining(cfg, with_nsp=bool(config.data.sentence_pairs))
+    """The masked-LM model of cfg's family (BertForPreTraining, ModernBertForMaskedLM), with
+    the NSP head when the run trains on sentence pairs (BERT only)."""
+    return families.of(cfg).masked_lm(cfg, with_nsp=bool(config.data.sentence_pairs))
 
 
 def make_init_fn(model: BertForPreTraining, config: common.Config) -> Callable[[jax.Array], Any]:
@@ -180,7 +182,7 @@ def make_init_fn(model: BertForPreTraining, config: common.Config) -> Callable[[
 def make_task(config: common.Config, cfg: BertConfig, initial_params: Any = None) -> loop.Task:
     common.check_lengths(config, cfg)
     model = make_model(config, cfg)
-    with_nsp = model.with_nsp
+    with_nsp = bool(config.data.sentence_pairs)
     return loop.Task(
         model_config=cfg, init_fn=make_init_fn(model, config), loss_fn=make_loss(model),
         initial_params=initial_params,

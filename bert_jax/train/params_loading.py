@@ -22,7 +22,7 @@ from etils import epath
 
 from bert_jax import paths, pytree
 from bert_jax.config import BertConfig
-from bert_jax.model import scan
+from bert_jax.model import families, scan
 from bert_jax.train import checkpointing
 from bert_jax.train.checkpoint_errors import CheckpointMismatchError, Reading
 
@@ -65,11 +65,7 @@ def _model_config(manager: ocp.CheckpointManager, step: int) -> BertConfig:
     where = f"{manager.directory}/{step}/{checkpointing.METADATA}"
     if "model_config" not in metadata:
         raise ValueError(f"{where} has no model_config")
-    try:
-        return BertConfig(**metadata["model_config"])
-    except TypeError as e:  # a field this version does not know
-        raise ValueError(f"{where}: the model config does not fit this version of bert_jax "
-                         f"({e})") from None
+    return families.config_from_dict(metadata["model_config"], where)  # no family key: BERT
 
 
 def load_model_config(checkpoint_dir: str | os.PathLike, step: Optional[int] = None
@@ -109,12 +105,13 @@ def load_params(checkpoint_dir: str | os.PathLike, step: Optional[int] = None,
         if "params" not in saved:
             raise ValueError(f"{root}/{step}/{checkpointing.STATE} holds no params")
         saved_params = dict(saved["params"])
-        layers, saved_scanned = model_config.num_hidden_layers, bool(scan.is_scanned(saved_params))
+        family, saved_scanned = families.of(model_config), bool(scan.is_scanned(saved_params))
         scan_layers = scan.wanted_layout(scan_layers, shardings, saved_scanned)
         target = jax.tree.map(
             lambda m, s: jax.ShapeDtypeStruct(tuple(m.shape), np.dtype(m.dtype), sharding=s),
-            saved_params, _sharding_tree(scan.shardings_in_layout(shardings, saved_scanned, layers),
-                                         saved_params, where))
+            saved_params, _sharding_tree(
+                family.shardings_in_layout(shardings, model_config, saved_scanned),
+                saved_params, where))
         with Reading(where, checkpointing.STATE):
             restored = manager.restore(step, args=ocp.args.Composite(**{
                 checkpointing.STATE: ocp.args.PyTreeRestore(
@@ -122,7 +119,7 @@ def load_params(checkpoint_dir: str | os.PathLike, step: Optional[int] = None,
                     .construct_restore_args({"params": target}), partial_restore=True)}))
         params = restored[checkpointing.STATE]["params"]
         if scan_layers != saved_scanned:
-            params = scan.relayout(params, scan_layers, layers)
+            params = family.relayout(params, scan_layers, model_config)
             params = jax.device_put(params, _sharding_tree(shardings, params, where))
         return model_config.replace(scan_layers=scan_layers), params
     finally:

@@ -9,7 +9,7 @@ import numpy as np
 
 from bert_jax.config import BertConfig
 from bert_jax.data import encoding, readers, unlabelled
-from bert_jax.model import BertForSequenceClassification
+from bert_jax.model import families
 from bert_jax.recipes.finetune.kinds import TaskKind
 
 
@@ -33,7 +33,8 @@ class TextTask(TaskKind):
                                              source, with_labels=False)
 
     def make_model(self, cfg: BertConfig, labels: Mapping[str, Any]):
-        return BertForSequenceClassification(cfg, self.num_outputs(labels))
+        """The sequence classifier of cfg's family (bert_jax.model.families)."""
+        return families.of(cfg).sequence_classifier(cfg, self.num_outputs(labels))
 
     @staticmethod
     def record(index: int, example: readers.TextExample, **fields) -> dict[str, Any]:

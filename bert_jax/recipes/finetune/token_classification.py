@@ -15,7 +15,7 @@ import numpy as np
 
 from bert_jax import paths
 from bert_jax.data import encoding, readers, unlabelled
-from bert_jax.model import BertForTokenClassification
+from bert_jax.model import families
 from bert_jax.recipes.finetune import metrics
 from bert_jax.recipes.finetune.kinds import TaskKind, register
 from bert_jax.recipes.finetune.losses import softmax_cross_entropy
@@ -39,7 +39,7 @@ class TokenClassification(TaskKind):
                                                 labels["label_map"], source)
 
     def make_model(self, cfg, labels):
-        return BertForTokenClassification(cfg, len(labels["label_map"]))
+        return families.of(cfg).token_classifier(cfg, len(labels["label_map"]))
 
     def loss(self, outputs, batch, example_weights):
         labels = batch["labels"]  # [B, L], IGNORE where a position carries no tag
