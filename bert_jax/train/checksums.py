@@ -2,7 +2,7 @@
 its arrays are read, so that bit rot (or a partial copy) is found instead of trained on.
 
     <directory>/<step>/checksums/process_<i>.json
-        {"format": 1, "algorithm": "blake2b-128", "process_index": i, "process_count": n,
+        {"format": 1, "algorithm": "crc32", "process_index": i, "process_count": n,
          "files": {"state/ocdbt.process_0/d/<name>": {"size": 1234, "digest": "<hex>"}, ...}}
 
 Each process records the files it wrote (`owner`): process i its array shards
@@ -19,8 +19,11 @@ without a `checksums` folder was saved before checksums were recorded (or its ru
 Orbax's finalisation and the record): `verify` returns False and the caller restores it as
 before. Files are read in chunks through etils.epath, so a gs:// step is checked like a local one.
 
-BLAKE2b (hashlib, 128-bit digests) rather than CRC32: a digest that also catches deliberate or
-systematic changes, at a cost measured in docs/results.md (seconds per GB on the machine there).
+The digest is CRC32 (zlib), as object stores check their objects (Cloud Storage: CRC32C): it is
+meant to find bit rot and partial copies, not deliberate changes, and costs under a third of a
+BLAKE2b-128 pass (benchmarks/checksum_cost.py, two runs: 0.79 and 1.09 s/GB against 2.70 and
+3.79, on 2 cores that five other processes shared, load average 15-24). A record naming
+"blake2b-128" is verified as such.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import zlib
 from typing import Iterator, Optional
 
 from etils import epath
@@ -36,7 +40,7 @@ from bert_jax import paths
 from bert_jax.train.checkpoint_errors import unreadable
 
 FOLDER = "checksums"
-ALGORITHM = "blake2b-128"
+ALGORITHM = "crc32"  # what `record` writes; `verify` reads any of ALGORITHMS
 FORMAT = 1
 _CHUNK = 8 << 20  # bytes read at a time: large enough to stream, small enough to stay in cache
 _PROCESS_FOLDER = re.compile(r"ocdbt\.process_(\d+)")
@@ -49,9 +53,25 @@ def record_name(process_index: int) -> str:
     return f"{FOLDER}/process_{process_index}.json"
 
 
-def digest(file: epath.Path) -> tuple[int, str]:
-    """(size in bytes, BLAKE2b-128 hex digest) of a file, read in chunks."""
-    hasher, size = hashlib.blake2b(digest_size=16), 0
+class _Crc32:
+    """zlib.crc32 with hashlib's update/hexdigest."""
+
+    def __init__(self):
+        self.value = 0
+
+    def update(self, data: bytes) -> None:
+        self.value = zlib.crc32(data, self.value)
+
+    def hexdigest(self) -> str:
+        return f"{self.value:08x}"
+
+
+ALGORITHMS = {"crc32": _Crc32, "blake2b-128": lambda: hashlib.blake2b(digest_size=16)}
+
+
+def digest(file: epath.Path, algorithm: str = ALGORITHM) -> tuple[int, str]:
+    """(size in bytes, hex digest) of a file, read in chunks."""
+    hasher, size = ALGORITHMS[algorithm](), 0
     with file.open("rb") as f:
         while chunk := f.read(_CHUNK):
             hasher.update(chunk)
@@ -114,13 +134,13 @@ def _read_records(step_dir: epath.Path, where: str) -> Optional[dict[int, dict]]
             content = json.loads(file.read_bytes().decode("utf-8"))
             index, count = int(content["process_index"]), int(content["process_count"])
             files = content["files"]
-            if content.get("algorithm") != ALGORITHM or not isinstance(files, dict):
-                raise ValueError(f"not a record of {ALGORITHM} digests")
+            if content.get("algorithm") not in ALGORITHMS or not isinstance(files, dict):
+                raise ValueError(f"not a record of {' or '.join(ALGORITHMS)} digests")
         except (ValueError, KeyError, TypeError, UnicodeDecodeError) as e:
             raise unreadable(where, f"{relative}: not a checksum record ({e})") from None
         if relative != record_name(index):
             raise unreadable(where, f"{relative}: holds the record of process {index}")
-        records[index] = {"count": count, "files": files}
+        records[index] = {"count": count, "files": files, "algorithm": content["algorithm"]}
     if not records:
         return None
     count = max(r["count"] for r in records.values())
@@ -146,6 +166,7 @@ def verify(step_dir: epath.Path, where: str, share: Optional[tuple[int, int]] = 
         return False
     recorded = {relative: (index, entry) for index, r in records.items()
                 for relative, entry in r["files"].items()}
+    algorithms = {index: r["algorithm"] for index, r in records.items()}
     present = dict(step_files(step_dir))
     for relative in present:
         if relative not in recorded:
@@ -160,7 +181,7 @@ def verify(step_dir: epath.Path, where: str, share: Optional[tuple[int, int]] = 
                                     f"{record_name(index)})")
         if share is not None and index % share[1] != share[0]:
             continue
-        size, hexdigest = digest(present[relative])
+        size, hexdigest = digest(present[relative], algorithms[index])
         if size != entry["size"]:
             raise unreadable(where, f"{relative} has {size} bytes, and {entry['size']} were "
                                     "saved (a truncated or partly copied file)")

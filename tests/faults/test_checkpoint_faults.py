@@ -14,6 +14,7 @@ import re
 import shutil
 import subprocess
 import sys
+import zlib
 
 import jax
 import jax.numpy as jnp
@@ -324,15 +325,29 @@ def test_every_saved_step_records_the_checksum_of_each_of_its_files(uninterrupte
         with open(step_dir / "checksums" / "process_0.json") as f:
             record = json.load(f)
         assert (record["algorithm"], record["process_index"], record["process_count"]) == (
-            "blake2b-128", 0, 1)
+            "crc32", 0, 1)
         assert sorted(record["files"]) == step_files(step_dir)
         assert any(name.startswith("state/ocdbt.process_0/d/") for name in record["files"])
         for name, entry in record["files"].items():
             with open(step_dir / name, "rb") as f:
                 data = f.read()
-            assert entry == {"size": len(data),
-                             "digest": hashlib.blake2b(data, digest_size=16).hexdigest()}
+            assert entry == {"size": len(data), "digest": f"{zlib.crc32(data):08x}"}
         assert checksums.verify(epath.Path(step_dir), "here") is True
+
+
+def test_a_record_of_blake2b_digests_is_verified_as_such(run_copy):
+    step_dir = run_copy / "checkpoints" / "8"
+    record_file = step_dir / "checksums" / "process_0.json"
+    record = json.loads(record_file.read_text())
+    record["algorithm"] = "blake2b-128"
+    for name, entry in record["files"].items():
+        entry["digest"] = hashlib.blake2b((step_dir / name).read_bytes(),
+                                          digest_size=16).hexdigest()
+    record_file.write_text(json.dumps(record))
+    assert checksums.verify(epath.Path(step_dir), "here") is True
+    flip_bytes(step_dir)
+    with pytest.raises(checkpointing.CheckpointUnreadableError, match="does not match"):
+        checksums.verify(epath.Path(step_dir), "here")
 
 
 def test_asynchronous_saves_record_their_checksums_too(tmp_path):
