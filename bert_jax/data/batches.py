@@ -1,7 +1,8 @@
 """Batches of rows (dicts of [N, ...] numpy arrays) for training and evaluation.
 
-    train_batches   endless, reshuffled every epoch, resumable (a grain iterator); optionally
-                    grouped by length
+    train_batches   endless, reshuffled every epoch, resumable (get_state/set_state); optionally
+                    grouped by length; lists one batch of each shape it will yield
+                    (`TrainBatches.shape_examples`), so that a run compiles them all first
     eval_batches    one in-order pass; the last batch padded by `pad_rows`
     pad_rows        a partial batch -> a full one: zero rows with example_weights 0
     Buckets         the lengths a batch's token arrays may be cut to
@@ -19,7 +20,7 @@ layout of bert_jax.data.row_layout, which example packing shares.
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Iterator, Mapping, Optional
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Optional
 
 import numpy as np
 
@@ -124,10 +125,46 @@ def _grouped(rows: grain.MapDataset, lengths: np.ndarray, batch_size: int, group
     return grain.MapDataset.range(len(windows) * group).map(batch)
 
 
+class TrainBatches:
+    """The iterator `train_batches` returns: host-local batches, resumable, that can say ahead
+    of time which shapes they come in.
+
+    get_state/set_state: the underlying grain iterator's, for checkpoints.
+    shape_examples(num_batches): one batch of each distinct shape among batches 0 ..
+      num_batches - 1 (in order of first appearance), found from the rows' lengths alone: the
+      shapes a run of that many steps needs compiled. Batches past num_batches may still bring
+      a new shape (then it is compiled when it comes).
+    """
+
+    def __init__(self, iterator: grain.DatasetIterator, global_batches: grain.MapDataset,
+                 host_batch: Callable[[np.ndarray], dict[str, np.ndarray]],
+                 shape_key: Callable[[np.ndarray], Any]):
+        self._iterator, self._global_batches = iterator, global_batches
+        self._host_batch, self._shape_key = host_batch, shape_key
+
+    def __iter__(self) -> TrainBatches:
+        return self
+
+    def __next__(self) -> dict[str, np.ndarray]:
+        return next(self._iterator)
+
+    def get_state(self) -> dict:
+        return self._iterator.get_state()
+
+    def set_state(self, state: dict) -> None:
+        self._iterator.set_state(state)
+
+    def shape_examples(self, num_batches: int) -> list[dict[str, np.ndarray]]:
+        firsts: dict[Any, int] = {}
+        for number in range(num_batches):
+            firsts.setdefault(self._shape_key(self._global_batches[number]), number)
+        return [self._host_batch(self._global_batches[number]) for number in firsts.values()]
+
+
 def train_batches(features: Mapping[str, np.ndarray], global_batch_size: int, seed: int,
                   process_index: int = 0, process_count: int = 1,
                   buckets: Optional[Buckets] = None, group_by_length: int = 0,
-                  packer: Optional[Packer] = None) -> grain.DatasetIterator:
+                  packer: Optional[Packer] = None) -> TrainBatches:
     """Endless host-local batches of rows, reshuffled every epoch; get_state/set_state resume.
 
     Global batch k holds rows k * B .. (k + 1) * B - 1 of the shuffled stream (B the global batch
@@ -149,7 +186,7 @@ def train_batches(features: Mapping[str, np.ndarray], global_batch_size: int, se
         raise DataError(f"batch_size={global_batch_size} is not divisible by the "
                         f"{process_count} processes")
     lengths = (row_lengths(features[MASK_KEY])
-               if buckets is not None or group_by_length > 1 else None)
+               if buckets is not None or group_by_length > 1 or packer is not None else None)
     rows = grain.MapDataset.range(num_rows).shuffle(seed=seed).repeat(None)
     if group_by_length > 1:
         global_batches = _grouped(rows, lengths, global_batch_size, group_by_length, seed)
@@ -166,7 +203,18 @@ def train_batches(features: Mapping[str, np.ndarray], global_batch_size: int, se
         batch = {k: v[mine] for k, v in features.items()}
         return batch if buckets is None else buckets.cut(batch, int(lengths[indices].max()))
 
-    return iter(global_batches.map(host_batch))
+    full = features[MASK_KEY].shape[1] if MASK_KEY in features else 0
+
+    def shape_key(indices: np.ndarray) -> Any:
+        """What decides a batch's shape: its packed row count, its bucket, or nothing."""
+        if packer is not None:
+            return packer.num_rows(lengths[indices], full)
+        if buckets is not None:
+            return buckets.length_for(int(lengths[indices].max()), full)
+        return None
+
+    return TrainBatches(iter(global_batches.map(host_batch)), global_batches, host_batch,
+                        shape_key)
 
 
 # ----- evaluation ------------------------------------------------------------------------------

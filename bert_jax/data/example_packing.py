@@ -12,7 +12,9 @@ rows of L positions holding those same B examples, R usually well under B for sh
 K = `max_per_row`, the most examples one row may hold. Rows are filled first-fit in order of
 decreasing length (each example goes to the first row with room), so the packing depends only
 on the batch. R is rounded up to a multiple of `row_multiple` (empty rows are all padding): the
-number of compiled programs is that of the distinct R, at most B / row_multiple.
+number of compiled programs is that of the distinct R, at most B / row_multiple; `num_rows`
+gives a batch's R without building its arrays, so a run can list (and compile) every R it will
+meet before its first step.
 
 With the model's packed attention (bert_jax.model.encoder: a token sees only its own example,
 positions restart per example) each example's outputs are those it has alone in a row, so the
@@ -68,6 +70,10 @@ class Packer:
                 room.append(seq_len - length)
         return rows
 
+    def num_rows(self, lengths: np.ndarray, seq_len: int) -> int:
+        """R, the packed rows of a batch whose examples have these lengths (what `pack` makes)."""
+        return round_up(len(self.assign(lengths, seq_len)), self.row_multiple)
+
     def pack(self, batch: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """A batch of B example rows ([B, L] inputs, [B, ...] targets) -> packed arrays."""
         missing = [k for k in TOKEN_INPUTS + self.example_keys if k not in batch]
@@ -76,7 +82,7 @@ class Packer:
         seq_len = batch[MASK_KEY].shape[1]
         lengths = row_lengths(batch[MASK_KEY])
         rows = self.assign(lengths, seq_len)
-        num_rows = round_up(len(rows), self.row_multiple)
+        num_rows = round_up(len(rows), self.row_multiple)  # = self.num_rows(lengths, seq_len)
         out = {k: np.zeros((num_rows, seq_len), batch[k].dtype) for k in TOKEN_INPUTS}
         out[SEGMENT_IDS] = np.zeros((num_rows, seq_len), np.int32)
         out[EXAMPLE_POSITIONS] = np.zeros((num_rows, self.max_per_row), np.int32)

@@ -26,19 +26,27 @@ What `build` makes:
                 sharded in and out as above, the metrics replicated, and the compiler options of
                 the mesh's platform (xla_options). Remat, dtypes and the attention kernel are the
                 model's own (task.model_config), so they are in the program too.
+    compiled    with a `train_iterator` that lists its batch shapes (shape_examples, e.g.
+                bert_jax.data.batches.TrainBatches), the step compiled for each shape the
+                batches 0 .. config.total_steps - 1 come in, before the first step: jax.jit
+                keeps the executables, so the training steps themselves never compile (a
+                batch of a shape not listed would still compile, when it comes).
 
 This module sits below loop.py in the import graph (loop imports it): `task` is a loop.Task and
 `config` a loop.LoopConfig, read by their fields (init_fn, loss_fn, initial_params,
-model_config; seed, accumulation_steps, dropout_rng, fsdp_collectives).
+model_config; seed, accumulation_steps, dropout_rng, fsdp_collectives, total_steps).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Iterator, Optional
+import time
+from typing import Any, Iterator, Mapping, Optional
 
 import jax
+import numpy as np
 import optax
+from absl import logging
 from jax.sharding import Mesh, NamedSharding
 
 from bert_jax import platform, sharding, xla_options
@@ -55,6 +63,7 @@ class TrainProgram:
     shardings: steps.TrainState  # the NamedShardings of `state`, leaf for leaf
     batch_sharding: NamedSharding  # of a batch's rows: over (data, fsdp)
     train_step: Any  # the jitted (state, batch) -> (state, metrics); `state` is donated
+    compiled_shapes: tuple = ()  # the attention_mask shapes compiled by `build`, if any
 
     def compile(self, batch: Any) -> jax.stages.Compiled:
         """The step lowered for this program's state and `batch` (global arrays, or
@@ -96,5 +105,34 @@ def build(task: Any, optimizer: optax.GradientTransformation, config: Any, mesh:
         out_shardings=(shardings, sharding.replicated(mesh)),
         donate_argnums=(0,),
         compiler_options=xla_options.compiler_options(platform.platform_of(mesh)))
+    compiled_shapes = ()
+    if train_iterator is not None and hasattr(train_iterator, "shape_examples"):
+        compiled_shapes = compile_shapes(train_step, state, batch_sharding,
+                                         train_iterator.shape_examples(config.total_steps))
     return TrainProgram(state=state, start_step=start_step, shardings=shardings,
-                        batch_sharding=batch_sharding, train_step=train_step)
+                        batch_sharding=batch_sharding, train_step=train_step,
+                        compiled_shapes=compiled_shapes)
+
+
+def abstract_batch(host_batch: Mapping[str, np.ndarray], batch_sharding: NamedSharding
+                   ) -> dict[str, jax.ShapeDtypeStruct]:
+    """The global arrays that sharding.device_put_batch makes of this process's host batch, as
+    ShapeDtypeStructs: rows times the process count, dtypes as JAX stores them."""
+    return {k: jax.ShapeDtypeStruct((v.shape[0] * jax.process_count(),) + v.shape[1:],
+                                    jax.dtypes.canonicalize_dtype(v.dtype),
+                                    sharding=batch_sharding)
+            for k, v in host_batch.items()}
+
+
+def compile_shapes(train_step: Any, state: Any, batch_sharding: NamedSharding,
+                   host_batches: list[Mapping[str, np.ndarray]]) -> tuple:
+    """Compiles the jitted `train_step` for each host batch's shapes (nothing runs; jax.jit keeps
+    the executables for its calls); returns the attention_mask shapes compiled."""
+    start = time.perf_counter()
+    for host_batch in host_batches:
+        train_step.lower(state, abstract_batch(host_batch, batch_sharding)).compile()
+    shapes = tuple(tuple(b["attention_mask"].shape) for b in host_batches
+                   if "attention_mask" in b)
+    logging.info("train step compiled for %d batch shape(s) %s in %.1f s", len(host_batches),
+                 list(shapes), time.perf_counter() - start)
+    return shapes

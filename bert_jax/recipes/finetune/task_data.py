@@ -35,10 +35,11 @@ from bert_jax.data import batches, example_packing, readers, tfds_tasks
 from bert_jax.recipes.finetune import kinds
 
 TASK_FILE = "task.json"
-# Packed training batches have a multiple of this many rows (and of the devices and processes),
-# at most one per 32 examples of the batch: the batches of a run come in a few row counts (each
-# one compiled program, a one-off cost), and few rows are all padding.
-PACKED_ROWS_MULTIPLE = 4
+# Packed training batches have a multiple of batch_size / PACKED_ROW_COUNTS rows (and of the
+# devices and processes): a run's batches come in at most this many row counts, each one compiled
+# program (compiled before the first step: seconds each on a CPU), at the price of up to that many
+# rows of padding per batch (about 1/16 of the batch's rows on average).
+PACKED_ROW_COUNTS = 8
 # The smallest "auto" bucket: each bucket costs a compilation, and a batch whose longest row is
 # under 32 tokens is rare (all its rows must be that short).
 AUTO_SMALLEST_BUCKET = 32
@@ -209,13 +210,15 @@ def eval_buckets(config) -> Optional[batches.Buckets]:
 
 
 def training_batches(config, data: TaskData, process_index: int = 0, process_count: int = 1,
-                     row_multiple: int = 1) -> Any:
-    """The run's endless, resumable iterator of host-local training batches: the model inputs
-    and the kind's targets, bucketed, grouped by length or packed as config.data says.
-    row_multiple: packed batches have a multiple of this many rows (and of process_count)."""
+                     row_multiple: int = 1) -> batches.TrainBatches:
+    """The run's endless, resumable iterator of host-local training batches
+    (batches.TrainBatches): the model inputs and the kind's targets, bucketed, grouped by length
+    or packed as config.data says; its shape_examples are what the train program compiles before
+    the first step. row_multiple: packed batches have a multiple of this many rows (and of
+    process_count)."""
     check_batching(config, data.kind)
     keys = kinds.MODEL_INPUTS + data.kind.target_keys
-    rounding = max(1, min(PACKED_ROWS_MULTIPLE, config.batch_size // 32))
+    rounding = max(1, config.batch_size // PACKED_ROW_COUNTS)
     packer = train_packer(config, data.kind,
                           np.lcm.reduce([row_multiple, process_count, rounding]).item())
     return batches.train_batches({k: data.train_features[k] for k in keys}, config.batch_size,
