@@ -9,11 +9,13 @@ config.data.format; auto goes by the extension): csv | tsv | jsonl with the run'
 columns, fasttext (`__label__x` words at the start of a line are optional and dropped), lines
 (every non-blank line one text, stripped, even one that starts with `__label__`),
 CoNLL tokens (token classification), SQuAD-style JSON (span QA). Output: one JSON line per input
-row, in input order, "index" first (the row's position in the input, from 0):
-classification {"index", "text", ("text_pair"), "label", "probabilities": {label: p}};
+row, in input order, "index" first (the row's position in the input, from 0), and the answer
+always under "prediction" (the keys of a run's own predictions.jsonl, less the gold "label"):
+classification {"index", "text", ("text_pair"), "prediction", "probabilities": {label: p}};
 regression {"index", "text", ("text_pair"), "prediction"}; multi_label {"index", "text",
-("text_pair"), "labels", "probabilities"}; token_classification {"index", "words", "tags"};
-span_qa {"index", "id", "question", "answer", "start", "end", "score"}.
+("text_pair"), "prediction": [labels], "probabilities": {label: p}}; token_classification
+{"index", "words", "prediction": [a tag per word]}; span_qa {"index", "id", "question",
+"prediction": the answer text, "start", "end", "score"}.
 
 A bad row (file:line named) stops the run before anything is written, or, with --skip_bad_rows,
 is skipped and listed. Over-long inputs are truncated (NER: the words past the row get "O"; QA:

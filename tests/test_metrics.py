@@ -66,3 +66,44 @@ def test_entity_scores_micro_over_sentences():
     assert scores["entity_f1"] == pytest.approx(2 * 0.5 * (2 / 3) / (0.5 + 2 / 3))
     with pytest.raises(ValueError, match="sentence 1"):
         metrics.entity_scores([["O"], ["O"]], [["O"], ["O", "O"]])
+
+
+def test_classification_keys_mean_the_same_for_two_and_three_classes():
+    """macro_f1 is the mean of the classes' F1 and f1_of_<label> one class's, whatever the
+    class count: the binary case has no key of its own."""
+    binary = metrics.classification_scores([1, 1, 0, 0, 0, 1, 0, 1], [1, 1, 1, 0, 0, 0, 0, 1],
+                                           ["neg", "pos"])
+    # pos: TP=3 FP=1 FN=1; neg: TP=3 FP=1 FN=1
+    assert binary["f1_of_pos"] == pytest.approx(6 / 8)
+    assert binary["f1_of_neg"] == pytest.approx(6 / 8)
+    assert binary["macro_f1"] == pytest.approx(6 / 8)
+    three = metrics.classification_scores([0, 2, 2, 2], [0, 1, 2, 2], ["a", "b", "c"])
+    assert three["f1_of_a"] == 1.0 and three["f1_of_b"] == 0.0
+    assert three["f1_of_c"] == pytest.approx(4 / 5)
+    assert three["precision_of_c"] == pytest.approx(2 / 3) and three["recall_of_c"] == 1.0
+    assert three["macro_f1"] == pytest.approx(np.mean([1.0, 0.0, 4 / 5]))
+    assert three["micro_f1"] == three["accuracy"] == 3 / 4
+    assert "f1" not in binary and "f1" not in three  # no key whose meaning moves
+    assert {k.split("_of_")[0] for k in binary} == {k.split("_of_")[0] for k in three}
+
+
+def test_confusion_matrix_and_per_class_table_from_records():
+    records = [{"label": g, "prediction": p} for g, p in
+               [("a", "a"), ("b", "c"), ("c", "c"), ("c", "c"), ("b", "b"), ("a", "c")]]
+    tables = metrics.classification_tables(records, ["a", "b", "c"])
+    assert tables["confusion_matrix"]["counts"] == [[1, 0, 1], [0, 1, 1], [0, 0, 2]]
+    assert tables["per_class"]["c"] == {"precision": 0.5, "recall": 1.0,
+                                        "f1": pytest.approx(2 / 3), "support": 2}
+    assert tables["per_class"]["a"]["recall"] == 0.5
+    with pytest.raises(ValueError, match="'d'"):
+        metrics.classification_tables([{"label": "d", "prediction": "a"}], ["a", "b"])
+
+
+def test_entity_scores_per_type():
+    gold = [["B-PER", "I-PER", "O", "B-LOC"], ["B-ORG", "O"]]
+    predicted = [["B-PER", "O", "O", "B-LOC"], ["B-ORG", "B-MISC"]]
+    scores = metrics.entity_scores(predicted, gold)
+    assert scores["entity_f1_of_LOC"] == scores["entity_f1_of_ORG"] == 1.0
+    assert scores["entity_precision_of_PER"] == scores["entity_recall_of_PER"] == 0.0
+    assert scores["entity_precision_of_MISC"] == 0.0  # predicted only
+    assert scores["entity_recall_of_MISC"] == 0.0

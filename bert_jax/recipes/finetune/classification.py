@@ -1,7 +1,8 @@
 """Sequence (or pair) classification: pooled output -> dense -> logits [B, C], cross-entropy.
 
-SST-2, MRPC, MNLI, polarity. Metrics: accuracy, F1 (binary: of the positive class; more
-classes: macro), Matthews correlation, and the majority-class baseline for reference.
+SST-2, MRPC, MNLI, polarity. Metrics (metrics.classification_scores): accuracy, macro_f1,
+micro_f1, Matthews correlation, precision/recall/F1 of each class (f1_of_<label>, ...), and the
+majority-class baseline for reference.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import numpy as np
 
 from bert_jax.data import encoding
 from bert_jax.recipes.finetune import metrics
-from bert_jax.recipes.finetune.kinds import register, softmax
+from bert_jax.recipes.finetune.kinds import by_label, register, softmax
 from bert_jax.recipes.finetune.losses import softmax_cross_entropy
 from bert_jax.recipes.finetune.text import TextTask
 
@@ -40,23 +41,21 @@ class Classification(TextTask):
         predicted = np.argmax(outputs["logits"], -1)
         gold = data.eval_features["labels"]
         majority = data.labels.get("majority_label")
-        result = {"accuracy": metrics.accuracy(predicted, gold),
-                  "f1": metrics.f1_score(predicted, gold, len(label_map)),
-                  "mcc": metrics.matthews_corrcoef(predicted, gold, len(label_map)),
+        result = {**metrics.classification_scores(predicted, gold, label_map),
                   "majority_baseline_accuracy": float(np.mean(
                       [e.label == majority for e in data.eval_examples]))}
         probabilities = softmax(outputs["logits"])
         records = [self.record(i, e, prediction=label_map[p],
-                               probabilities=[round(float(x), 6) for x in probabilities[i]])
+                               probabilities=by_label(label_map, probabilities[i], 6))
                    for i, (e, p) in enumerate(zip(data.eval_examples, predicted))]
         return result, records
 
     def prediction_records(self, examples, features, outputs, labels, config):
-        """{"text", ("text_pair"), "label": the most probable class, "probabilities": {class:
-        p}} per example; outputs["logits"]: [N, C]."""
+        """{"text", ("text_pair"), "prediction": the most probable class, "probabilities":
+        {class: p}} per example (no "label": the input has no gold); logits [N, C]."""
         label_map = labels["label_map"]
         predicted = np.argmax(outputs["logits"], -1)
         probabilities = softmax(outputs["logits"])
-        return [{**self.input_fields(e), "label": label_map[p],
-                 "probabilities": dict(zip(label_map, map(float, row)))}
+        return [{**self.input_fields(e), "prediction": label_map[p],
+                 "probabilities": by_label(label_map, row)}
                 for e, p, row in zip(examples, predicted, probabilities)]

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 import flax.linen as nn
 import jax
@@ -143,3 +143,12 @@ def softmax(logits: np.ndarray) -> np.ndarray:
     """Row-wise softmax of float logits [..., C], computed stably on the host."""
     shifted = logits - logits.max(-1, keepdims=True)
     return np.exp(shifted) / np.exp(shifted).sum(-1, keepdims=True)
+
+
+def by_label(label_map: Sequence[str], probabilities: np.ndarray,
+             digits: Optional[int] = None) -> dict[str, float]:
+    """{label: probability} of one example's probabilities [C], in label_map's order: the
+    "probabilities" of every prediction record, the run's own and predict.py's alike (rounded
+    to `digits` decimals when given)."""
+    values = [float(p) for p in probabilities]
+    return dict(zip(label_map, values if digits is None else [round(p, digits) for p in values]))

@@ -3,7 +3,11 @@
 All results are fractions in [0, 1] (SQuAD's official scripts print percentages: x 100), except
 SQuAD 2.0's question counts (total, *_total) and no-answer thresholds (*_thresh).
 
-    classification   accuracy, F1 (binary: of the positive class; more classes: macro), MCC
+    classification   accuracy, macro_f1 (the mean of the classes' F1), micro_f1 (= accuracy
+                     for one label per example), MCC, and per class precision_of_<label>,
+                     recall_of_<label>, f1_of_<label>: the same keys for 2 classes as for 3+;
+                     the confusion matrix (gold rows, predicted columns) beside them
+    NER (types)      entity_precision_of_<type>, entity_recall_of_<type>, entity_f1_of_<type>
     regression       Pearson and Spearman correlation (Spearman with average ranks for ties)
     NER              entity-level precision / recall / F1 over (type, start, end) chunks, with
                      chunks read from BIO/IOB2 tags as seqeval's default (conlleval) mode does
@@ -48,6 +52,69 @@ def f1_score(predictions: Sequence[int], labels: Sequence[int], num_classes: int
     if num_classes == 2:
         return of(positive_class)
     return float(np.mean([of(c) for c in range(num_classes)]))
+
+
+def confusion_matrix(predictions: Sequence[int], labels: Sequence[int],
+                     num_classes: int) -> np.ndarray:
+    """Counts [C, C]: row = the gold class, column = the predicted class."""
+    counts = np.zeros((num_classes, num_classes), np.int64)
+    np.add.at(counts, (np.asarray(labels, np.int64), np.asarray(predictions, np.int64)), 1)
+    return counts
+
+
+def _precision_recall_f1(true_positive, num_predicted, num_gold) -> tuple[float, float, float]:
+    precision = float(true_positive / num_predicted) if num_predicted else 0.0
+    recall = float(true_positive / num_gold) if num_gold else 0.0
+    f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+    return precision, recall, f1
+
+
+def per_class_scores(predictions: Sequence[int], labels: Sequence[int],
+                     label_map: Sequence[str]) -> dict[str, dict[str, float]]:
+    """{label: {"precision", "recall", "f1", "support" (gold examples)}} of each class of
+    label_map (class i = label_map[i]); a class never predicted has precision 0."""
+    counts = confusion_matrix(predictions, labels, len(label_map))
+    table = {}
+    for c, name in enumerate(label_map):
+        precision, recall, f1 = _precision_recall_f1(counts[c, c], counts[:, c].sum(),
+                                                     counts[c].sum())
+        table[str(name)] = {"precision": precision, "recall": recall, "f1": f1,
+                            "support": int(counts[c].sum())}
+    return table
+
+
+def classification_scores(predictions: Sequence[int], labels: Sequence[int],
+                          label_map: Sequence[str]) -> dict[str, float]:
+    """Flat scalar metrics of single-label classification (the same keys for any number of
+    classes): accuracy, macro_f1, micro_f1, mcc, and precision_of_<label>, recall_of_<label>,
+    f1_of_<label> for each label. Scalars only, so that they log as curves."""
+    table = per_class_scores(predictions, labels, label_map)
+    out = {"accuracy": accuracy(predictions, labels),
+           "macro_f1": float(np.mean([row["f1"] for row in table.values()])),
+           # one label per example: every miss is one FP and one FN, so micro F1 = accuracy
+           "micro_f1": accuracy(predictions, labels),
+           "mcc": matthews_corrcoef(predictions, labels, len(label_map))}
+    for name, row in table.items():
+        out.update({f"precision_of_{name}": row["precision"],
+                    f"recall_of_{name}": row["recall"], f"f1_of_{name}": row["f1"]})
+    return out
+
+
+def classification_tables(records: Sequence[Mapping[str, object]],
+                          label_map: Sequence[str]) -> dict[str, object]:
+    """{"per_class": per_class_scores, "confusion_matrix": {"labels", "counts" [C, C] (rows:
+    gold, columns: predicted)}} of prediction records with a gold "label" and a "prediction"
+    (a run's predictions.jsonl); records whose labels are not in label_map are an error."""
+    index = {str(name): i for i, name in enumerate(label_map)}
+    unknown = sorted({str(r[k]) for r in records for k in ("label", "prediction")} - set(index))
+    if unknown:
+        raise ValueError(f"labels {unknown[:5]} are not among the run's {list(index)}")
+    gold = [index[str(r["label"])] for r in records]
+    predicted = [index[str(r["prediction"])] for r in records]
+    return {"per_class": per_class_scores(predicted, gold, list(index)),
+            "confusion_matrix": {"labels": list(index), "rows": "gold", "columns": "predicted",
+                                 "counts": confusion_matrix(predicted, gold,
+                                                            len(index)).tolist()}}
 
 
 def matthews_corrcoef(predictions: Sequence[int], labels: Sequence[int],
@@ -144,21 +211,29 @@ def entity_chunks(tags: Sequence[str]) -> list[tuple[str, int, int]]:
 
 def entity_scores(predicted: Sequence[Sequence[str]],
                   gold: Sequence[Sequence[str]]) -> dict[str, float]:
-    """Micro precision, recall and F1 over the entity chunks of all sentences."""
+    """Micro precision, recall and F1 over the entity chunks of all sentences
+    (entity_precision, entity_recall, entity_f1), and the same per entity type of the gold or
+    predicted chunks (entity_precision_of_<type>, entity_recall_of_<type>,
+    entity_f1_of_<type>)."""
     if len(predicted) != len(gold):
         raise ValueError(f"{len(predicted)} predicted sentences for {len(gold)} gold ones")
-    true_positive = num_predicted = num_gold = 0
+    # counts[type] = [true positives, predicted, gold]; "" sums every type
+    counts: dict[str, list[int]] = collections.defaultdict(lambda: [0, 0, 0])
     for sentence, (p, g) in enumerate(zip(predicted, gold)):
         if len(p) != len(g):
             raise ValueError(f"sentence {sentence}: {len(p)} predicted tags for {len(g)} words")
         p_chunks, g_chunks = set(entity_chunks(p)), set(entity_chunks(g))
-        true_positive += len(p_chunks & g_chunks)
-        num_predicted += len(p_chunks)
-        num_gold += len(g_chunks)
-    precision = true_positive / num_predicted if num_predicted else 0.0
-    recall = true_positive / num_gold if num_gold else 0.0
-    f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
-    return {"entity_precision": precision, "entity_recall": recall, "entity_f1": f1}
+        for position, chunks in ((0, p_chunks & g_chunks), (1, p_chunks), (2, g_chunks)):
+            for chunk in chunks:
+                counts[""][position] += 1
+                counts[chunk[0]][position] += 1
+    out = {}
+    for kind in [""] + sorted(k for k in counts if k):
+        suffix = f"_of_{kind}" if kind else ""
+        precision, recall, f1 = _precision_recall_f1(*counts[kind])
+        out.update({f"entity_precision{suffix}": precision, f"entity_recall{suffix}": recall,
+                    f"entity_f1{suffix}": f1})
+    return out
 
 
 # ----- SQuAD ----------------------------------------------------------------------------------

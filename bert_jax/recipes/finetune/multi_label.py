@@ -16,7 +16,7 @@ import numpy as np
 import optax
 
 from bert_jax.data import encoding, readers
-from bert_jax.recipes.finetune.kinds import register
+from bert_jax.recipes.finetune.kinds import by_label, register
 from bert_jax.recipes.finetune.text import TextTask
 
 
@@ -83,16 +83,16 @@ class MultiLabel(TextTask):
         result = multi_label_scores(predicted, data.eval_features["labels"])
         records = [self.record(i, e, label=list(self._sets([e], config)[0]),
                                prediction=[label_map[j] for j in np.nonzero(predicted[i])[0]],
-                               probabilities=[round(float(x), 6) for x in probabilities[i]])
+                               probabilities=by_label(label_map, probabilities[i], 6))
                    for i, e in enumerate(data.eval_examples)]
         return result, records
 
     def prediction_records(self, examples, features, outputs, labels, config):
-        """{"text", ("text_pair"), "labels": those with p > 0.5, "probabilities": {label: p}}
-        per example; logits [N, C]."""
+        """{"text", ("text_pair"), "prediction": the labels with p > 0.5, "probabilities":
+        {label: p}} per example (no "label": the input has no gold); logits [N, C]."""
         label_map = labels["label_map"]
         probabilities = 1.0 / (1.0 + np.exp(-outputs["logits"]))
         return [{**self.input_fields(e),
-                 "labels": [label_map[j] for j in np.nonzero(row > 0.5)[0]],
-                 "probabilities": dict(zip(label_map, map(float, row)))}
+                 "prediction": [label_map[j] for j in np.nonzero(row > 0.5)[0]],
+                 "probabilities": by_label(label_map, row)}
                 for e, row in zip(examples, probabilities)]

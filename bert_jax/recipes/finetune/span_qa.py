@@ -126,8 +126,9 @@ class SpanQA(TaskKind):
         return features, {f"questions truncated to squad.max_query_len={limit} tokens": cut}
 
     def prediction_records(self, examples, features, outputs, labels, config):
-        """{"id", "question", "answer", "start", "end" (character offsets in the context,
-        end exclusive; null for no answer), "score"} per question, decoded as in evaluation."""
+        """{"id", "question", "prediction": the answer text, "start", "end" (character offsets
+        in the context, end exclusive; null for no answer), "score"} per question, decoded as
+        in evaluation."""
         q = config.squad
         numbered = [dataclasses.replace(e, id=str(i)) for i, e in enumerate(examples)]
         answers = squad.decode_answers(
@@ -139,7 +140,7 @@ class SpanQA(TaskKind):
             answer = answers[str(i)]
             start, end = answer_span(example.context, answer, i, features, outputs)
             records.append({"id": example.id, "question": example.question,
-                            "answer": answer.text, "start": start, "end": end,
+                            "prediction": answer.text, "start": start, "end": end,
                             "score": float(answer.score) if np.isfinite(answer.score) else None})
         return records
 

@@ -7,14 +7,17 @@ written in CoNLL form: word, gold tag, predicted tag.
 
 from __future__ import annotations
 
+import dataclasses
 import os
-from typing import Any, Mapping, Sequence
+import re
+from typing import Any, Mapping, Optional, Sequence
 
 import jax.numpy as jnp
 import numpy as np
+from absl import logging
 
 from bert_jax import paths
-from bert_jax.data import encoding, readers, unlabelled
+from bert_jax.data import encoding, readers, textfiles, unlabelled
 from bert_jax.model import families
 from bert_jax.recipes.finetune import metrics
 from bert_jax.recipes.finetune.kinds import TaskKind, register
@@ -70,11 +73,29 @@ class TokenClassification(TaskKind):
 
     def read_unlabelled(self, path: str, config, file_format: str) -> unlabelled.Rows:
         """Sentences of a CoNLL file of tokens (one per line, first column; blank line between
-        sentences); tag columns, if any, are ignored."""
-        if file_format not in ("auto", "conll"):
-            raise readers.DataError(f"{path}: token classification reads CoNLL files (format "
-                                    f"auto or conll), not {file_format!r}")
-        return unlabelled.read_unlabelled_conll(path, config.data.encoding)
+        sentences; tag columns, if any, ignored), or of raw text (format lines: one sentence
+        per non-blank line, split into words by `split_words`). With format auto the file says
+        which it is (`raw_text_line`); a file that format conll names but that holds raw text
+        is refused, never read as tokens."""
+        if file_format not in ("auto", "conll", "lines"):
+            raise readers.DataError(
+                f"{path}: token classification reads CoNLL files (--format=conll: a token per "
+                "line, blank lines between sentences) or raw text (--format=lines: a sentence "
+                f"per line), not {file_format!r}")
+        encoding = config.data.encoding
+        if file_format != "lines":
+            textfiles.check_file(path)
+            raw = raw_text_line(path, encoding)
+            if raw is None:
+                return unlabelled.read_unlabelled_conll(path, encoding)
+            if file_format == "conll":
+                raise readers.DataError(
+                    f"{path}:{raw[0]}: {raw[1][:60]!r} is several words without a tag column, "
+                    "so the file is not CoNLL (a token per line, blank lines between "
+                    "sentences): pass --format=lines to tag one sentence per line")
+            logging.info("%s: line %d holds several words and no tag: read as raw text, a "
+                         "sentence per line (--format=conll refuses that)", path, raw[0])
+        return read_raw_sentences(path, encoding)
 
     def encode_unlabelled(self, tokenizer, examples, config, labels, source):
         """Model inputs and word_index [N, L], and how many sentences lost words to
@@ -91,8 +112,57 @@ class TokenClassification(TaskKind):
                           "(their last words tagged O)": cut}
 
     def prediction_records(self, examples, features, outputs, labels, config):
-        """{"words", "tags"} per sentence; logits [N, L, C], read at first sub-words."""
+        """{("text": the raw line), "words", "prediction": a tag per word} per sentence;
+        logits [N, L, C], read at first sub-words."""
         tags = encoding.tags_from_token_predictions(
             outputs["logits"].argmax(-1), features["word_index"],
             [len(s.words) for s in examples], labels["label_map"])
-        return [{"words": list(s.words), "tags": t} for s, t in zip(examples, tags)]
+        return [{**({"text": s.text} if isinstance(s, RawSentence) else {}),
+                 "words": list(s.words), "prediction": t} for s, t in zip(examples, tags)]
+
+
+# Words as CoNLL sets them: a run of letters and digits, or one punctuation mark or symbol
+# (BERT's basic tokenizer splits the same way, so no word of a raw sentence would straddle
+# two of the training data's tokens).
+_WORD = re.compile(r"[^\W_]+|[^\s]", re.UNICODE)
+# A tag column: O, or a chunk prefix and a type (B-PER, I-LOC, E-ORG, S-MISC, B_PER).
+_TAG = re.compile(r"^(O|[BIESLU][-_]\S+)$")
+
+
+def split_words(text: str) -> list[str]:
+    """The words of a raw sentence: runs of letters/digits, and each other non-space character
+    on its own ("Paris, France!" -> Paris , France !)."""
+    return _WORD.findall(text)
+
+
+def raw_text_line(path: str, encoding: str) -> Optional[tuple[int, str]]:
+    """(line number, line) of the first line that cannot be a CoNLL token line, or None when
+    every line can: a CoNLL line is one token, or a token followed by columns whose last is a
+    tag (O, B-X, I-X, ...); a line of several words whose last is no tag is raw text."""
+    for number, line in textfiles.lines(path, encoding):
+        columns = line.split()
+        if len(columns) > 1 and not _TAG.match(columns[-1]):
+            return number, line.strip()
+    return None
+
+
+def read_raw_sentences(path: str, encoding: str) -> unlabelled.Rows:
+    """One TaggedSentence (no tags) per non-blank line, its words by split_words; the line's
+    text is kept for the prediction record."""
+    textfiles.check_file(path)
+    rows = unlabelled.Rows([], [], [], [])
+    for number, line in textfiles.lines(path, encoding):
+        words = split_words(line)
+        if not words:
+            continue
+        rows.examples.append(RawSentence(tuple(words), (), line.strip()))
+        rows.indices.append(len(rows.indices))
+        rows.lines.append(number)
+    return rows
+
+
+@dataclasses.dataclass(frozen=True)
+class RawSentence(readers.TaggedSentence):
+    """A sentence read from raw text: its words (split_words), no tags, and the line itself."""
+
+    text: str = ""
