@@ -6,8 +6,9 @@ its arrays are read, so that bit rot (or a partial copy) is found instead of tra
          "files": {"state/ocdbt.process_0/d/<name>": {"size": 1234, "digest": "<hex>"}, ...}}
 
 Each process records the files it wrote (`owner`): process i its array shards
-(`state/ocdbt.process_<i>/...`) and its data-iterator state (`data_iterator/process_<i>-of-<n>
-.json`); process 0 also everything else of the step (Orbax's metadata and merged manifest, the
+(`state/ocdbt.process_<i>/...`), their metadata (`state/array_metadatas/process_<i>`) and its
+data-iterator state (`data_iterator/process_<i>-of-<n>.json`); process 0 also everything else of
+the step (Orbax's metadata and merged manifest, the
 model config). bert_jax.train.checkpointing calls `record` right after Orbax finalizes a step (in
 Orbax's finalize thread for an asynchronous save, so training does not wait for it), and `verify`
 before it reads a step's arrays.
@@ -44,7 +45,7 @@ ALGORITHM = "crc32"  # what `record` writes; `verify` reads any of ALGORITHMS
 FORMAT = 1
 _CHUNK = 8 << 20  # bytes read at a time: large enough to stream, small enough to stay in cache
 _PROCESS_FOLDER = re.compile(r"ocdbt\.process_(\d+)")
-_ITERATOR_FILE = re.compile(r"process_(\d+)-of-\d+\.json")
+_PROCESS_FILE = re.compile(r"process_(\d+)(?:-of-\d+\.json)?")  # an iterator state, array metadata
 _RECORD_FILE = re.compile(r"process_\d+\.json")  # not a temporary file left by a crash
 
 
@@ -102,7 +103,7 @@ def owner(relative: str) -> int:
         match = _PROCESS_FOLDER.fullmatch(part)
         if match:
             return int(match.group(1))
-    match = _ITERATOR_FILE.fullmatch(parts[-1])
+    match = _PROCESS_FILE.fullmatch(parts[-1])
     return int(match.group(1)) if match and len(parts) > 1 else 0
 
 
