@@ -210,6 +210,27 @@ def test_ner_tags_equal_the_runs_own_and_words_past_the_row_get_o(tmp_path):
     cut = json.loads(stdout.strip().splitlines()[-1])["cut"]
     assert cut == {"sentences truncated to max_seq_len=16 tokens (their last words tagged O)": 1}
 
+    # Raw sentences, one per line: split into words as CoNLL sets them, tagged like the tokens.
+    from bert_jax.data.textfiles import DataError
+    from bert_jax.recipes.finetune import predict
+    raw = tmp_path / "tweets.txt"
+    raw.write_text("".join(" ".join(words[:-1]) + f" {words[-1]}!\n" for words, _ in dev))
+    for file_format in (None, "lines"):  # auto-detected, and --format=lines
+        predict.predict_file(workdir, predict.PredictOptions(
+            str(raw), str(tmp_path / "raw.jsonl"), file_format=file_format, progress=False))
+        tagged = read_jsonl(tmp_path / "raw.jsonl")
+        assert [r["words"] for r in tagged] == [words + ["!"] for words, _ in dev]
+        assert [r["prediction"][:-1] for r in tagged] == theirs  # "!" is a word of its own
+        assert tagged[0]["text"] == raw.read_text().splitlines()[0]
+    with pytest.raises(DataError, match=r"tweets.txt:1: .*not CoNLL.*--format=lines"):
+        predict.predict_file(workdir, predict.PredictOptions(
+            str(raw), str(tmp_path / "never.jsonl"), file_format="conll", progress=False))
+    assert not (tmp_path / "never.jsonl").exists()
+    # A CoNLL file with its tag column is still CoNLL: one record per sentence, not per line.
+    predict.predict_file(workdir, predict.PredictOptions(
+        str(tmp_path / "dev.conll"), str(tmp_path / "tagged.jsonl"), progress=False))
+    assert [r["prediction"] for r in read_jsonl(tmp_path / "tagged.jsonl")] == theirs
+
 
 def qa_paragraph(rng, qid):
     """'the X is in P .' among filler; 'where is the X ?' (and an unanswerable-looking id)."""
@@ -250,6 +271,17 @@ def test_qa_answers_equal_the_runs_own_across_windows(tmp_path):
         assert paragraph["context"][record["start"]:record["end"]] == record["prediction"]
     assert len({r["prediction"] for r in mine}) > 1  # not one answer for all
     assert max(len(p["context"].split()) for p in paragraphs) > 24 - 5 - 3  # 2+ windows
+
+    # The same questions as JSONL of {question, context}: no SQuAD document needed.
+    from bert_jax.recipes.finetune import predict
+    (tmp_path / "questions.jsonl").write_text("".join(
+        json.dumps({"question": p["qas"][0]["question"], "context": p["context"]}) + "\n"
+        for p in paragraphs))
+    predict.predict_file(workdir, predict.PredictOptions(
+        str(tmp_path / "questions.jsonl"), str(tmp_path / "lines.jsonl"), progress=False))
+    lines = read_jsonl(tmp_path / "lines.jsonl")
+    assert [r["prediction"] for r in lines] == [r["prediction"] for r in mine]
+    assert [r["id"] for r in lines] == [None] * len(mine)
 
 
 @pytest.mark.parametrize("task", ["regression", "multi_label"])

@@ -35,7 +35,7 @@ import numpy as np
 import optax
 
 from bert_jax import paths
-from bert_jax.data import readers, squad, unlabelled
+from bert_jax.data import readers, squad, textfiles, unlabelled
 from bert_jax.model import BertForQuestionAnswering
 from bert_jax.recipes.finetune import metrics
 from bert_jax.recipes.finetune.kinds import TaskKind, register
@@ -109,10 +109,15 @@ class SpanQA(TaskKind):
     # ----- prediction on unlabelled input ---------------------------------------------------
 
     def read_unlabelled(self, path: str, config, file_format: str) -> unlabelled.Rows:
-        """Questions with their contexts from SQuAD-style JSON (answers optional, ignored)."""
+        """Questions with their contexts from SQuAD-style JSON (answers optional, ignored), or
+        from JSONL of {"question", "context"(, "id")} objects, one per line (format jsonl, or
+        auto for a .jsonl file)."""
+        if file_format == "jsonl" or (file_format == "auto" and path.endswith(".jsonl")):
+            return read_question_lines(path, config.data.encoding)
         if file_format not in ("auto", "json", "squad"):
             raise readers.DataError(f"{path}: span QA reads SQuAD-style JSON (format auto, "
-                                    f"json or squad), not {file_format!r}")
+                                    "json or squad) or JSONL of {\"question\", \"context\"} "
+                                    f"(format jsonl), not {file_format!r}")
         return unlabelled.read_unlabelled_squad(path)
 
     def encode_unlabelled(self, tokenizer, examples, config, labels, source):
@@ -143,6 +148,27 @@ class SpanQA(TaskKind):
                             "prediction": answer.text, "start": start, "end": end,
                             "score": float(answer.score) if np.isfinite(answer.score) else None})
         return records
+
+
+def read_question_lines(path: str, encoding: str) -> unlabelled.Rows:
+    """One QAExample (no answers) per JSONL line {"question", "context"} (an "id" is kept when
+    given); a line without both strings is a bad row naming file and line."""
+    textfiles.check_file(path)
+    rows = unlabelled.Rows([], [], [], [])
+    for index, (number, record) in enumerate(textfiles.jsonl_records(path, encoding)):
+        where = f"{path}:{number}"
+        if isinstance(record, str):
+            rows.bad.append(f"{where}: {record}")
+        elif not all(isinstance(record.get(k), str) for k in ("question", "context")):
+            rows.bad.append(f"{where}: expected {{\"question\": str, \"context\": str}}, got "
+                            f"the keys {sorted(record)}")
+        else:
+            qid = str(record["id"]) if record.get("id") is not None else None
+            rows.examples.append(readers.QAExample(qid, record["question"], record["context"],
+                                                   ()))
+            rows.indices.append(index)
+            rows.lines.append(number)
+    return rows
 
 
 def no_answer_odds(answer: squad.Prediction) -> float:

@@ -1,8 +1,9 @@
 """Token classification (NER): every token -> dense -> logits [B, L, C], cross-entropy on the
 first sub-word of each word only (the others carry encoding.IGNORE).
 
-CoNLL-2003. Metric: entity-level precision / recall / F1 (conlleval chunks). Predictions are
-written in CoNLL form: word, gold tag, predicted tag.
+CoNLL-2003. Metrics: entity-level precision / recall / F1 (conlleval chunks), overall and per
+entity type. Predictions are written in CoNLL form: word, gold tag, predicted tag. Prediction on
+new input reads CoNLL tokens or raw sentences (one per line, split_words).
 """
 
 from __future__ import annotations
