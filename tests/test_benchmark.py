@@ -120,3 +120,45 @@ def test_finetune_user_mistakes_are_usage_errors(flags, named):
                           capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert proc.returncode != 0 and named in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+# ----- benchmarks/benchmark_finetune_cli.py: experiments/finetune.py against torch ------------
+
+CLI_SCRIPT = os.path.join(ROOT, "benchmarks", "benchmark_finetune_cli.py")
+
+
+@pytest.mark.slow
+def test_finetune_cli_runs_our_command_and_torch_on_the_same_rows(tmp_path):
+    proc = subprocess.run([sys.executable, CLI_SCRIPT, "--cases=tiny", "--steps=2", "--warmup=1",
+                           "--json", f"--workdir={tmp_path}"], capture_output=True, text=True,
+                          timeout=900, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = {r["impl"]: r for r in map(json.loads, proc.stdout.splitlines())}
+    assert set(results) == {"ours", "hf_torch"}
+    for r in results.values():
+        assert (r["case"], r["batch_size"], r["max_seq_len"], r["steps"]) == ("tiny", 8, 32, 2)
+        assert r["examples_per_second"] == pytest.approx(8 * 2 / r["seconds"], rel=1e-3,
+                                                         abs=0.005)
+        assert r["computed_positions_per_second"] == pytest.approx(
+            r["computed_positions"] / r["seconds"], rel=1e-3, abs=0.05)
+        assert r["machine"]["processor"] and len(r["load_average_after"]) == 3
+    ours, torch = results["ours"], results["hf_torch"]
+    # the same examples in the same batches: ours read them back from the file it was given
+    assert ours["real_tokens"] == torch["real_tokens"] > 0
+    # finetune.py's own run: its metrics.jsonl, its compiled shapes, nothing compiled in between
+    assert os.path.isfile(tmp_path / "tiny_ours" / "run" / "metrics.jsonl")
+    assert ours["compiled_shapes"].startswith("[(") and ours["compilations_in_timed_steps"] == 0
+    assert ours["pack_examples"] == 4 and ours["computed_positions"] <= 2 * 8 * 32
+
+
+@pytest.mark.parametrize("flags,named", [
+    (["--cases=tiny,huge"], "huge"),
+    (["--impls=ours,hf_jax"], "hf_jax"),
+    (["--texts=/no/such/texts.txt"], "/no/such/texts.txt"),
+    (["--steps=0"], "--steps=0"),
+])
+def test_finetune_cli_user_mistakes_are_one_line(flags, named):
+    proc = subprocess.run([sys.executable, CLI_SCRIPT, *flags], capture_output=True, text=True,
+                          timeout=300, cwd=ROOT)
+    assert proc.returncode == 1 and named in proc.stderr
+    assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1

@@ -12,6 +12,7 @@ metrics equal an unpacked run's. Kinds that cannot be packed are refused in one 
 import json
 import os
 
+import ml_collections
 import numpy as np
 import pytest
 
@@ -88,6 +89,42 @@ def test_kinds_that_cannot_be_packed_are_refused(tmp_path):
         task_data.check_batching(config)
 
 
+def shapes_of(batch):
+    return tuple(sorted((key, value.shape, value.dtype.str) for key, value in batch.items()))
+
+
+@pytest.mark.parametrize("how", ["packed", "bucketed", "plain"])
+def test_shape_examples_are_every_shape_the_batches_come_in(how):
+    # What the train program compiles before the first step (TrainBatches.shape_examples) must
+    # be every shape the steps then meet, found without consuming the iterator.
+    rng = np.random.default_rng(5)
+    features = random_batch(rng, 90)
+    options = {"packed": {"packer": example_packing.Packer(4, 2, ("labels",))},
+               "bucketed": {"buckets": batches.Buckets((8, 16, L), example_packing.TOKEN_INPUTS)},
+               "plain": {}}[how]
+    iterator = batches.train_batches(features, 16, 3, **options)
+    examples = iterator.shape_examples(40)
+    drawn = [shapes_of(next(iterator)) for _ in range(40)]  # from batch 0: nothing consumed
+    assert [shapes_of(b) for b in examples] == list(dict.fromkeys(drawn))  # first-seen order
+    assert len(examples) == (1 if how == "plain" else len(set(drawn))) and len(examples) < 40
+    if how != "plain":
+        assert len(examples) > 1  # the case has several shapes to find
+
+
+def test_packed_row_counts_of_a_run_are_few():
+    # batch_size / PACKED_ROW_COUNTS rows at a time: at most 8 row counts, whatever the data
+    rng = np.random.default_rng(6)
+    features = random_batch(rng, 640)
+    config = ml_collections.ConfigDict({"batch_size": 32, "seed": 0, "data": {
+        "pack_examples": 4, "group_by_length": 0, "bucket_lengths": "none"}, "max_seq_len": L})
+    data = task_data.TaskData(task_data.kinds.get("classification"), {}, [], [], features, {})
+    counts = {len(next(task_data.training_batches(config, data))["input_ids"])}
+    iterator = task_data.training_batches(config, data)
+    counts |= {len(next(iterator)["input_ids"]) for _ in range(60)}
+    assert all(c % (32 // task_data.PACKED_ROW_COUNTS) == 0 for c in counts)
+    assert 1 < len(counts) <= task_data.PACKED_ROW_COUNTS
+
+
 @pytest.mark.parametrize("task", ["classification"])
 def test_training_losses_and_metrics_equal_packed_and_unpacked(task, tmp_path):
     runs, tokens = {}, {}
@@ -100,8 +137,10 @@ def test_training_losses_and_metrics_equal_packed_and_unpacked(task, tmp_path):
             result = recipe.train_and_evaluate(config, workdir)
         runs[pack] = read_losses(workdir), result.last_eval_metrics, compiled.count("train_step")
         with open(os.path.join(workdir, "metrics.jsonl")) as f:
-            tokens[pack] = [r["tokens_per_second"] * r["seconds_per_step"]
-                            for r in map(json.loads, f)]
+            records = [json.loads(line) for line in f]
+        tokens[pack] = [r["tokens_per_second"] * r["seconds_per_step"] for r in records]
+        # every batch shape was compiled before the first step: no step compiled anything
+        assert [r["compilations"] for r in records] == [0] * 10
     (losses, metrics, programs), (plain_losses, plain_metrics, _) = runs[4], runs[0]
     # The logged throughput counts real tokens: the same examples, the same count per step.
     np.testing.assert_allclose(tokens[4], tokens[0], rtol=1e-6)
