@@ -11,11 +11,14 @@ Each text becomes the row [CLS] pieces [SEP] (cut to max_seq_len), goes through 
 ([CLS] and [SEP] included, padding excluded, as sentence-transformers does), "cls" takes the
 [CLS] vector (not the pooler's tanh layer); `normalize` scales each vector to unit L2 norm.
 
-Batches are jitted once per shape: rows are sorted by length, cut into batches of
-`batch_size` (the last one filled with padding rows), and each batch is padded to the smallest
-power of two (at least 8, at most max_seq_len) that holds its longest row, so a run compiles at
-most log2(max_seq_len) programs whatever the number of texts. The vectors come back in input
-order.
+Batches are compiled once per shape and process: rows are sorted by length, cut into batches
+of `batch_size` (or the power of two that holds every row, when there are fewer; the last batch
+filled with padding rows), and each batch is padded to the smallest power of two (at least 8, at
+most max_seq_len) that holds its longest row. The jitted function is kept per (model config,
+pooling, normalize) (`embed_fn`) and the encoder's parameters are put on the device once, when
+it is loaded, so a process compiles at most log2(max_seq_len) programs per batch size whatever
+the number of texts or calls: a second call on new texts compiles nothing. The vectors come
+back in input order.
 
 Inputs (`read_rows`) are read by `bert_jax.data.unlabelled.read_unlabelled_text`, one text
 column: text files (every non-blank line one text, stripped: format `lines`), JSONL (an object
@@ -28,6 +31,7 @@ DataError naming the file and line, before anything is embedded.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import io
 import json
 import os
@@ -60,8 +64,9 @@ class Row:
 
 @dataclasses.dataclass(frozen=True)
 class Encoder:
-    """What embedding needs: the model config, the BertModel tree (pooler dropped), the
-    tokenizer its vocabulary ids came from, and where they were read (for messages)."""
+    """What embedding needs: the model config, the BertModel tree (pooler dropped; on the
+    device when load_encoder made it), the tokenizer its vocabulary ids came from, and where
+    they were read (for messages)."""
 
     cfg: BertConfig
     params: Any
@@ -100,7 +105,7 @@ def load_encoder(hf_dir: Optional[str] = None, workdir: Optional[str] = None,
     if tokenizer.vocab_size > cfg.vocab_size:
         raise ValueError(f"tokenizer {tokenizer.source} has {tokenizer.vocab_size} tokens but "
                          f"the model of {source} only {cfg.vocab_size}")
-    return Encoder(cfg, encoder_tree(params), tokenizer, source)
+    return Encoder(cfg, jax.device_put(encoder_tree(params)), tokenizer, source)
 
 
 # ----- reading the texts -------------------------------------------------------------------------
@@ -178,6 +183,13 @@ def pool(sequence_output: jax.Array, attention_mask: jax.Array, pooling: str,
     return vectors
 
 
+@functools.lru_cache(maxsize=32)
+def embed_fn(cfg: BertConfig, pooling: str, normalize: bool):
+    """make_embed_fn's function, made once per (cfg, pooling, normalize) in a process: jax
+    keeps a jitted function's compiled programs, so each shape compiles once, not per call."""
+    return make_embed_fn(cfg, pooling, normalize)
+
+
 def make_embed_fn(cfg: BertConfig, pooling: str, normalize: bool):
     """jitted (params, input_ids [B, L], attention_mask [B, L]) -> float32 [B, H]."""
     if pooling not in POOLINGS:
@@ -222,14 +234,14 @@ def embed(encoder: Encoder, texts: Sequence[str], pooling: str = "mean", normali
     if cut:
         logging.warning("%d of %d texts are longer than max_seq_len=%d tokens and were cut",
                         cut, len(texts), max_seq_len)
-    batch_size = min(batch_size, len(rows))
-    embed_fn = make_embed_fn(encoder.cfg, pooling, normalize)
-    params = jax.device_put(encoder.params)
+    batch_size = min(batch_size, 1 << max(len(rows) - 1, 0).bit_length())
+    function = embed_fn(encoder.cfg, pooling, normalize)
+    params = jax.device_put(encoder.params)  # no copy for load_encoder's (on device already)
     out = np.zeros((len(rows), encoder.cfg.hidden_size), np.float32)
     bar = _progress_bar(len(rows)) if progress else None
     for indices, length in plan_batches([len(r) for r in rows], batch_size, max_seq_len):
         ids, mask = _padded(rows, indices, batch_size, length, encoder.tokenizer.pad_id)
-        out[indices] = np.asarray(embed_fn(params, ids, mask))[:len(indices)]
+        out[indices] = np.asarray(function(params, ids, mask))[:len(indices)]
         if bar is not None:
             bar.update(len(indices))
     if bar is not None:

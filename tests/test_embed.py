@@ -239,3 +239,27 @@ def test_script_end_to_end(tmp_path, minilm):
     assert not (tmp_path / "bad").exists()
     done = run_script(f"--input={tmp_path / 'in.txt'}", f"--output={tmp_path / 'x'}")
     assert done.returncode == 1 and "exactly one of --model" in done.stderr.strip().splitlines()[-1]
+
+
+def test_a_second_call_on_new_texts_compiles_nothing(minilm):
+    """embed keeps its jitted function per (config, pooling, normalize) and the encoder's
+    parameters on the device: new texts in the same batch shape (every row cut to 8 tokens:
+    one bucket) compile no program (counted by jax's backend-compile events)."""
+    compiled = []
+
+    def listener(event, duration, **kwargs):
+        if event == "/jax/core/compile/backend_compile_duration":
+            compiled.append(duration)
+
+    jax.monitoring.register_event_duration_secs_listener(listener)
+    try:
+        first = sentence_embeddings.embed(minilm, SENTENCES[:5], pooling="mean",
+                                          normalize=True, batch_size=4, max_seq_len=8)
+        compiled_first = len(compiled)
+        second = sentence_embeddings.embed(minilm, SENTENCES[5:], pooling="mean",
+                                           normalize=True, batch_size=4, max_seq_len=8)
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listener)
+    assert compiled_first >= 1  # the listener sees compilations
+    assert len(compiled) == compiled_first  # none in the second call
+    assert first.shape == (5, minilm.cfg.hidden_size) and second.shape[0] == len(SENTENCES) - 5
