@@ -464,7 +464,8 @@ def test_fine_tuning_a_roberta_folder_and_its_export_in_the_pipeline(tmp_path):
     assert type(pipe.tokenizer).__name__ == "RobertaTokenizerFast"
     got = pipe([r["text"] for r in records], truncation=True, batch_size=8)
     agree = sum(g["label"] == r["prediction"] for g, r in zip(got, records))
-    score_diff = max(abs(g["score"] - max(r["probabilities"].values())) for g, r in zip(got, records))
+    score_diff = max(abs(g["score"] - max(r["probabilities"].values()))
+                     for g, r in zip(got, records))
     print(f"RoBERTa classification run: pipeline agrees on {agree}/{len(records)} labels, "
           f"max |score - our probability| {score_diff:.2g}")
     assert agree == len(records) == 50
