@@ -28,9 +28,11 @@ What `build` makes:
                 model's own (task.model_config), so they are in the program too.
     compiled    with a `train_iterator` that lists its batch shapes (shape_examples, e.g.
                 bert_jax.data.batches.TrainBatches), the step compiled for each shape the
-                batches 0 .. config.total_steps - 1 come in, before the first step: jax.jit
-                keeps the executables, so the training steps themselves never compile (a
-                batch of a shape not listed would still compile, when it comes).
+                batches 0 .. config.total_steps - 1 come in (at most SCANNED_BATCHES of them
+                looked at: half a millisecond of host time each), before the first step:
+                jax.jit keeps the executables, so the training steps themselves never compile
+                (a batch of a shape not listed, possible past SCANNED_BATCHES, would still
+                compile when it comes; the log's `compilations` shows it).
 
 This module sits below loop.py in the import graph (loop imports it): `task` is a loop.Task and
 `config` a loop.LoopConfig, read by their fields (init_fn, loss_fn, initial_params,
@@ -52,6 +54,9 @@ from jax.sharding import Mesh, NamedSharding
 from bert_jax import platform, sharding, xla_options
 from bert_jax.train import fsdp, steps
 from bert_jax.train import state as state_lib
+
+# The most batches whose shapes are listed before the first step (module docstring).
+SCANNED_BATCHES = 4096
 
 
 @dataclasses.dataclass(frozen=True)
@@ -108,7 +113,8 @@ def build(task: Any, optimizer: optax.GradientTransformation, config: Any, mesh:
     compiled_shapes = ()
     if train_iterator is not None and hasattr(train_iterator, "shape_examples"):
         compiled_shapes = compile_shapes(train_step, state, batch_sharding,
-                                         train_iterator.shape_examples(config.total_steps))
+                                         train_iterator.shape_examples(
+                                             min(config.total_steps, SCANNED_BATCHES)))
     return TrainProgram(state=state, start_step=start_step, shardings=shardings,
                         batch_sharding=batch_sharding, train_step=train_step,
                         compiled_shapes=compiled_shapes)
