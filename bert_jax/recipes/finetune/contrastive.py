@@ -41,7 +41,7 @@ from bert_jax import sentence_embeddings
 from bert_jax.config import BertConfig
 from bert_jax.data import textfiles
 from bert_jax.data.textfiles import DataError
-from bert_jax.model import BertModel
+from bert_jax.model import families
 from bert_jax.recipes.finetune import in_batch_negatives
 from bert_jax.recipes.finetune.kinds import TaskKind, register
 from bert_jax.retrieval import metrics as retrieval_metrics
@@ -93,7 +93,7 @@ class ContrastiveEncoder(nn.Module):
             return None if x is None else jnp.swapaxes(x, 1, 2).reshape(batch * texts, length)
 
         mask = rows(attention_mask)
-        out = BertModel(self.cfg, add_pooler=False, name="bert")(
+        out = families.of(self.cfg).encoder(self.cfg, add_pooler=False, name="bert")(
             rows(input_ids), rows(token_type_ids), mask, deterministic)
         vectors = sentence_embeddings.pool(out.sequence_output, mask, self.pooling, True)
         return SentenceVectors(vectors.reshape(batch, texts, -1), self.scale, self.symmetric)
