@@ -3,12 +3,13 @@ and fastText files, and [CLS] A [SEP] B [SEP] rows, with the head on the pooled 
 
 from __future__ import annotations
 
+import os
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 
 from bert_jax.config import BertConfig
-from bert_jax.data import encoding, readers, unlabelled
+from bert_jax.data import encoding, readers, textfiles, unlabelled
 from bert_jax.model import families
 from bert_jax.recipes.finetune.kinds import TaskKind
 
@@ -20,11 +21,16 @@ class TextTask(TaskKind):
     packable = True  # a pooled output per example: BertForSequenceClassification packs
 
     def read(self, path: str, config) -> list:
+        """The file's examples; a file that does not read as config.data.format says which
+        config key chose the format (a DataError)."""
         data = config.data
-        return readers.read_text_examples(
-            path, data.format, data.text_column, data.label_column,
-            data.text_pair_column or None, regression=self.regression, encoding=data.encoding,
-            tsv_quoting=data.tsv_quoting)
+        try:
+            return readers.read_text_examples(
+                path, data.format, data.text_column, data.label_column,
+                data.text_pair_column or None, regression=self.regression,
+                encoding=data.encoding, tsv_quoting=data.tsv_quoting)
+        except readers.DataError as e:
+            raise readers.DataError(f"{e} ({format_hint(path, data.format)})") from None
 
     def encode_inputs(self, tokenizer, examples: Sequence[readers.TextExample], config,
                       source: str) -> dict[str, np.ndarray]:
@@ -65,6 +71,20 @@ class TextTask(TaskKind):
         if example.text_pair is not None:
             fields["text_pair"] = example.text_pair
         return fields
+
+
+def format_hint(path: str, file_format: str) -> str:
+    """Which config key read `path` as what, and how to read it otherwise (for read errors)."""
+    others = "csv, tsv, jsonl, fasttext, csv_no_header or tsv_no_header"
+    if file_format != "auto":
+        return (f"data.format={file_format!r}; set --config.data.format to {others}, or auto "
+                "(by the extension), to read it otherwise")
+    try:
+        chosen = textfiles.format_of(path, "auto")
+    except textfiles.DataError:
+        return f"data.format='auto'; set --config.data.format to {others}"
+    return (f"data.format='auto' reads {os.path.splitext(path)[1]!r} files as {chosen}; set "
+            f"--config.data.format to {others} to read it otherwise")
 
 
 def truncated_examples(tokenizer, examples: Sequence[readers.TextExample],
