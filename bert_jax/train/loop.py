@@ -28,7 +28,10 @@ sharded on `mesh`, or the newest checkpoint in `<workdir>/checkpoints` restored 
 with the data iterator's state, and the train step jitted with in/out shardings and the state
 donated, the batch passed as an argument; then per step: next batch -> global arrays -> step.
 Every `log_every_steps` it records step, loss, the task's metrics, learning_rate, grad_norm,
-tokens_per_second, mfu and seconds_per_step (`bert_jax.train.metrics_writer`: metrics.jsonl,
+tokens_per_second, mfu and seconds_per_step; loss, the task's metrics and grad_norm are means
+over the steps since the previous log (smooth curves whatever the interval), the last batch's
+loss kept as loss_last_batch (`window_mean`; after a restart the first window starts at the
+restored step) (`bert_jax.train.metrics_writer`: metrics.jsonl,
 TensorBoard) and logs a line; eval results go to eval_metrics.jsonl. Checkpoints every
 `checkpoint_every_steps`, at the end, and on SIGTERM or Ctrl-C (save, then return with
 `preempted=True` and the signal; the signal handling is bert_jax.train.preemption). A restart
@@ -117,6 +120,30 @@ _CONFIG_KEYS = {"global_batch_size": "batch_size"}  # LoopConfig field -> the co
 class NonFiniteError(ValueError):
     """The loss or gradients of a run stopped being finite (see LoopConfig.nonfinite), or its
     parameters did."""
+
+
+# Logged as the last step's value, not averaged over the window: the rate in force, and counters.
+_NOT_AVERAGED = ("learning_rate", "nonfinite_")
+
+
+def _averaged(name: str) -> bool:
+    return not name.startswith(_NOT_AVERAGED)
+
+
+@jax.jit
+def _add(window: Mapping[str, jax.Array], metrics: Mapping[str, jax.Array]) -> dict:
+    """The running sums of the averaged metrics (one dispatch per step, no host sync)."""
+    return {k: window[k] + metrics[k].astype(jnp.float32) for k in window}
+
+
+def window_mean(last: Mapping[str, float], sums: Mapping[str, float], steps: int
+                ) -> dict[str, float]:
+    """The metrics to log: the sums of the averaged ones / `steps`, the others as `last`
+    (the last step's), and loss_last_batch = the last step's loss."""
+    logged = {k: (sums[k] / steps if k in sums and steps else v) for k, v in last.items()}
+    if "loss" in last:
+        logged["loss_last_batch"] = last["loss"]
+    return logged
 
 
 def _all_finite(tree: Any) -> jax.Array:
@@ -209,6 +236,8 @@ class _Run:
         self.throughput = Throughput(task.flops_per_step, task.tokens_per_step,
                                      config.peak_flops_per_device, self.step)
         self.metrics: Mapping[str, jax.Array] = {}
+        self.window: Optional[dict[str, jax.Array]] = None  # sums since the last log
+        self.window_steps = 0
         self.last_train: dict[str, float] = {}
         self.last_eval: Optional[dict[str, float]] = None
 
@@ -221,13 +250,21 @@ class _Run:
             return False
         self.state, self.metrics = self.train_step(
             self.state, sharding.device_put_batch(host_batch, self.mesh))
+        averaged = {k: v for k, v in self.metrics.items() if _averaged(k)}
+        self.window = (_add({k: jnp.zeros((), jnp.float32) for k in averaged}, averaged)
+                       if self.window is None else _add(self.window, averaged))
+        self.window_steps += 1
         self.throughput.count(host_batch)
         self.step += 1
         return True
 
     def log(self) -> None:
-        """Fetch the step's metrics (the one host sync of a log step), add throughput, record."""
-        logged = {k: float(v) for k, v in jax.device_get(self.metrics).items()}
+        """Fetch the step's metrics and the window's sums (the one host sync of a log step),
+        log their means (window_mean), add throughput, record."""
+        last, sums = jax.device_get((self.metrics, self.window or {}))
+        logged = window_mean({k: float(v) for k, v in last.items()},
+                             {k: float(v) for k, v in sums.items()}, self.window_steps)
+        self.window, self.window_steps = None, 0
         logged.update(self.throughput.measure(self.step))
         self.writer.write(self.step, logged)
         logging.info(format_log_line(self.step, self.config.total_steps, logged))
