@@ -336,6 +336,7 @@ def _eight_device_side(out_dir):
     eight_devices.write(out_dir, results)
 
 
+@pytest.mark.slow  # an 8-device program: 130 s on the loaded 2-core machine
 def test_scanned_modernbert_on_eight_devices_gives_the_one_device_losses(tmp_path):
     import eight_devices
     results = eight_devices.run(__file__, str(tmp_path), timeout=600)

@@ -17,7 +17,7 @@ ModernBERT reads as it did.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Callable, Mapping
 
 from bert_jax import config as bert_config
 from bert_jax import modernbert_config
@@ -173,9 +173,3 @@ def to_layout(params: Any, cfg: AnyConfig) -> Any:
     import flax.linen as nn
     return of(cfg).relayout(nn.meta.unbox(params), cfg.scan_layers, cfg)
 
-
-def check_family(name: Optional[str]) -> str:
-    """`name` if it is a family (None: bert), else a ConfigError naming the choices."""
-    name = name or BERT
-    get(name)
-    return name
