@@ -142,6 +142,7 @@ def base_config(recipe: str) -> ml_collections.ConfigDict:
     config.total_steps = 0  # optimizer steps
     config.learning_rate = 1e-4  # the peak, after the warm-up
     config.warmup_fraction = 0.1  # of total_steps
+    config.warmup_steps = 0  # > 0: the warm-up in steps (an extended run keeps its warm-up)
     config.optimizer = optimizer_block()
     # The device mesh (bert_jax.sharding): -1 takes the devices the other two leave.
     config.mesh = ml_collections.ConfigDict(dict(

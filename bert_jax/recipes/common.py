@@ -16,7 +16,7 @@ from absl import logging
 from bert_jax import run_config, sharding
 from bert_jax.config import BertConfig
 from bert_jax.model import families
-from bert_jax.train import checkpointing, loop, optimizer, params_loading, program
+from bert_jax.train import checkpointing, loop, optimizer, params_loading, program, schedule_change
 
 Config = Any  # an ml_collections.ConfigDict (imported where configs are read, not here)
 
@@ -169,12 +169,13 @@ def check_lengths(config: Config, cfg: BertConfig) -> None:
 
 
 def optimizer_config(config: Config, total_steps: int) -> optimizer.OptimizerConfig:
-    """config.optimizer with the learning rate and a warm-up of warmup_fraction x total_steps."""
+    """config.optimizer with the learning rate and a warm-up of warmup_fraction x total_steps
+    (or config.warmup_steps when > 0)."""
     if not 0.0 <= config.warmup_fraction <= 1.0:
         raise ValueError(f"config.warmup_fraction={config.warmup_fraction} must be in [0, 1]")
     return optimizer.OptimizerConfig(
         learning_rate=config.learning_rate, total_steps=total_steps,
-        warmup_steps=round(config.warmup_fraction * total_steps),
+        warmup_steps=schedule_change.warmup_steps(config, total_steps),
         **config.optimizer.to_dict())
 
 

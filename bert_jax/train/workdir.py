@@ -186,9 +186,21 @@ def _record(config: ml_collections.ConfigDict, workdir: str) -> None:
                 config_path.copy(kept, overwrite=True)
             logging.warning("config changed (%s); the previous config is kept as %s",
                             "; ".join(differences), kept)
+            _warn_if_schedule_restarts(read_json(kept), config, workdir)
     with _writing(workdir):
         write_text_atomically(config_path, json.dumps(config.to_dict(), indent=2,
                                                       sort_keys=True))
+
+
+def _warn_if_schedule_restarts(old: dict, config: ml_collections.ConfigDict,
+                               workdir: str) -> None:
+    """One warning line when the changed config moves the learning rate at the newest step."""
+    from bert_jax.train import schedule_change
+    directory = epath.Path(workdir) / "checkpoints"
+    steps = [int(p.name) for p in directory.iterdir() if p.name.isdigit()]
+    line = schedule_change.restart_line(old, config.to_dict(), max(steps)) if steps else None
+    if line:
+        logging.warning("%s", line)
 
 
 def load_config(workdir: str) -> ml_collections.ConfigDict:
