@@ -4,7 +4,7 @@ ours against transformers (torch, Flax), each in its own process.
 Data (benchmarks/benchmark_finetune_data.py): the texts of --texts (default: gensim's 200
 polarity sentences, `pang_lee_polarity.cor`, the set of experiments/configs/finetune_polarity.py).
 Labels are made from the texts, since they do not change the speed: classification: two classes
-in turn; token_classification: a tag per word (capitalised or not); span_qa: "where is <the
+in turn; token_classification: BIO tags of made-up types (word_tags); span_qa: "where is <the
 text's longest word>?", answered by that word. Every implementation trains on the same token rows
 (our encoding; span_qa: windows) in the same batches (row numbers from
 bert_jax.data.batches.train_batches, seeded; grouped by length with --group_by_length), so they

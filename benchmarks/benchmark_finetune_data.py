@@ -43,14 +43,26 @@ def make_examples(task: str, texts: list[str]) -> list:
     if task == "classification":
         return [readers.TextExample(t, label="ab"[i % 2]) for i, t in enumerate(texts)]
     if task == "token_classification":
-        return [readers.TaggedSentence(tuple(t.split()), tuple(
-            "B-CAP" if w[:1].isupper() else "O" for w in t.split())) for t in texts]
+        return [readers.TaggedSentence(tuple(t.split()), word_tags(t.split())) for t in texts]
     examples = []
     for i, text in enumerate(texts):
         answer = max(text.split(), key=len)
         examples.append(readers.qa_example(str(i), f"where is {answer}?", text,
                                            [(answer, text.index(answer))], False, "texts"))
     return examples
+
+
+def word_tags(words: list[str]) -> tuple[str, ...]:
+    """BIO tags of three made-up entity types, so that a lower-cased text still has several
+    classes: CAP (capitalised), LONG (7 letters or more; a run of them is one entity), SYM (no
+    letter)."""
+    tags, previous = [], None
+    for word in words:
+        kind = ("CAP" if word[:1].isupper() else "SYM" if not any(c.isalpha() for c in word)
+                else "LONG" if len(word) >= 7 else None)
+        tags.append("O" if kind is None else f"{'I' if kind == previous else 'B'}-{kind}")
+        previous = kind
+    return tuple(tags)
 
 
 def tokenizer_dir(settings: dict) -> str:
