@@ -291,7 +291,8 @@ def test_classification_run_in_the_text_classification_pipeline(tmp_path):
     pipe = transformers.pipeline("text-classification", model=str(tmp_path / "hf"), device=-1)
     got = pipe([r["text"] for r in records], truncation=True, batch_size=8)
     agree = sum(g["label"] == r["prediction"] for g, r in zip(got, records))
-    score_diff = max(abs(g["score"] - max(r["probabilities"].values())) for g, r in zip(got, records))
+    score_diff = max(abs(g["score"] - max(r["probabilities"].values()))
+                     for g, r in zip(got, records))
     print(f"classification: pipeline agrees on {agree}/{len(records)} labels "
           f"(ours predicts {sorted({r['prediction'] for r in records})}); "
           f"max |score - our probability| {score_diff:.2g}")
