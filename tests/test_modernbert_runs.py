@@ -2,8 +2,8 @@
 experiments/pretrain.py that is stopped by SIGTERM and resumes exactly, then evaluate.py; a
 ModernBERT folder saved by transformers (random weights) fine-tuned by finetune.py, evaluated by
 evaluate.py, predicted by predict.py and exported back to a folder that transformers loads with
-the same logits; the scanned model on an 8-device CPU mesh against one device; the family saved
-with a checkpoint and read back.
+the same logits; sentence embeddings of a ModernBERT folder; the scanned model on an 8-device
+CPU mesh against one device; the family saved with a checkpoint and read back.
 
 Sizes are tiny and runs short: the point is the bookkeeping and the numbers agreeing, not
 learning. Run as a script (`python tests/test_modernbert_runs.py OUT_DIR`) the file is the
@@ -260,6 +260,41 @@ def test_a_transformers_modernbert_folder_fine_tuned_predicted_and_exported(tmp_
     assert cfg_back.replace(pad_token_id=0) == cfg.replace(pad_token_id=0, dtype="float32",
                                                            remat_policy="none",
                                                            attention="auto")
+
+
+def test_sentence_embeddings_of_a_modernbert_folder_are_transformers_mean_pooled_states(
+        tmp_path):
+    import torch
+    import transformers
+
+    from bert_jax import sentence_embeddings
+    from bert_jax.data.tokenizer import load_tokenizer
+
+    torch.manual_seed(0)
+    hf_config = transformers.ModernBertConfig(
+        vocab_size=len(SPECIALS + WORDS), hidden_size=32, intermediate_size=48,
+        num_hidden_layers=4, num_attention_heads=2, max_position_embeddings=64,
+        local_attention=4, pad_token_id=0, cls_token_id=2, sep_token_id=3, bos_token_id=2,
+        eos_token_id=3, initializer_range=0.1)
+    transformers.ModernBertModel(hf_config).save_pretrained(tmp_path, safe_serialization=True)
+    (tmp_path / "vocab.txt").write_text("\n".join(SPECIALS + WORDS) + "\n", encoding="utf-8")
+    texts = [t for t, _ in _text_rows(np.random.default_rng(1), 6)]
+
+    vectors = sentence_embeddings.embed(sentence_embeddings.load_encoder(hf_dir=str(tmp_path)),
+                                        texts, pooling="mean")
+    tokenizer = load_tokenizer(str(tmp_path))
+    rows = [[tokenizer.cls_id] + ids + [tokenizer.sep_id] for ids in tokenizer.encode_batch(texts)]
+    input_ids = np.zeros((len(rows), max(map(len, rows))), np.int64)
+    mask = np.zeros_like(input_ids)
+    for i, row in enumerate(rows):
+        input_ids[i, :len(row)], mask[i, :len(row)] = row, 1
+    model = transformers.ModernBertModel.from_pretrained(tmp_path, attn_implementation="eager")
+    with torch.no_grad():
+        hidden = model.eval()(input_ids=torch.as_tensor(input_ids),
+                              attention_mask=torch.as_tensor(mask)).last_hidden_state.numpy()
+    expected = (hidden * mask[:, :, None]).sum(1) / mask.sum(1, keepdims=True)
+    assert max(map(len, rows)) > 4  # rows longer than the window of the local layers
+    assert np.abs(vectors - expected).max() <= 1e-5
 
 
 # ----- the family in a checkpoint --------------------------------------------------------------
