@@ -108,7 +108,10 @@ def define_config_file_flag(name: str, help_string: str,
 
 
 def _config_file_flags(flag_values: flags.FlagValues) -> list[str]:
-    from ml_collections import config_flags
+    try:
+        from ml_collections import config_flags
+    except ImportError:  # an image without ml_collections (device_check.py) has no such flag
+        return []
     return [name for name in flag_values
             if isinstance(flag_values[name].parser, config_flags.config_flags.ConfigFileFlagParser)]
 
