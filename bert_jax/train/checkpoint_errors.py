@@ -17,6 +17,11 @@ All three are ValueErrors, so the scripts print them as one line and exit with s
 
 from __future__ import annotations
 
+import logging
+import sys
+import time
+import traceback
+
 
 class CheckpointMismatchError(ValueError):
     """A checkpoint on disk does not fit the model or train state of the current run."""
@@ -46,19 +51,88 @@ def describe(error: BaseException) -> str:
     return f"{type(error).__name__}: {line}" if line else type(error).__name__
 
 
+class _StrayReadCallbacks(logging.Filter):
+    """Orbax reads a step's arrays concurrently in an event loop of its own; when one read fails
+    it closes that loop while tensorstore still finishes the others. Each of their callbacks then
+    meets the closed loop (`RuntimeError: Event loop is closed`), each abandoned read coroutine
+    raises its own read error when it is garbage collected, and asyncio logs the gathered reads'
+    "exception was never retrieved": hundreds of tracebacks around the one-line error, the last
+    ones at interpreter exit. Those reads belong to a step being reported unreadable, so these
+    three are dropped (through sys.unraisablehook and a filter on the `asyncio` logger; every
+    other report goes where it went), and `settle` waits, after a failed read, until they have
+    stopped arriving."""
+
+    QUIET_SECONDS = 0.3  # no stray callback for this long: the other reads have finished
+    MOST_SECONDS = 5.0
+
+    def __init__(self):
+        super().__init__()
+        self.previous, self.last = None, 0.0
+
+    def install(self) -> None:
+        if sys.unraisablehook != self.hook:  # bound methods compare equal, never identical
+            self.previous, sys.unraisablehook = sys.unraisablehook, self.hook
+        asyncio_logger = logging.getLogger("asyncio")
+        if self not in asyncio_logger.filters:
+            asyncio_logger.addFilter(self)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """False (drop) for asyncio's report of an Orbax read's error never retrieved."""
+        error = record.exc_info[1] if record.exc_info else None
+        if error is None or "exception was never retrieved" not in str(record.msg):
+            return True
+        frames = traceback.extract_tb(error.__traceback__)
+        if not any(_is_orbax(frame.filename) for frame in frames):
+            return True
+        self.last = time.monotonic()
+        return False
+
+    def hook(self, unraisable) -> None:
+        if self.is_stray(unraisable):
+            self.last = time.monotonic()
+        else:
+            self.previous(unraisable)
+
+    @staticmethod
+    def is_stray(unraisable) -> bool:
+        error, source = unraisable.exc_value, unraisable.object
+        if isinstance(error, RuntimeError) and str(error) == "Event loop is closed":
+            return True
+        code = getattr(source, "cr_code", None)  # a coroutine closed unfinished
+        return code is not None and _is_orbax(code.co_filename)
+
+    def settle(self) -> None:
+        start = time.monotonic()
+        while time.monotonic() - start < self.MOST_SECONDS:
+            time.sleep(self.QUIET_SECONDS / 3)
+            now = time.monotonic()
+            if now - max(self.last, start) >= self.QUIET_SECONDS:
+                return
+
+
+def _is_orbax(filename: str) -> bool:
+    return "/orbax/checkpoint/" in filename.replace("\\", "/")
+
+
+_stray_read_callbacks = _StrayReadCallbacks()
+
+
 class Reading:
-    """`with Reading(where, item):` turns any error but ours into CheckpointUnreadableError."""
+    """`with Reading(where, item):` turns any error but ours into CheckpointUnreadableError (and,
+    as any failed read may leave Orbax's other reads running, drops their stray callbacks)."""
 
     def __init__(self, where: str, item: str):
         self.where, self.item = where, item
 
     def __enter__(self):
+        _stray_read_callbacks.install()  # before the read: its loop may close before __exit__
         return self
 
     def __exit__(self, kind, error, traceback):
         if error is None or not isinstance(error, Exception) or isinstance(
                 error, (CheckpointMismatchError, CheckpointUnreadableError)):
             return False
+        _stray_read_callbacks.settle()
         raise CheckpointUnreadableError(
             f"checkpoint {self.where} cannot be read: {self.item}: {describe(error)}") from error
 
