@@ -133,7 +133,8 @@ def base_config(recipe: str) -> ml_collections.ConfigDict:
         with_heads=False,  # keep the init weights' heads that fit (MLM, NSP, classifier)
     ))
     config.tokenizer = ml_collections.ConfigDict(dict(
-        path="",  # vocab.txt, tokenizer.json or a folder (default: init.hf_dir's)
+        path="",  # vocab.txt, tokenizer.json or a folder (default: init.hf_dir's; pre-training
+        # on demo / text:GLOB: one trained on the corpus on first use, under the data dir)
         lowercase=True,  # lower-case and strip accents (a vocab.txt whose casing nothing states)
     ))
     config.max_seq_len = 128  # tokens per row
@@ -162,7 +163,7 @@ def pretrain_config() -> ml_collections.ConfigDict:
     import ml_collections
     config = base_config("pretrain")
     config.init.with_heads = True  # continuing pre-training keeps the MLM (and NSP) head
-    config.tokenizer.vocab_size = 8192  # of the vocabulary trained for the demo corpus
+    config.tokenizer.vocab_size = 8192  # of the vocabulary trained for a demo or text: corpus
     config.data = ml_collections.ConfigDict(dict(
         corpus="demo",  # demo | text:GLOB | a TFDS name | synthetic (random tokens)
         document_delimiter="blank_line",  # text:GLOB documents: blank_line | line | file

@@ -111,6 +111,51 @@ def test_run_config_key_reaches_the_pipeline(tmp_path):
         pretraining.PretrainingDataConfig(document_delimiter="page")
 
 
+def test_a_text_corpus_without_a_vocabulary_trains_one_in_the_workdir(tmp_path):
+    """config.tokenizer.path empty with a text: corpus: the run trains a WordPiece vocabulary of
+    tokenizer.vocab_size on the corpus's train split (documents as data.document_delimiter says)
+    into <workdir>/data, once, the same bytes in every workdir, and pre-trains with it."""
+    import json
+    import os
+
+    from bert_jax import run_config
+    from bert_jax.recipes import pretrain
+
+    folder = tmp_path / "txt"
+    folder.mkdir()
+    words = "river stone bridge lantern harbour meadow orchard violin".split()
+    lines = [" ".join(words[(i + j) % len(words)] for j in range(12)) for i in range(60)]
+    write(folder / "lines.txt", "\n".join(lines) + "\n")
+    config = run_config.pretrain_config()
+    config.data.corpus, config.data.document_delimiter = f"text:{folder}/*.txt", "line"
+    config.tokenizer.vocab_size = 120
+    config.model = run_config.model_block("tiny", hidden_size=16, num_hidden_layers=1,
+                                          num_attention_heads=2, intermediate_size=32,
+                                          max_position_embeddings=16)
+    config.max_seq_len, config.data.max_predictions = 16, 3
+    config.batch_size = config.eval_batch_size = 4
+    config.total_steps, config.eval_batches = 2, 1
+    assert pretrain.checked_vocab_size(config) == 120  # no error: it will be trained
+
+    vocabularies = []
+    for name in ("a", "b"):
+        workdir = str(tmp_path / name)
+        tokenizer = pretrain.load_tokenizer(config, workdir)
+        (vocab_dir,) = [d for d in os.listdir(os.path.join(workdir, "data")) if "_vocab_120_" in d]
+        path = os.path.join(workdir, "data", vocab_dir, "vocab.txt")
+        vocabularies.append(open(path, "rb").read())
+        pieces = vocabularies[-1].decode("utf-8").split("\n")
+        assert tokenizer.vocab_size == len(pieces) - 1 <= 120 and set(words) <= set(pieces)
+        modified = os.stat(path).st_mtime_ns
+        assert pretrain.load_tokenizer(config, workdir).vocab_size == tokenizer.vocab_size
+        assert os.stat(path).st_mtime_ns == modified  # trained once, then read
+    assert vocabularies[0] == vocabularies[1]
+
+    pretrain.train_and_evaluate(config, str(tmp_path / "a"))
+    with open(tmp_path / "a" / "metrics.jsonl", encoding="utf-8") as f:
+        assert [json.loads(line)["step"] for line in f][-1] == 2
+
+
 def test_prepare_data_refuses_another_delimiter_in_one_line(tmp_path):
     import os
     import subprocess

@@ -65,8 +65,9 @@ class PretrainingDataConfig:
     """Everything that decides the batches; the same config and seed give the same batches.
 
     corpus: "demo", "text:GLOB" or a TFDS catalog name (see bert_jax.data.corpora).
-    vocab_path: vocab.txt / tokenizer.json; empty with corpus "demo" means the demo vocabulary,
-      trained on first use (`prepare_demo`).
+    vocab_path: vocab.txt / tokenizer.json; empty with corpus "demo" or "text:GLOB" means a
+      vocabulary of demo_vocab_size trained on the corpus on first use (`prepare_demo`,
+      `prepare_text_vocabulary`).
     min_segment_tokens: a new piece starts in a row only if this many tokens (or the whole rest of
       its document) fit.
     short_seq_prob: sentence-pair mode: probability of a shorter target length (as in BERT).
@@ -139,13 +140,37 @@ def prepare_demo(data_dir: str, vocab_size: int = 8192, lowercase: bool = True) 
     """
     data_dir = os.path.expanduser(data_dir)
     name = f"demo_vocab_{vocab_size}_{'uncased' if lowercase else 'cased'}"
-    vocab_path = os.path.join(data_dir, name, "vocab.txt")
-    source = corpora.load_source(corpora.DEMO, "train", data_dir)
+    return _trained_once(corpora.DEMO, data_dir, os.path.join(data_dir, name), vocab_size,
+                         lowercase)
+
+
+def prepare_text_vocabulary(corpus: str, data_dir: str, vocab_size: int = 8192,
+                            lowercase: bool = True, **text_options) -> str:
+    """The vocabulary of a `text:GLOB` corpus whose run names none: a WordPiece vocabulary of
+    `vocab_size` trained on the corpus's train split (prepared first, with `text_options`) on
+    first use, as the demo's is. It lives in data_dir (a run's is <workdir>/data unless
+    data.data_dir says otherwise) under `<corpus preparation>_vocab_<size>_<cased|uncased>/`, so
+    another set of files or options trains its own; the same files give the same vocab.txt,
+    byte for byte. Returns the path of vocab.txt."""
+    data_dir = os.path.expanduser(data_dir)
+    preparation = corpora.builder_for(corpus, data_dir, **text_options).builder_config.name
+    name = f"{preparation}_vocab_{vocab_size}_{'uncased' if lowercase else 'cased'}"
+    return _trained_once(corpus, data_dir, os.path.join(data_dir, name), vocab_size, lowercase,
+                         **text_options)
+
+
+def _trained_once(corpus: str, data_dir: str, vocab_dir: str, vocab_size: int, lowercase: bool,
+                  **text_options) -> str:
+    vocab_path = os.path.join(vocab_dir, "vocab.txt")
+    source = corpora.load_source(corpus, "train", data_dir, **text_options)
     if not epath.Path(vocab_path).is_file():  # data_dir: a local folder or gs://
         with corpora.exclusive(data_dir):
             if not epath.Path(vocab_path).is_file():  # another process may have trained it
-                tok.train_wordpiece(corpora.SourceTexts(source), vocab_size,
-                                    os.path.dirname(vocab_path), lowercase)
+                logging.info("training a %d-token vocabulary on the train split of %s "
+                             "(config.tokenizer.path is empty) into %s", vocab_size, corpus,
+                             vocab_dir)
+                tok.train_wordpiece(corpora.SourceTexts(source), vocab_size, vocab_dir,
+                                    lowercase)
     return vocab_path
 
 
@@ -154,6 +179,9 @@ def resolve_vocab_path(cfg: PretrainingDataConfig) -> str:
         return os.path.expanduser(cfg.vocab_path)
     if cfg.corpus == corpora.DEMO:
         return prepare_demo(cfg.data_dir, cfg.demo_vocab_size, cfg.lowercase)
+    if cfg.corpus.startswith(corpora.TEXT_PREFIX):
+        return prepare_text_vocabulary(cfg.corpus, cfg.data_dir, cfg.demo_vocab_size,
+                                       cfg.lowercase, **cfg.text_options())
     raise ValueError(f"PretrainingDataConfig.vocab_path is empty; corpus {cfg.corpus!r} needs a "
                      "vocabulary (train one with experiments/prepare_data.py)")
 

@@ -94,9 +94,10 @@ def data_config(config: common.Config, workdir: str):
 
 
 def load_tokenizer(config: common.Config, workdir: str):
-    """The run's WordPiece tokenizer: tokenizer.path, else the demo corpus's vocabulary under the
-    run's data dir (`data_config`; trained there on first use); None for the synthetic corpus
-    (random token ids, no vocabulary)."""
+    """The run's WordPiece tokenizer: tokenizer.path, else the vocabulary of the demo or `text:`
+    corpus under the run's data dir (`data_config`; trained there on the corpus's train split on
+    first use, tokenizer.vocab_size tokens); None for the synthetic corpus (random token ids, no
+    vocabulary)."""
     if config.data.corpus == SYNTHETIC:
         return None
     from bert_jax.data import pretraining, tokenizer
@@ -106,10 +107,10 @@ def load_tokenizer(config: common.Config, workdir: str):
 
 def checked_vocab_size(config: common.Config) -> int:
     """The size of the run's vocabulary as far as it is known without writing anything (the
-    demo's is trained on first use: its configured size), after the inputs that need no
-    preparation are checked: a `text:` glob that matches no file, a tokenizer.path that is not
-    a vocabulary, a corpus that needs a vocabulary and names none (ValueError or
-    FileNotFoundError naming the config key)."""
+    demo's and a text corpus's are trained on first use: the configured size), after the
+    inputs that need no preparation are checked: a `text:` glob that matches no file, a
+    tokenizer.path that is not a vocabulary, a corpus that needs a vocabulary and names none
+    (ValueError or FileNotFoundError naming the config key)."""
     corpus = config.data.corpus
     if corpus == SYNTHETIC:
         return config.tokenizer.vocab_size
@@ -118,8 +119,8 @@ def checked_vocab_size(config: common.Config) -> int:
         corpora.matched_files(corpus[len(corpora.TEXT_PREFIX):])
     if config.tokenizer.path:
         return common.read_tokenizer(config.tokenizer.path, config.tokenizer.lowercase).vocab_size
-    if corpus == corpora.DEMO:
-        return config.tokenizer.vocab_size
+    if corpus == corpora.DEMO or corpus.startswith(corpora.TEXT_PREFIX):
+        return config.tokenizer.vocab_size  # trained on the corpus on first use
     raise ValueError(f"config.tokenizer.path is empty, and data.corpus={corpus!r} needs a "
                      "vocabulary: train one with experiments/prepare_data.py "
                      f"--corpus='{corpus}' and set --config.tokenizer.path to the vocab.txt it "
