@@ -26,6 +26,7 @@ import sys
 
 import numpy as np
 import pytest
+import xla_flags
 
 from bert_jax.scaling import collectives, groups, hlo, projection, targets, traffic
 
@@ -254,6 +255,7 @@ def _config(mesh_shape, accumulation_steps):
     from bert_jax import run_config
     config = run_config.pretrain_config()
     config.model.preset = "tiny"
+    config.model.num_hidden_layers = 1  # what moves per layer is the same in every layer
     config.model.max_position_embeddings = 64
     config.tokenizer.vocab_size = 1024
     config.max_seq_len, config.batch_size = 64, 32
@@ -342,9 +344,11 @@ def test_memory_is_positive_and_arguments_shrink_with_fsdp(compiled):
 
 # ----- the script --------------------------------------------------------------------------------
 
-def _script(*args):
-    env = dict(os.environ, PYTHONPATH=ROOT)
-    env.pop("XLA_FLAGS", None)  # the script sets the device count itself
+def _script(*args, devices_set: bool = False):
+    # The tests' fast-compile flags; the script adds the device count to them and re-executes
+    # itself, unless devices_set: already there, as in the re-executed process (no re-execution).
+    env = dict(os.environ, PYTHONPATH=ROOT,
+               XLA_FLAGS=xla_flags.with_devices(8 if devices_set else None))
     return subprocess.run([sys.executable, os.path.join(ROOT, "experiments", "scaling_report.py"),
                            *args], env=env, capture_output=True, text=True, timeout=600)
 
@@ -370,7 +374,9 @@ def test_script_reports_a_mesh_and_writes_json(tmp_path):
     (["--devices=8", "--mesh=2x4"], "is not data,fsdp,tensor"),
 ])
 def test_script_bad_input_is_one_line(args, message):
-    done = _script("--preset=tiny", *args)
+    # --devices=8 with the 8 devices already set: the checks of the process that computes (the
+    # re-execution that sets them is test_script_reports_a_mesh_and_writes_json's)
+    done = _script("--preset=tiny", *args, devices_set=True)
     assert done.returncode == 1
     last = done.stderr.strip().splitlines()[-1]
     assert last.startswith("scaling_report.py: error:") and message in last, done.stderr[-2000:]
