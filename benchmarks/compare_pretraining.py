@@ -72,34 +72,36 @@ def _numbers(name: str, values, kind):
         raise ValueError(f"--{name}={','.join(values)}: not a list of {kind.__name__}s") from e
 
 
-def settings():
+def settings(fv: flags.FlagValues = FLAGS):
+    """(race.Settings, targets) of the parsed flags; ValueError names a bad one."""
     from benchmarks.peers import race  # pylint: disable=import-outside-toplevel
 
-    targets = _numbers("targets", FLAGS.targets, float)
+    targets = _numbers("targets", fv.targets, float)
     if any(not 0.0 < t <= 1.0 for t in targets):
-        raise ValueError(f"--targets={','.join(FLAGS.targets)}: accuracies must be in (0, 1]")
+        raise ValueError(f"--targets={','.join(fv.targets)}: accuracies must be in (0, 1]")
     return race.Settings(
-        corpus=FLAGS.corpus, output_dir=FLAGS.output_dir,
-        data_dir=FLAGS.data_dir or os.path.join(FLAGS.output_dir, "data"),
-        preset=FLAGS.preset, sizes={field: FLAGS[flag].value for flag, field in SIZE_FLAGS.items()},
-        vocab_size=FLAGS.vocab_size, budget_seconds=FLAGS.budget_seconds,
-        batch_size=FLAGS.batch_size, learning_rate=FLAGS.learning_rate,
-        warmup_fraction=FLAGS.warmup_fraction, seeds=_numbers("seeds", FLAGS.seeds, int),
-        implementations=tuple(FLAGS.implementations), eval_points=FLAGS.eval_points,
-        eval_rows=FLAGS.eval_rows,
-        explicit=tuple(name for name in TRAIN_FLAGS if FLAGS[name].present),
-        torch_threads=FLAGS.torch_threads), targets
+        corpus=fv.corpus, output_dir=fv.output_dir,
+        data_dir=fv.data_dir or os.path.join(fv.output_dir, "data"),
+        preset=fv.preset, sizes={field: fv[flag].value for flag, field in SIZE_FLAGS.items()},
+        vocab_size=fv.vocab_size, budget_seconds=fv.budget_seconds,
+        batch_size=fv.batch_size, learning_rate=fv.learning_rate,
+        warmup_fraction=fv.warmup_fraction, seeds=_numbers("seeds", fv.seeds, int),
+        implementations=tuple(fv.implementations), eval_points=fv.eval_points,
+        eval_rows=fv.eval_rows,
+        explicit=tuple(name for name in TRAIN_FLAGS if fv[name].present),
+        torch_threads=fv.torch_threads), targets
 
 
-def compare() -> dict:
+def compare(flag_values: flags.FlagValues = FLAGS) -> dict:
     """Runs the comparison; returns {"json", "png"}."""
     from benchmarks.peers import race, report  # pylint: disable=import-outside-toplevel
 
-    config, targets = settings()
+    config, targets = settings(flag_values)
     shared = race.prepare_shared(config)
     print(f"held-out: {shared['heldout']['rows']} rows, {shared['heldout']['masked_tokens']} "
           f"masked tokens; vocabulary: {shared['vocab_size']} pieces", flush=True)
-    results = race.run_all(config, shared, report=lambda line: print(line, flush=True))
+    results = race.run_all(config, shared, report=lambda line: print(line, flush=True),
+                           one_process=flag_values.smoke_one_process)
     summary = report.summarize(results, targets)
     record = {"settings": {**config.__dict__, "targets": list(targets)},
               "shared": shared, "runs": report.run_records(results, targets), "summary": summary}
@@ -125,30 +127,44 @@ def main(argv):
     print(json.dumps(paths))
 
 
-if __name__ == "__main__":
+def define_flags(flag_values: flags.FlagValues = FLAGS) -> None:
+    """The script's flags, on `flag_values` (the script's own run: absl's FLAGS)."""
+    fv = {"flag_values": flag_values}
     flags.DEFINE_string("output_dir", None, "Where the shared inputs, runs, logs, JSON and PNG "
-                        "go.", required=True)
+                        "go.", required=True, **fv)
     flags.DEFINE_string("corpus", "demo", "'demo' (the project's demo corpus) or 'text:GLOB' "
-                        "(local text files, documents separated by blank lines).")
+                        "(local text files, documents separated by blank lines).", **fv)
     flags.DEFINE_string("data_dir", "", "Where the corpus and vocabulary are prepared (default: "
-                        "<output_dir>/data).")
+                        "<output_dir>/data).", **fv)
     flags.DEFINE_enum("preset", "mini", ["tiny", "mini", "small", "medium", "base", "large"],
-                      "Model size preset of every implementation.")
-    flags.DEFINE_integer("hidden_size", None, "Overrides the preset's hidden size.")
-    flags.DEFINE_integer("num_layers", None, "Overrides the preset's number of layers.")
-    flags.DEFINE_integer("num_heads", None, "Overrides the preset's attention heads.")
-    flags.DEFINE_integer("intermediate_size", None, "Overrides the preset's FFN width.")
-    flags.DEFINE_integer("vocab_size", 8192, "WordPiece vocabulary size (trained once, shared).")
-    flags.DEFINE_float("budget_seconds", 600.0, "Training seconds per run.")
-    flags.DEFINE_integer("batch_size", 32, "Rows of 128 tokens per step.")
-    flags.DEFINE_float("learning_rate", 5e-4, "Peak learning rate.")
-    flags.DEFINE_float("warmup_fraction", 0.1, "Warm-up, as a fraction of each run's steps.")
-    flags.DEFINE_list("seeds", ["0"], "Seeds; every implementation runs once per seed.")
+                      "Model size preset of every implementation.", **fv)
+    flags.DEFINE_integer("hidden_size", None, "Overrides the preset's hidden size.", **fv)
+    flags.DEFINE_integer("num_layers", None, "Overrides the preset's number of layers.", **fv)
+    flags.DEFINE_integer("num_heads", None, "Overrides the preset's attention heads.", **fv)
+    flags.DEFINE_integer("intermediate_size", None, "Overrides the preset's FFN width.", **fv)
+    flags.DEFINE_integer("vocab_size", 8192, "WordPiece vocabulary size (trained once, shared).",
+                         **fv)
+    flags.DEFINE_float("budget_seconds", 600.0, "Training seconds per run.", **fv)
+    flags.DEFINE_integer("batch_size", 32, "Rows of 128 tokens per step.", **fv)
+    flags.DEFINE_float("learning_rate", 5e-4, "Peak learning rate.", **fv)
+    flags.DEFINE_float("warmup_fraction", 0.1, "Warm-up, as a fraction of each run's steps.",
+                       **fv)
+    flags.DEFINE_list("seeds", ["0"], "Seeds; every implementation runs once per seed.", **fv)
     flags.DEFINE_list("implementations", ["ours_classic", "ours_efficient", "hf_flax",
-                                          "hf_torch"], "Which to run, in this order.")
-    flags.DEFINE_integer("eval_points", 10, "Evaluations per run, evenly spaced in the budget.")
-    flags.DEFINE_list("targets", ["0.1", "0.2", "0.3"], "Accuracies for 'time to reach X'.")
+                                          "hf_torch"], "Which to run, in this order.", **fv)
+    flags.DEFINE_integer("eval_points", 10, "Evaluations per run, evenly spaced in the budget.",
+                         **fv)
+    flags.DEFINE_list("targets", ["0.1", "0.2", "0.3"], "Accuracies for 'time to reach X'.",
+                      **fv)
     flags.DEFINE_integer("torch_threads", 0, "CPU threads of hf_torch (0: torch's default, "
-                         "one per core; on a busy machine 1 avoids its threads spinning).")
-    flags.DEFINE_integer("eval_rows", 1024, "Held-out rows scored (0: the whole held-out split).")
+                         "one per core; on a busy machine 1 avoids its threads spinning).", **fv)
+    flags.DEFINE_integer("eval_rows", 1024, "Held-out rows scored (0: the whole held-out split).",
+                         **fv)
+    flags.DEFINE_boolean("smoke_one_process", False, "Smoke runs only (tests): each run's "
+                         "calibration and clocked run in one process, so the clocked run's "
+                         "compilation is not cold and its seconds are not comparable.", **fv)
+
+
+if __name__ == "__main__":
+    define_flags()
     app.run(main, flags_parser=cli.parse_flags)

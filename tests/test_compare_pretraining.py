@@ -11,8 +11,11 @@ import sys
 
 import numpy as np
 import pytest
+from absl import flags
 
+from benchmarks import compare_pretraining
 from benchmarks.peers import IMPLEMENTATIONS, heldout, inputs, mlm_blocks, race
+from bert_jax import cli
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(ROOT, "benchmarks", "compare_pretraining.py")
@@ -81,28 +84,48 @@ def test_every_run_reads_the_same_heldout_rows_masked_at_15_percent(demo, tmp_pa
         heldout.load(changed, first["sha256"])
 
 
+def _settings_error(argv: list[str]) -> str:
+    """The script's flags parsed and its comparison started in this process, as its main does
+    (through cli.run_or_exit): the one line it exits 1 with."""
+    values = flags.FlagValues()
+    compare_pretraining.define_flags(values)
+    cli.parse_flags([SCRIPT, *argv], values)
+    with pytest.raises(SystemExit) as exited:
+        cli.run_or_exit("compare_pretraining.py", lambda: compare_pretraining.compare(values))
+    return exited.value.code  # sys.exit(message): printed as the last line, exit status 1
+
+
 def test_bad_settings_are_one_line_errors(tmp_path):
-    for flag, named in (("--implementations=ours_classic,hf_jax", "hf_jax"),
-                        ("--targets=0.2,1.5", "(0, 1]"), ("--seeds=0,zero", "--seeds"),
-                        ("--budget_seconds=0", "budget_seconds"),
-                        ("--hidden_size=30", "divisible"),  # by the preset's 4 heads
-                        (f"--corpus=text:{tmp_path}/none/*.txt", "matches no file")):
-        done = subprocess.run([sys.executable, SCRIPT, f"--output_dir={tmp_path}", flag],
-                              capture_output=True, text=True, timeout=300, cwd=ROOT)
-        assert done.returncode == 1, done.stderr[-2000:]
-        last = done.stderr.strip().splitlines()[-1]
+    cases = (("--implementations=ours_classic,hf_jax", "hf_jax"),
+             ("--targets=0.2,1.5", "(0, 1]"), ("--seeds=0,zero", "--seeds"),
+             ("--budget_seconds=0", "budget_seconds"),
+             ("--hidden_size=30", "divisible"),  # by the preset's 4 heads
+             (f"--corpus=text:{tmp_path}/none/*.txt", "matches no file"))
+    for flag, named in cases:
+        last = _settings_error([f"--output_dir={tmp_path}", flag])
+        assert isinstance(last, str) and "\n" not in last, last
         assert last.startswith("compare_pretraining.py: error:") and named in last, last
-        assert "Traceback" not in done.stderr
+    # The script itself, once: exit status 1, that line last on stderr, no traceback.
+    flag, named = cases[-1]
+    done = subprocess.run([sys.executable, SCRIPT, f"--output_dir={tmp_path}", flag],
+                          capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert done.returncode == 1, done.stderr[-2000:]
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("compare_pretraining.py: error:") and named in last, last
+    assert "Traceback" not in done.stderr
 
 
 @pytest.mark.slow
 def test_smoke_run_of_all_four_implementations(demo, tmp_path):
     data_dir, _ = demo
-    budget, points, targets = 4.0, 2, (0.01, 0.99)
+    # A budget of a second: on this CPU the first step (its compilation) alone takes about that,
+    # so each run plans a step or two; the bookkeeping is what is checked here.
+    budget, points, targets = 1.0, 2, (0.01, 0.99)
     done = subprocess.run(
         [sys.executable, SCRIPT, f"--output_dir={tmp_path}", f"--data_dir={data_dir}",
          *TINY_MODEL, f"--budget_seconds={budget}", f"--eval_points={points}", "--batch_size=8",
-         "--eval_rows=128", "--seeds=0", "--torch_threads=1",
+         "--eval_rows=64", "--seeds=0", "--torch_threads=1",
+         "--smoke_one_process",  # each run's calibration and clocked run in one process
          f"--targets={','.join(map(str, targets))}"],
         capture_output=True, text=True, timeout=2400, cwd=ROOT)
     assert done.returncode == 0, done.stderr[-3000:]

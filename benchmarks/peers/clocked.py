@@ -156,3 +156,16 @@ def run_job(spec: dict) -> dict:
                                     planned["planned_steps"])
     return {"implementation": spec["implementation"], "seed": spec["seed"],
             "calibration": planned, "evaluations": evaluations, **impl.describe()}
+
+
+def calibrate_then_run_job(spec: dict) -> dict:
+    """Both jobs in one process, for smoke runs only (compare_pretraining.py
+    --smoke_one_process): the calibration's result written where run_job reads it, then the
+    clocked run, whose compilation is then no longer cold (not a comparable measurement)."""
+    import resource  # pylint: disable=import-outside-toplevel
+
+    planned = calibrate_job(spec)
+    planned["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+    with open(spec["calibration_path"], "w", encoding="utf-8") as f:
+        json.dump(planned, f, indent=1)
+    return run_job(spec)

@@ -22,6 +22,7 @@ from benchmarks.peers import IMPLEMENTATIONS, inputs
 
 CALIBRATE = "benchmarks.peers.clocked:calibrate_job"
 RUN = "benchmarks.peers.clocked:run_job"
+BOTH = "benchmarks.peers.clocked:calibrate_then_run_job"  # smoke runs: one process per run
 
 
 @dataclasses.dataclass(frozen=True)
@@ -127,22 +128,29 @@ def run_spec(settings: Settings, shared: dict, implementation: str, seed: int) -
     }
 
 
-def run_one(spec: dict, log_path: str, timeout: Optional[float] = None) -> dict:
+def run_one(spec: dict, log_path: str, timeout: Optional[float] = None,
+            one_process: bool = False) -> dict:
     """Runs one race run, its calibration then its clocked run, each in a worker process
     (benchmarks/worker.py, jobs of benchmarks/peers/clocked.py), both logged to `log_path`;
-    returns the clocked run's result (WorkerError if a process fails)."""
+    returns the clocked run's result (WorkerError if a process fails). one_process (smoke runs
+    only): both in one worker process, so the clocked run's compilation is not cold."""
     run = f"{spec['implementation']} (seed {spec['seed']})"
     spec_path = os.path.join(spec["run_dir"], "spec.json")
     with open(log_path, "w", encoding="utf-8"):
         pass  # a fresh log for each run
+    if one_process:
+        return worker.run({**spec, "job": BOTH}, spec_path, log_path,
+                          f"{run}: calibration and clocked run", timeout)
     worker.run({**spec, "job": CALIBRATE, "result_path": spec["calibration_path"]}, spec_path,
                log_path, f"{run}: calibration", timeout)
     return worker.run({**spec, "job": RUN}, spec_path, log_path, f"{run}: clocked run",
                       timeout)
 
 
-def run_all(settings: Settings, shared: dict, report=print) -> list[dict]:
-    """Every (seed, implementation) run, one process at a time; `report` gets a line per run."""
+def run_all(settings: Settings, shared: dict, report=print, one_process: bool = False
+            ) -> list[dict]:
+    """Every (seed, implementation) run, one process at a time; `report` gets a line per run
+    (one_process: see run_one)."""
     log_dir = os.path.join(settings.output_dir, "logs")
     os.makedirs(log_dir, exist_ok=True)
     results = []
@@ -150,7 +158,8 @@ def run_all(settings: Settings, shared: dict, report=print) -> list[dict]:
         for implementation in settings.implementations:
             spec = run_spec(settings, shared, implementation, seed)
             log_path = os.path.join(log_dir, f"{implementation}_seed{seed}.log")
-            result = run_one(spec, log_path, timeout=_timeout(settings))
+            result = run_one(spec, log_path, timeout=_timeout(settings),
+                             one_process=one_process)
             last = result["evaluations"][-1]
             report(f"{implementation} seed {seed}: accuracy {last['accuracy']:.4f}, loss "
                    f"{last['loss']:.4f} after {last['steps']} steps in {last['seconds']:.1f} s")
