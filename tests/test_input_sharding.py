@@ -284,7 +284,8 @@ def pretrain_command(corpus, workdir, total_steps):
     return [f"--workdir={workdir}", "--config=experiments/configs/demo.py",
             f"--config.data.corpus={corpus['glob']}",
             f"--config.data.data_dir={corpus['data_dir']}",
-            f"--config.tokenizer.path={corpus['vocab']}", "--config.model.hidden_size=32",
+            f"--config.tokenizer.path={corpus['vocab']}", "--config.model.num_hidden_layers=1",
+            "--config.model.hidden_size=32",
             "--config.model.num_attention_heads=2", "--config.model.intermediate_size=64",
             "--config.max_seq_len=32", "--config.data.max_predictions=5",
             "--config.batch_size=8", "--config.eval_batch_size=8", "--config.eval_batches=1",
@@ -327,29 +328,30 @@ def state_files(workdir, step) -> list[str]:
 
 
 def test_run_of_two_processes_goes_on_with_one(corpus, tmp_path):
+    # Checkpoints every 2 steps: two processes train 2 steps, one goes on to step 6.
     workdir = tmp_path / "run"
-    pretrain_on_two_processes(corpus, workdir, 4, tmp_path / "logs")
+    pretrain_on_two_processes(corpus, workdir, 2, tmp_path / "logs")
     first = logged_losses(workdir)
-    assert sorted(first) == [1, 2, 3, 4]
-    assert state_files(workdir, 4) == ["process_0-of-2.json", "process_1-of-2.json"]
+    assert sorted(first) == [1, 2]
+    assert state_files(workdir, 2) == ["process_0-of-2.json", "process_1-of-2.json"]
 
-    # One process resumes the model state at step 4; the data starts a new pass, said in one
+    # One process resumes the model state at step 2; the data starts a new pass, said in one
     # line before the first step it trains.
-    log = pretrain_on_one_process(corpus, workdir, 8)
+    log = pretrain_on_one_process(corpus, workdir, 6)
     lines = log.splitlines()
     said = [i for i, line in enumerate(lines) if "data iterator: the checkpoint's data position "
             "was saved by 2 process(es) and this run has 1" in line]
-    first_step = next(i for i, line in enumerate(lines) if "step 5/8" in line)
+    first_step = next(i for i, line in enumerate(lines) if "step 3/6" in line)
     assert len(said) == 1 and said[0] < first_step
     losses = logged_losses(workdir)
-    assert sorted(losses) == list(range(1, 9)) and all(losses[s] == first[s] for s in first)
+    assert sorted(losses) == list(range(1, 7)) and all(losses[s] == first[s] for s in first)
     assert all(np.isfinite(list(losses.values())))
-    assert state_files(workdir, 8) == ["process_0-of-1.json"]
+    assert state_files(workdir, 6) == ["process_0-of-1.json"]
 
-    # Within the new pass, resuming on one process is exact: from step 6, steps 7 and 8 again.
+    # Within the new pass, resuming on one process is exact: from step 4, steps 5 and 6 again.
     again = tmp_path / "again"
     shutil.copytree(workdir, again)
-    shutil.rmtree(again / "checkpoints" / "8")
-    log = pretrain_on_one_process(corpus, again, 8)
+    shutil.rmtree(again / "checkpoints" / "6")
+    log = pretrain_on_one_process(corpus, again, 6)
     assert "resuming from" in log and "data iterator:" not in log
     assert logged_losses(again) == losses
