@@ -245,7 +245,7 @@ def write_task_files(root, task, rng):
 def task_config(tmp_path, task, **changes):
     train, evaluation_path = write_task_files(tmp_path, task, np.random.default_rng(4))
     return tiny_finetune_config(
-        task, write_vocab(tmp_path / "vocab.txt"), hidden_size=32, num_hidden_layers=2,
+        task, write_vocab(tmp_path / "vocab.txt"), hidden_size=32, num_hidden_layers=1,
         max_position_embeddings=MAX_LEN, max_seq_len=MAX_LEN, eval_batch_size=4,
         **{"data.train_path": train, "data.eval_path": evaluation_path,
            "squad.doc_stride": 16, "squad.max_query_len": 8, "model.initializer_range": 0.2,
