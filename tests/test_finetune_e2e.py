@@ -128,7 +128,8 @@ def test_ner_learns_entities_and_evaluation_in_new_process_is_exact(tmp_path):
     train = write_conll(tmp_path / "train.conll", [ner_sentence(rng) for _ in range(320)])
     dev = write_conll(tmp_path / "dev.conll", [ner_sentence(rng) for _ in range(64)])
     config = tiny_config(vocab, "token_classification", max_seq_len=24, epochs=4.0,
-                         learning_rate=2e-3, **{"data.train_path": train, "data.eval_path": dev})
+                         learning_rate=2e-3, num_hidden_layers=1,
+                         **{"data.train_path": train, "data.eval_path": dev})
     workdir = str(tmp_path / "ner")
     result = recipe.train_and_evaluate(config, workdir)
     assert result.last_eval_metrics["entity_f1"] > 0.9, result.last_eval_metrics
@@ -170,7 +171,8 @@ def test_squad_style_qa_learns_spans_across_windows(tmp_path):
     config = tiny_config(vocab, "span_qa", max_seq_len=40, epochs=8.0, learning_rate=2e-3,
                          **{"data.train_path": train, "data.eval_path": dev,
                             "squad.doc_stride": 12, "squad.max_query_len": 8,
-                            "squad.max_answer_length": 6})
+                            "squad.max_answer_length": 6,
+                            "data.bucket_lengths": "none"})  # one program per step kind
     data = build_task_data(config, tasks_tokenizer(vocab))
     windows_per_question = np.bincount(data.eval_features["example_index"])
     assert windows_per_question.max() >= 2  # contexts really are cut into windows
@@ -220,7 +222,7 @@ def test_token_loss_counts_first_subwords_of_real_rows_only(tmp_path):
     features = encoding.encode_tagged_sentences(tokenizer, sentences, 12, label_map)
     batch = {k: jnp.asarray(v) for k, v in features.items() if k != "word_index"}
     batch["example_weights"] = jnp.asarray([1.0, 0.0])  # the second row is padding
-    config = tiny_config(vocab)
+    config = tiny_config(vocab, num_hidden_layers=1)
     cfg = recipe_common.model_config(config, tokenizer.vocab_size)
     kind = kinds.get("token_classification")
     model = kind.make_model(cfg, {"label_map": label_map})
@@ -250,8 +252,9 @@ def test_init_from_a_pretraining_checkpoint_keeps_only_the_head_fresh(tmp_path):
     from bert_jax.recipes import pretrain
     from bert_jax.train import loop, optimizer, params_loading, state
 
-    cfg = BertConfig.preset("tiny", vocab_size=100, hidden_size=32, num_attention_heads=2,
-                            intermediate_size=64, max_position_embeddings=32)
+    cfg = BertConfig.preset("tiny", vocab_size=100, hidden_size=32, num_hidden_layers=1,
+                            num_attention_heads=2, intermediate_size=64,
+                            max_position_embeddings=32)
     pretraining = BertForPreTraining(cfg, with_nsp=False)
     ids = jnp.zeros((1, 16), jnp.int32)
     positions = jnp.zeros((1, 2), jnp.int32)
@@ -355,7 +358,7 @@ def test_accumulation_4x8_equals_1x32_on_a_finetuning_task(tmp_path):
     label_map = encoding.build_label_map([e.label for e in examples])
     features = encoding.encode_text_examples(tokenizer, examples, 16, label_map)
     batch = {k: jnp.asarray(v) for k, v in features.items()}
-    config = tiny_config(vocab, "classification")
+    config = tiny_config(vocab, "classification", num_hidden_layers=1)
     kind = kinds.get("classification")
     model = kind.make_model(recipe_common.model_config(config, tokenizer.vocab_size),
                             {"label_map": label_map})
