@@ -2,11 +2,15 @@
 CPU devices (a subprocess with XLA_FLAGS set before jax is imported).
 
 Without dropout the explicit step computes what the partitioner's does: on (data, fsdp, tensor)
-= (2, 4, 1) and (2, 2, 2), with and without gradient accumulation, and on (1, 8, 1) with its
-collectives in two levels (as TPU slices of more than 8 chips run them), the logged losses of 6
-steps through the real loop equal a one-device run's within 1e-5 relative, and the parameters
-after them within 1e-5. Its program reduces the gradients with reduce-scatters over fsdp and gathers
-the parameters with all-gathers. With dropout it runs (finite losses, other than without).
+= (2, 4, 1) without and (2, 2, 2) with gradient accumulation (2 micro-batches), and on (1, 8, 1)
+with its collectives in two levels (as TPU slices of more than 8 chips run them), the logged
+losses of 4 steps through the real loop equal a one-device run's within 1e-5 relative, and the
+parameters after them within 1e-5. The one reference is the one-device run WITHOUT accumulation
+(accumulation divides the summed micro-batch gradients by the batch's weight, so it computes the
+whole batch's step): fewer programs to compile, and a stricter comparison. The model has one
+layer (its collectives are those of every layer). Its program reduces the gradients
+with reduce-scatters over fsdp and gathers the parameters with all-gathers. With dropout it runs
+(finite losses, other than without).
 """
 
 import os
@@ -17,11 +21,11 @@ import pytest
 
 import eight_devices
 
-STEPS = 6
+STEPS = 4
 # name: (mesh or None for one device, fsdp_collectives, accumulation_steps, dropout)
 RUNS = {"one_device": (None, "xla", 1, 0.0), "2x4x1": ((2, 4, 1), "explicit", 1, 0.0),
-        "2x2x2": ((2, 2, 2), "explicit", 1, 0.0),
-        "one_device_acc2": (None, "xla", 2, 0.0), "2x4x1_acc2": ((2, 4, 1), "explicit", 2, 0.0),
+        # the tensor axis and accumulation, in one run
+        "2x2x2_acc2": ((2, 2, 2), "explicit", 2, 0.0),
         "2x4x1_dropout": ((2, 4, 1), "explicit", 1, 0.1),
         # fsdp over every device in two levels (fsdp.two_level_mesh: 4 groups of 2), as on TPU
         "1x8x1_two_level": ((1, 8, 1), "explicit", 1, 0.0)}
@@ -40,7 +44,8 @@ def _worker(out_dir: str) -> None:
     seq_len, predictions, batch_size = 16, 3, 16
     results = {}
     for name, (shape, collectives, accumulation, dropout) in RUNS.items():
-        cfg = BertConfig.preset("tiny", vocab_size=96, hidden_size=32, num_attention_heads=4,
+        cfg = BertConfig.preset("tiny", num_hidden_layers=1, vocab_size=96, hidden_size=32,
+                                num_attention_heads=4,
                                 intermediate_size=64, max_position_embeddings=16,
                                 hidden_dropout_prob=dropout, attention_probs_dropout_prob=dropout)
         model = BertForPreTraining(cfg, with_nsp=True)
@@ -71,7 +76,8 @@ def _worker(out_dir: str) -> None:
                                     for x in jax.tree.leaves(params)]}
         if name == "2x4x1":
             train = program.build(task, optimizer.make_optimizer(opt_cfg), loop_cfg, mesh,
-                                  abstract=True)
+                                  learning_rate_fn=optimizer.learning_rate_schedule(opt_cfg),
+                                  abstract=True)  # the loop's program: a cache hit
             batch = next(iter(RandomTokenBatches(batch_size, seq_len, predictions, cfg.vocab_size,
                                                  seed=0, sentence_pairs=True)))
             text = train.compile(sharding.device_put_batch(batch, mesh)).as_text()
@@ -85,8 +91,8 @@ def results(tmp_path_factory):
     return eight_devices.run(__file__, str(tmp_path_factory.mktemp("fsdp")), timeout=600)
 
 
-@pytest.mark.parametrize("name,reference", [("2x4x1", "one_device"), ("2x2x2", "one_device"),
-                                            ("2x4x1_acc2", "one_device_acc2"),
+@pytest.mark.parametrize("name,reference", [("2x4x1", "one_device"),
+                                            ("2x2x2_acc2", "one_device"),
                                             ("1x8x1_two_level", "one_device")])
 def test_explicit_step_equals_the_one_device_step(results, name, reference):
     np.testing.assert_allclose(results[name]["losses"], results[reference]["losses"], rtol=1e-5)
