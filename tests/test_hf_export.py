@@ -1,15 +1,16 @@
 """Exported runs work in transformers as they are: tokenizer, labels, heads, pipelines.
 
-Tiny BERTs (2 layers, 64 wide, the MiniLM vocabulary) are fine-tuned in-process on real
-sentences for classification (gensim's polarity sentences), NER (news-style sentences tagged
-here) and span QA (encyclopedia-style paragraphs written here), and a tiny BERT is pre-trained
-with experiments/pretrain.py on the demo corpus (its own vocabulary). Each run is exported with
-`experiments/convert.py --direction=ours_to_hf`; transformers' AutoTokenizer, pipelines and
-BertForMaskedLM must then give what our own code gives on the same inputs. Measured on this
-machine: classification 50/50 labels (probabilities within 5e-7), NER 70/70 first-sub-word tags
-(probabilities within 3e-7), QA 11/11 answer texts, MLM 8/8 masked tokens and 8/8 top-5 lists
-(logits within 3.8e-6 over the 1024-piece vocabulary; after 300 steps the model is still on the
-unigram plateau, so the logits, not the top token, are the telling figure).
+Tiny BERTs (1 layer, 32 wide, the MiniLM vocabulary, one batch length) are fine-tuned in-process
+for a few steps on real sentences for classification (gensim's polarity sentences), NER (news-style
+sentences tagged here) and span QA (encyclopedia-style paragraphs written here), and a tiny BERT is
+pre-trained with experiments/pretrain.py on the demo corpus (its own vocabulary). Each run is
+exported the way `experiments/convert.py --direction=ours_to_hf` does (the script itself in a new
+process for the NER run, the others in-process through the same cli.run_or_exit and
+runs.ours_to_hf); transformers' AutoTokenizer, pipelines and BertForMaskedLM must then give what
+our own code gives on the same inputs: every classification label (probabilities within 1e-5),
+every NER first-sub-word tag, every QA answer text, every MLM masked token and top-5 list (the
+model is on the unigram plateau after so few steps, so the logits over the 1024-piece vocabulary,
+within 1e-4, are the telling figure).
 """
 
 import json
@@ -64,6 +65,7 @@ ODD_SENTENCES = [
 
 
 def run_convert(*flags):
+    """experiments/convert.py in a new process."""
     done = subprocess.run([sys.executable, os.path.join(ROOT, "experiments", "convert.py"), *flags],
                           capture_output=True, text=True, timeout=300, cwd=ROOT,
                           env={**os.environ, "JAX_PLATFORMS": "cpu"})
@@ -71,20 +73,30 @@ def run_convert(*flags):
     return done
 
 
-def export_run(workdir, out, checkpoint_dir=None, *flags):
+def export_run(workdir, out, checkpoint_dir=None, named_workdir=None, script=False):
     """convert.py ours_to_hf of a run's checkpoints (the run found from the checkpoint folder,
-    unless --workdir is among `flags`); config.json as written."""
+    unless named_workdir, its --workdir, is given): the script in a new process if `script`, else
+    what its main does, in-process; config.json as written."""
     checkpoint_dir = checkpoint_dir or os.path.join(workdir, "checkpoints")
-    run_convert("--direction=ours_to_hf", f"--hf_dir={out}", f"--checkpoint_dir={checkpoint_dir}",
-                *flags)
+    if script:
+        run_convert("--direction=ours_to_hf", f"--hf_dir={out}",
+                    f"--checkpoint_dir={checkpoint_dir}",
+                    *([f"--workdir={named_workdir}"] if named_workdir else []))
+    else:
+        from bert_jax import cli
+        cli.run_or_exit("convert.py", lambda: convert_runs.ours_to_hf(
+            str(checkpoint_dir), str(out), None, False, named_workdir))
     with open(os.path.join(out, "config.json"), encoding="utf-8") as f:
         return json.load(f)
 
 
 def tiny_config(task, **changes):
-    """A 2-layer, 64-wide BERT over the MiniLM vocabulary (tokenizer.json, uncased)."""
-    return tiny_finetune_config(task, MINILM, max_position_embeddings=128,
-                                **{"max_seq_len": 128, "learning_rate": 2e-3, **changes})
+    """A 1-layer, 32-wide BERT over the MiniLM vocabulary (tokenizer.json, uncased), one batch
+    length (no buckets: one compiled program per step kind)."""
+    return tiny_finetune_config(task, MINILM, hidden_size=32, num_hidden_layers=1,
+                                max_position_embeddings=128,
+                                **{"max_seq_len": 128, "learning_rate": 2e-3,
+                                   "data.bucket_lengths": "none", **changes})
 
 
 def load_run_params(workdir):
@@ -274,7 +286,7 @@ def test_export_options_of_each_task_kind(tmp_path):
 
 def test_classification_run_in_the_text_classification_pipeline(tmp_path):
     polarity = os.path.join(corpora.gensim_test_data(), "pang_lee_polarity.cor")
-    config = tiny_config("classification", total_steps=60, **{
+    config = tiny_config("classification", total_steps=20, **{
         "data.train_path": polarity, "data.format": "fasttext", "data.encoding": "cp1252",
         "data.heldout_fraction": 0.25})
     workdir = str(tmp_path / "run")
@@ -358,7 +370,7 @@ def write_conll(path, annotated):
 
 
 def test_token_classification_run_in_the_token_classification_pipeline(tmp_path):
-    config = tiny_config("token_classification", total_steps=60, **{
+    config = tiny_config("token_classification", total_steps=20, **{
         "data.train_path": write_conll(tmp_path / "train.conll", NER_TRAIN),
         "data.eval_path": write_conll(tmp_path / "eval.conll", NER_EVAL)})
     workdir = str(tmp_path / "run")
@@ -367,10 +379,11 @@ def test_token_classification_run_in_the_token_classification_pipeline(tmp_path)
               encoding="utf-8") as f:
         ours = [[line.split()[2] for line in block.splitlines()]
                 for block in f.read().strip().split("\n\n")]
-    # --workdir named, the checkpoint folder elsewhere (a copy)
+    # convert.py in a new process: --workdir named, the checkpoint folder elsewhere (a copy)
     import shutil
     shutil.copytree(os.path.join(workdir, "checkpoints"), tmp_path / "copied")
-    written = export_run(workdir, tmp_path / "hf", str(tmp_path / "copied"), f"--workdir={workdir}")
+    written = export_run(workdir, tmp_path / "hf", str(tmp_path / "copied"), workdir,
+                         script=True)
     assert written["architectures"] == ["BertForTokenClassification"]
     tags = sorted({t for s in NER_TRAIN for t in bio(s)[1]})
     assert written["id2label"] == {str(i): t for i, t in enumerate(tags)}
@@ -450,7 +463,7 @@ def test_span_qa_run_in_the_question_answering_pipeline(tmp_path):
     and the pipeline's answer kept to token boundaries (align_to_words=False), as ours is: then
     both pick the span of the highest start + end logit, and the texts must be the same."""
     squad = write_squad(tmp_path / "facts.json")
-    config = tiny_config("span_qa", total_steps=60, **{
+    config = tiny_config("span_qa", total_steps=20, **{
         "data.train_path": squad, "data.eval_path": squad, "squad.doc_stride": 64,
         "squad.max_query_len": 32, "squad.n_best": 128, "squad.max_answer_length": 15})
     workdir = str(tmp_path / "run")
@@ -495,7 +508,11 @@ def test_pretraining_run_in_bert_for_masked_lm(tmp_path):
     done = subprocess.run(
         [sys.executable, os.path.join(ROOT, "experiments", "pretrain.py"),
          "--config=" + os.path.join(ROOT, "experiments", "configs", "demo.py"),
-         f"--workdir={workdir}", "--config.total_steps=60", "--config.eval_batches=2",
+         f"--workdir={workdir}", "--config.total_steps=10", "--config.eval_batches=2",
+         # a small model, a small batch: the export is the point, not the learning
+         "--config.model.hidden_size=32", "--config.model.num_hidden_layers=1",
+         "--config.model.num_attention_heads=2", "--config.model.intermediate_size=64",
+         "--config.batch_size=8", "--config.eval_batch_size=8",
          "--config.model.layer_norm_position=post",  # BERT as published: exportable
          "--config.model.position_embedding_type=absolute", "--config.data.mask_rate=0.15",
          "--config.max_seq_len=16", "--config.data.max_predictions=3",

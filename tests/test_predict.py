@@ -52,6 +52,21 @@ def run_predict(workdir, input_path, output_path, *flags):
     return completed.returncode, completed.stdout, completed.stderr
 
 
+def predict_in_process(workdir, input_path, output_path, **options):
+    """What predict.py does (cli.run_or_exit around predict_file), in this process, for a run
+    that must fail: the one line it exits with (status 1)."""
+    from bert_jax import cli
+    from bert_jax.recipes.finetune import predict
+
+    with pytest.raises(SystemExit) as exit_:
+        cli.run_or_exit("predict.py", lambda: predict.predict_file(str(workdir), (
+            predict.PredictOptions(str(input_path), str(output_path), progress=False,
+                                   **options))))
+    message = str(exit_.value.code)  # sys.exit(message): printed to stderr, status 1
+    assert "\n" not in message
+    return message
+
+
 def read_jsonl(path):
     with open(path, encoding="utf-8") as f:
         return [json.loads(line) for line in f]
@@ -129,9 +144,8 @@ def test_bad_rows_stop_before_writing_or_are_skipped_and_counted(classification_
                    '{"text": 42}\n'
                    '{"text": "the old car", "label": "org"}\n', encoding="utf-8")
     output = root / "bad_out.jsonl"
-    code, _, stderr = run_predict(workdir, bad, output)
-    assert code == 1
-    assert stderr.strip().splitlines()[-1] == (
+    # The error line of predict.py, in-process through the script's own run_or_exit
+    assert predict_in_process(workdir, bad, output) == (
         f"predict.py: error: {bad}:2: not valid JSON (Expecting value) (and 2 more bad rows); "
         "nothing written (--skip_bad_rows predicts the other rows)")
     assert not output.exists() and not [p for p in os.listdir(root) if "bad_out" in p]
@@ -159,11 +173,10 @@ def test_user_mistakes_are_one_line_errors(classification_run, tmp_path):
               "workdir of a fine-tuning run"),
              (workdir, tmp_path / "missing.txt", f"{tmp_path / 'missing.txt'}: no such file"),
              (workdir, root / "dev.tsv", "batch_size=0 must be positive")]
-    for run, input_path, message in cases:
-        flags = ["--batch_size=0"] if "batch_size" in message else []
-        code, _, stderr = run_predict(run, input_path, tmp_path / "out.jsonl", *flags)
-        last = stderr.strip().splitlines()[-1]
-        assert code == 1 and last.startswith("predict.py: error: ") and message in last, last
+    for run, input_path, message in cases:  # in-process, through predict.py's run_or_exit
+        batch_size = 0 if "batch_size" in message else 64
+        last = predict_in_process(run, input_path, tmp_path / "out.jsonl", batch_size=batch_size)
+        assert last.startswith("predict.py: error: ") and message in last, last
     assert not (tmp_path / "out.jsonl").exists()
 
 
@@ -381,13 +394,17 @@ def test_polarity_run_predictions_equal_the_runs_own(tmp_path):
 
     config = finetune_polarity.get_config()
     config.total_steps, config.async_checkpoints = 4, False
+    # One batch length (bucketed agreement is test_bucketing's): one training program and one
+    # prediction program to compile, not one per bucket; predict.py predicts in batches of the
+    # run's eval batch size, the shapes the run's own predictions were computed at.
+    config.data.bucket_lengths = "none"
     workdir = str(tmp_path / "polarity")
     recipe.train_and_evaluate(config, workdir)
     theirs = read_jsonl(run_outputs(workdir, "predictions.jsonl"))
     (tmp_path / "held_out.txt").write_text("".join(r["text"] + "\n" for r in theirs),
                                            encoding="utf-8")
     code, _, stderr = run_predict(workdir, tmp_path / "held_out.txt", tmp_path / "out.jsonl",
-                                  "--format=lines")
+                                  "--format=lines", f"--batch_size={config.eval_batch_size}")
     assert code == 0, stderr[-3000:]
     mine = read_jsonl(tmp_path / "out.jsonl")
     assert len(mine) == len(theirs) == 50
