@@ -43,7 +43,7 @@ SCRIPT = textwrap.dedent("""
     from bert_jax.train import optimizer as optimizer_lib
 
     SEQ, PREDICTIONS, VOCAB, ROWS = 16, 4, 64, 4
-    cfg = BertConfig(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+    cfg = BertConfig(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
                      intermediate_size=64, max_position_embeddings=SEQ)
     model = BertForPreTraining(cfg, with_nsp=True)
 
