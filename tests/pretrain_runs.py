@@ -73,3 +73,47 @@ def wait_for(predicate, process, timeout=240):
         assert process.poll() is None, "the run ended before it could be interrupted"
         assert time.time() - start < timeout, "timed out waiting for the run"
         time.sleep(0.01)
+
+
+def parsed_config(workdir, *extra):
+    """The config experiments/pretrain.py would train with `command(workdir, *extra)`'s flags,
+    parsed in this process (cli.parse_flags on a fresh set of the script's flags)."""
+    from absl import flags
+
+    from bert_jax import cli
+    from experiments import pretrain as pretrain_script
+    argv = command(workdir, *extra)[1:]
+    flag_values = flags.FlagValues()
+    real_argv, sys.argv = sys.argv, argv  # ml_collections finds the overrides there
+    try:
+        pretrain_script.define_flags(flag_values)
+        cli.parse_flags(argv, flag_values)
+    finally:
+        sys.argv = real_argv
+    return flag_values.config
+
+
+def refusal(workdir, *extra):
+    """The one line pretrain.py exits with (status 1) for `command(workdir, *extra)`, found in
+    this process: the flags parsed and the recipe run under cli.run_or_exit, as the script does.
+    For refusals that come before any training (config checks, the workdir's lock)."""
+    from bert_jax import cli
+    from bert_jax.recipes import pretrain
+    try:
+        cli.run_or_exit("pretrain.py", lambda: pretrain.train_and_evaluate(
+            parsed_config(workdir, *extra), str(workdir)))
+    except SystemExit as e:
+        message = e.code
+    else:
+        raise AssertionError(f"pretrain.py {extra} was not refused")
+    assert isinstance(message, str) and "\n" not in message, message
+    assert message.startswith("pretrain.py: error: "), message
+    return message
+
+
+def train_here(workdir, *extra):
+    """What `run(workdir, *extra)` trains, in this process (the recipe on the same parsed config):
+    no interpreter to start and no imports, for runs whose stderr and exit status no test reads.
+    Returns the recipe's TrainResult."""
+    from bert_jax.recipes import pretrain
+    return pretrain.train_and_evaluate(parsed_config(workdir, *extra), str(workdir))
