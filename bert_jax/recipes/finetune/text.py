@@ -44,9 +44,10 @@ class TextTask(TaskKind):
 
     @staticmethod
     def record(index: int, example: readers.TextExample, **fields) -> dict[str, Any]:
-        """A prediction record: the example as read, then what the kind adds."""
-        return {"index": index, "text": example.text, "text_pair": example.text_pair,
-                "label": example.label, **fields}
+        """A prediction record: the example as read (the fields predict.py writes, `input_fields`,
+        and the gold "label"), then what the kind adds."""
+        return {"index": index, **TextTask.input_fields(example), "label": example.label,
+                **fields}
 
     # ----- prediction on unlabelled input ---------------------------------------------------
 
