@@ -7,10 +7,10 @@ metadata, the lock); tensorstore, which writes the checkpoint arrays; google-clo
 which tensorboardX writes event files. No other address is ever contacted: the metadata-server
 probes of the Google auth libraries are sent to a closed loopback port.
 
-The end-to-end runs (marked slow) pre-train the tiny run of tests/pretrain_runs.py on a bucket,
-stop it with SIGTERM, resume it, evaluate it in a new process and fine-tune from its checkpoint,
-every process started in an empty folder that must stay empty; two processes joined by
-jax.distributed share a bucket workdir.
+The end-to-end runs (marked slow) pre-train the tiny run of tests/pretrain_runs.py (one layer
+and 36 steps: SHORT) on a bucket, stop it with SIGTERM, resume it, evaluate it in a new process
+and fine-tune from its checkpoint, every process started in an empty folder that must stay empty;
+two processes joined by jax.distributed share a bucket workdir.
 """
 
 import contextlib
@@ -35,6 +35,10 @@ FINETUNE = os.path.join(ROOT, "experiments", "finetune.py")
 LAUNCHER = os.path.join(ROOT, "launch", "multihost_local.sh")
 BUCKET = "bucket"
 CLOSED = "127.0.0.1:9"  # no server listens here: the auth libraries' metadata probes fail at once
+# The tiny run, shorter: the bookkeeping on a bucket is per model and per step, not per layer.
+TOTAL_STEPS, EVERY = 36, 12
+SHORT = ("--config.model.num_hidden_layers=1", f"--config.total_steps={TOTAL_STEPS}",
+         f"--config.checkpoint_every_steps={EVERY}")
 
 
 def _free_port() -> int:
@@ -252,7 +256,7 @@ def test_a_vocabulary_and_a_hugging_face_folder_on_a_bucket(gcs, tmp_path):
 def local_reference(tmp_path_factory):
     """The uninterrupted tiny run on a local disk: its losses at every step."""
     workdir = str(tmp_path_factory.mktemp("local_reference"))
-    run(workdir)
+    run(workdir, *SHORT)
     return losses(workdir)
 
 
@@ -270,11 +274,11 @@ def bucket_run(gcs, tmp_path_factory):
     command. Every process starts in `cwd`, an empty folder."""
     cwd = str(tmp_path_factory.mktemp("cwd"))
     workdir = f"gs://{BUCKET}/run"
-    process = subprocess.Popen(command(workdir, "--config.data.seconds_per_batch=0.05"),
+    process = subprocess.Popen(command(workdir, *SHORT, "--config.data.seconds_per_batch=0.08"),
                                env=_subprocess_env(gcs), cwd=cwd, stdout=subprocess.DEVNULL,
                                stderr=subprocess.PIPE, text=True)
     start = time.time()
-    while _last_logged_step("run/metrics.jsonl") < 27:
+    while _last_logged_step("run/metrics.jsonl") < EVERY + 1:
         assert process.poll() is None, "the run ended before it could be interrupted"
         assert time.time() - start < 300, "timed out waiting for the run"
         time.sleep(0.1)
@@ -284,7 +288,7 @@ def bucket_run(gcs, tmp_path_factory):
                    "stopped_at": _last_logged_step("run/metrics.jsonl"),
                    "steps": sorted({int(p.split("/")[1]) for p in _objects("run")
                                     if p.startswith("checkpoints/")})}
-    done = subprocess.run(command(workdir), env=_subprocess_env(gcs), cwd=cwd,
+    done = subprocess.run(command(workdir, *SHORT), env=_subprocess_env(gcs), cwd=cwd,
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     return {"workdir": workdir, "cwd": cwd, "interrupted": interrupted}
@@ -294,16 +298,17 @@ def bucket_run(gcs, tmp_path_factory):
 def test_sigterm_on_a_bucket_then_resume_gives_the_local_losses(bucket_run, local_reference):
     interrupted = bucket_run["interrupted"]
     assert interrupted["returncode"] == 143, interrupted["stderr"][-3000:]
-    assert 27 <= interrupted["stopped_at"] < 40
-    assert interrupted["steps"] == [20, interrupted["stopped_at"]], \
+    assert EVERY + 1 <= interrupted["stopped_at"] < 2 * EVERY
+    assert interrupted["steps"] == [EVERY, interrupted["stopped_at"]], \
         "SIGTERM must save the step it stopped at, in the bucket"
     records = _records("run/metrics.jsonl")
-    assert [r["step"] for r in records] == list(range(1, 61))
+    assert [r["step"] for r in records] == list(range(1, TOTAL_STEPS + 1))
     # Bit-equal to the uninterrupted run on a local disk at every step.
     assert {r["step"]: r["loss"] for r in records} == local_reference
     objects = _objects("run")
     kept = sorted({int(p.split("/")[1]) for p in objects if p.startswith("checkpoints/")})
-    assert kept == [interrupted["stopped_at"], 40, 60]  # keep_checkpoints=3: step 20 deleted
+    # keep_checkpoints=3: the first step deleted
+    assert kept == [interrupted["stopped_at"], 2 * EVERY, TOTAL_STEPS]
     assert {"config.json", "metrics.jsonl", "eval_metrics.jsonl"} <= set(objects)
     assert any(p.startswith("tensorboard/events.out.tfevents") for p in objects)
     assert "run.lock" not in objects  # released at the end of the run
@@ -316,8 +321,8 @@ def test_evaluate_reads_the_bucket_in_a_new_process(gcs, bucket_run):
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     final = _records("run/eval_metrics.jsonl")[-1]
-    saved = json.loads(_read("run/evaluation/step_60.json"))
-    assert final["step"] == saved["step"] == 60
+    saved = json.loads(_read(f"run/evaluation/step_{TOTAL_STEPS}.json"))
+    assert final["step"] == saved["step"] == TOTAL_STEPS
     assert saved["workdir"] == bucket_run["workdir"]
     for key in ("loss", "mlm_loss", "mlm_accuracy"):
         assert saved["metrics"][key] == final[key]
@@ -390,7 +395,7 @@ def test_two_processes_share_a_bucket_workdir(gcs, tmp_path):
     workdir = f"gs://{BUCKET}/multihost"
     done = subprocess.run(
         ["bash", LAUNCHER, "2", "2", "experiments/pretrain.py", f"--workdir={workdir}",
-         *TINY_RUN, "--config.total_steps=6", "--config.checkpoint_every_steps=3",
+         *TINY_RUN, SHORT[0], "--config.total_steps=6", "--config.checkpoint_every_steps=3",
          "--config.mesh.fsdp=2", "--config.async_checkpoints=False"],
         cwd=ROOT, capture_output=True, text=True, timeout=600,
         env=dict(_subprocess_env(gcs), PYTHON=sys.executable, LOGDIR=str(tmp_path)))
