@@ -15,12 +15,14 @@ LAUNCHER = os.path.join(ROOT, "launch", "multihost_local.sh")
 
 def pretrain_on_two_processes(workdir: str, total_steps: int, logdir: str, *extra: str) -> None:
     """The demo corpus (real text; held-out rows dealt round-robin, so the held-out set is the
-    same for any process count), a tiny vocabulary and few steps."""
+    same for any process count), a tiny vocabulary, a one-layer 32-wide model and few steps."""
     os.makedirs(logdir, exist_ok=True)
     proc = subprocess.run(
         ["bash", LAUNCHER, "2", "2", "experiments/pretrain.py",
          "--config=experiments/configs/demo.py", f"--workdir={workdir}",
          "--config.tokenizer.vocab_size=512", "--config.max_seq_len=64",
+         "--config.model.num_hidden_layers=1", "--config.model.hidden_size=32",
+         "--config.model.num_attention_heads=2", "--config.model.intermediate_size=64",
          "--config.data.max_predictions=10", f"--config.total_steps={total_steps}",
          "--config.warmup_fraction=0.1", "--config.log_every_steps=1",
          "--config.eval_every_steps=3",
