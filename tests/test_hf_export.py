@@ -516,7 +516,7 @@ def test_pretraining_run_in_bert_for_masked_lm(tmp_path):
          "--config.model.layer_norm_position=post",  # BERT as published: exportable
          "--config.model.position_embedding_type=absolute", "--config.data.mask_rate=0.15",
          "--config.max_seq_len=16", "--config.data.max_predictions=3",
-         "--config.learning_rate=1e-3",
+         "--config.learning_rate=1e-3", "--config.tokenizer.vocab_size=512",
          "--config.eval_every_steps=0", "--config.checkpoint_every_steps=0",
          "--config.async_checkpoints=false"],
         capture_output=True, text=True, timeout=600, cwd=ROOT,
