@@ -26,22 +26,30 @@ def count(tree) -> int:
     return sum(int(np.prod(leaf.shape)) for leaf in jax.tree.leaves(tree))
 
 
-def init_plain(model, *args, seed=0, **kwargs):
-    variables = model.init(jax.random.key(seed), *args, **kwargs)
-    return nn.meta.unbox(variables["params"])
+def init_plain(model, *args, seed=0, eager=False, **kwargs):
+    """The unboxed params of model.init, initialised as one compiled program (op by op, each
+    distinct operation would be compiled, and written to the session's cache, on its own;
+    `eager` where the operations are shared with other models of the same test)."""
+    def init(key, *a):
+        return nn.meta.unbox(model.init(key, *a, **kwargs)["params"])
+    return (init if eager else jax.jit(init))(jax.random.key(seed), *args)
 
 
 def randomise(params, seed=1, scale=0.2):
     """Every leaf replaced by noise: non-zero biases and LayerNorm terms make the checks sharper."""
-    leaves, treedef = jax.tree.flatten(params)
-    keys = jax.random.split(jax.random.key(seed), len(leaves))
-    return jax.tree.unflatten(treedef, [
-        leaf + scale * jax.random.normal(k, leaf.shape, leaf.dtype)
-        for k, leaf in zip(keys, leaves)])
+    rng = np.random.default_rng(seed)
+    return jax.tree.map(
+        lambda leaf: np.asarray(leaf) + (scale * rng.normal(size=leaf.shape)).astype(leaf.dtype),
+        params)
 
 
 def random_ids(seed, shape, vocab=TINY.vocab_size):
-    return jax.random.randint(jax.random.key(seed), shape, 1, vocab, dtype=jnp.int32)
+    return np.random.default_rng(seed).integers(1, vocab, shape, dtype=np.int32)
+
+
+def compiled(model):
+    """model.apply as one compiled program per input shape (`deterministic` a Python bool)."""
+    return jax.jit(model.apply, static_argnames=("deterministic",))
 
 
 @pytest.mark.parametrize("preset, expected", [("base", 109_482_240), ("large", 335_141_888)])
@@ -59,8 +67,8 @@ def test_parameter_tree_names_shapes_and_logical_axes():
     cfg = TINY
     d, n, h, f = cfg.hidden_size, cfg.num_attention_heads, cfg.head_dim, cfg.intermediate_size
     ids = jnp.zeros((1, 4), jnp.int32)
-    boxed = BertForPreTraining(cfg).init(jax.random.key(0), ids,
-                                         jnp.zeros((1, 2), jnp.int32))["params"]
+    boxed = jax.eval_shape(BertForPreTraining(cfg).init, jax.random.key(0), ids,
+                           jnp.zeros((1, 2), jnp.int32))["params"]
     shapes = {"/".join(k.key for k in path): tuple(v.shape)
               for path, v in jax.tree_util.tree_leaves_with_path(nn.meta.unbox(boxed))}
     layer = "bert/encoder/layer_1"
@@ -97,31 +105,33 @@ def test_positions_restart_in_every_segment():
 
 def test_padding_does_not_change_real_tokens():
     model = BertModel(TINY)
+    apply = compiled(model)
     ids = random_ids(0, (1, 7))
     params = randomise(init_plain(model, ids))
-    alone = model.apply({"params": params}, ids)
+    alone = apply({"params": params}, ids)
     padded_ids = jnp.concatenate([ids, random_ids(1, (1, 5))], axis=1)  # garbage behind the mask
     mask = jnp.array([[1] * 7 + [0] * 5])
-    padded = model.apply({"params": params}, padded_ids, attention_mask=mask)
+    padded = apply({"params": params}, padded_ids, attention_mask=mask)
     np.testing.assert_allclose(padded.sequence_output[:, :7], alone.sequence_output, atol=1e-5)
     np.testing.assert_allclose(padded.pooled_output, alone.pooled_output, atol=1e-5)
 
 
 def test_packed_sequences_equal_each_sequence_alone():
     model = BertModel(TINY)
+    apply = compiled(model)
     first, second = random_ids(2, (1, 9)), random_ids(3, (1, 6))
     types_first = jnp.array([[0] * 5 + [1] * 4])
     types_second = jnp.array([[0] * 3 + [1] * 3])
     params = randomise(init_plain(model, first))
-    alone_first = model.apply({"params": params}, first, types_first).sequence_output
-    alone_second = model.apply({"params": params}, second, types_second).sequence_output
+    alone_first = apply({"params": params}, first, types_first).sequence_output
+    alone_second = apply({"params": params}, second, types_second).sequence_output
 
     pad = 4
     packed_ids = jnp.concatenate([first, second, jnp.zeros((1, pad), jnp.int32)], axis=1)
     packed_types = jnp.concatenate([types_first, types_second, jnp.zeros((1, pad), jnp.int32)],
                                    axis=1)
     segments = jnp.array([[1] * 9 + [2] * 6 + [0] * pad])
-    packed = model.apply({"params": params}, packed_ids, packed_types,
+    packed = apply({"params": params}, packed_ids, packed_types,
                          segment_ids=segments).sequence_output
     np.testing.assert_allclose(packed[:, :9], alone_first, atol=1e-5)
     np.testing.assert_allclose(packed[:, 9:15], alone_second, atol=1e-5)
@@ -129,20 +139,21 @@ def test_packed_sequences_equal_each_sequence_alone():
 
     # Explicit position_ids that restart per segment give the same result.
     positions = jnp.array([list(range(9)) + list(range(6)) + [0] * pad])
-    explicit = model.apply({"params": params}, packed_ids, packed_types, segment_ids=segments,
+    explicit = apply({"params": params}, packed_ids, packed_types, segment_ids=segments,
                            position_ids=positions).sequence_output
     np.testing.assert_allclose(explicit[:, :15], packed[:, :15], atol=1e-6)
 
 
 def test_attention_does_not_leak_across_segments():
     model = BertModel(TINY)
+    apply = compiled(model)
     ids = random_ids(4, (2, 12))
     segments = jnp.array([[1] * 5 + [2] * 7, [1] * 8 + [2] * 2 + [0] * 2])
     params = randomise(init_plain(model, ids))
-    before = model.apply({"params": params}, ids, segment_ids=segments).sequence_output
+    before = apply({"params": params}, ids, segment_ids=segments).sequence_output
     # Change every token of the second segment (and the padding): the first must not move at all.
     changed_ids = jnp.where(segments == 1, ids, (ids + 17) % TINY.vocab_size)
-    after = model.apply({"params": params}, changed_ids, segment_ids=segments).sequence_output
+    after = apply({"params": params}, changed_ids, segment_ids=segments).sequence_output
     for row, length in enumerate((5, 8)):
         np.testing.assert_allclose(after[row, :length], before[row, :length], atol=1e-6)
         assert np.abs(after[row, length:] - before[row, length:]).max() > 1e-2  # it did change
@@ -150,11 +161,12 @@ def test_attention_does_not_leak_across_segments():
 
 def test_dropout_active_only_when_not_deterministic():
     model = BertModel(TINY)  # dropout 0.1 on hidden states and attention probabilities
+    apply = compiled(model)
     ids = random_ids(5, (2, 10))
     params = init_plain(model, ids)
 
     def run(deterministic, seed=0):
-        return model.apply({"params": params}, ids, deterministic=deterministic,
+        return apply({"params": params}, ids, deterministic=deterministic,
                            rngs={"dropout": jax.random.key(seed)}).sequence_output
 
     np.testing.assert_array_equal(run(True, 0), run(True, 1))  # no randomness when deterministic
@@ -168,21 +180,23 @@ def test_dropout_active_only_when_not_deterministic():
 def test_dropout_off_in_config_gives_the_deterministic_output():
     cfg = TINY.replace(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
     model = BertModel(cfg)
+    apply = compiled(model)
     ids = random_ids(6, (2, 10))
     params = init_plain(model, ids)
     np.testing.assert_allclose(
-        model.apply({"params": params}, ids, deterministic=False).sequence_output,
-        model.apply({"params": params}, ids, deterministic=True).sequence_output, atol=1e-6)
+        apply({"params": params}, ids, deterministic=False).sequence_output,
+        apply({"params": params}, ids, deterministic=True).sequence_output, atol=1e-6)
 
 
 def test_masked_lm_logits_at_masked_positions_only():
     model = BertForPreTraining(TINY)
+    apply = compiled(model)
     ids = random_ids(7, (2, 10))
     every_position = jnp.broadcast_to(jnp.arange(10), (2, 10))
     params = randomise(init_plain(model, ids, every_position))
-    full = model.apply({"params": params}, ids, every_position)
+    full = apply({"params": params}, ids, every_position)
     positions = jnp.array([[3, 0, 9], [1, 1, 5]])
-    some = model.apply({"params": params}, ids, positions)
+    some = apply({"params": params}, ids, positions)
     assert some.mlm_logits.shape == (2, 3, TINY.vocab_size)
     assert full.nsp_logits.shape == (2, 2)
     expected = jnp.take_along_axis(full.mlm_logits, positions[:, :, None], axis=1)
@@ -191,7 +205,7 @@ def test_masked_lm_logits_at_masked_positions_only():
 
     # The decoder is tied: logits are the transformed hidden state against the word embeddings.
     bert = BertModel(TINY)
-    hidden = bert.apply({"params": params["bert"]}, ids).sequence_output[:, 3]
+    hidden = compiled(bert)({"params": params["bert"]}, ids).sequence_output[:, 3]
     mlm = params["mlm"]
     transformed = jax.nn.gelu(hidden @ mlm["transform"]["kernel"] + mlm["transform"]["bias"],
                               approximate=False)
@@ -206,10 +220,11 @@ def test_masked_lm_logits_at_masked_positions_only():
 
 def test_pretraining_without_nsp_has_no_pooler():
     model = BertForPreTraining(TINY, with_nsp=False)
+    apply = compiled(model)
     ids = random_ids(8, (1, 6))
     params = init_plain(model, ids, jnp.zeros((1, 2), jnp.int32))
     assert "pooler" not in params["bert"] and "nsp" not in params
-    out = model.apply({"params": params}, ids, jnp.zeros((1, 2), jnp.int32))
+    out = apply({"params": params}, ids, jnp.zeros((1, 2), jnp.int32))
     assert out.nsp_logits is None and out.mlm_logits.shape == (1, 2, TINY.vocab_size)
 
 
@@ -219,7 +234,7 @@ def test_fine_tuning_heads_shapes():
                             (BertForSequenceClassification(TINY, 1), [(3, 1)]),
                             (BertForTokenClassification(TINY, 7), [(3, 11, 7)]),
                             (BertForQuestionAnswering(TINY), [(3, 11), (3, 11)])]:
-        params = init_plain(model, ids)
+        params = init_plain(model, ids, eager=True)  # the encoder's operations are shared
         out = model.apply({"params": params}, ids)
         assert [o.shape for o in (out if isinstance(out, tuple) else [out])] == expected
 
@@ -234,9 +249,9 @@ def test_rematerialisation_changes_neither_outputs_nor_gradients(policy):
         return jnp.sum(model.apply({"params": p}, ids).sequence_output ** 2)
 
     remat = BertModel(TINY.replace(remat_policy=policy))
-    np.testing.assert_allclose(loss(remat, params), loss(plain, params), rtol=1e-6)
-    grads_plain = jax.grad(lambda p: loss(plain, p))(params)
-    grads_remat = jax.grad(lambda p: loss(remat, p))(params)
+    loss_plain, grads_plain = jax.jit(jax.value_and_grad(lambda p: loss(plain, p)))(params)
+    loss_remat, grads_remat = jax.jit(jax.value_and_grad(lambda p: loss(remat, p)))(params)
+    np.testing.assert_allclose(loss_remat, loss_plain, rtol=1e-6)
     for a, b in zip(jax.tree.leaves(grads_remat), jax.tree.leaves(grads_plain)):
         np.testing.assert_allclose(a, b, atol=1e-4, rtol=1e-4)
 
@@ -255,10 +270,11 @@ def test_bad_inputs_are_refused():
 def test_one_row_token_type_table_serves_every_type_id():
     """type_vocab_size=1 (RoBERTa-style checkpoints): the one row, whatever the id, as nn.Embed."""
     model = BertModel(TINY.replace(type_vocab_size=1))
+    apply = compiled(model)
     ids = random_ids(3, (2, 6))
     params = init_plain(model, ids)
-    zeros = model.apply({"params": params}, ids, jnp.zeros_like(ids)).sequence_output
-    ones = model.apply({"params": params}, ids, jnp.ones_like(ids)).sequence_output
+    zeros = apply({"params": params}, ids, jnp.zeros_like(ids)).sequence_output
+    ones = apply({"params": params}, ids, jnp.ones_like(ids)).sequence_output
     assert bool(jnp.all(jnp.isfinite(ones)))
     np.testing.assert_array_equal(ones, zeros)
 

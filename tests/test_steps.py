@@ -35,7 +35,9 @@ def make_batch(rows, seed=0, nsp=True):
 
 @pytest.fixture(scope="module")
 def setup():
+    # one layer: the steps' bookkeeping does not depend on the depth, compilation does
     cfg = BertConfig.preset("tiny", vocab_size=VOCAB, hidden_size=32, num_attention_heads=2,
+                            num_hidden_layers=1,
                             intermediate_size=64, max_position_embeddings=SEQ,
                             hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
     model = BertForPreTraining(cfg, with_nsp=True)
