@@ -1,11 +1,17 @@
 """Faults of a whole run, injected on purpose: divergence, two runs on one workdir, Ctrl-C, a rerun
 with a changed or broken config, settings that would lose the model, and two fresh workdirs that
-must give the same run. Each runs experiments/pretrain.py in subprocesses (tests/pretrain_runs.py).
+must give the same run. Each runs experiments/pretrain.py in subprocesses (tests/pretrain_runs.py);
+refusals that come before any training (settings, config changes, the workdir's lock) are checked
+in this process, through cli.run_or_exit as the script runs the recipe (pretrain_runs.refusal).
+One uninterrupted 30-step run (`short_run`, one layer) is the reference of every run that resumes,
+and copies of its workdir stand in for finished runs.
 """
 
 import json
 import os
+import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -14,7 +20,17 @@ import time
 import numpy as np
 import pytest
 
-from pretrain_runs import EVALUATE, ROOT, command, env, last_logged_step, losses, run, wait_for
+from pretrain_runs import (
+    ROOT,
+    command,
+    env,
+    last_logged_step,
+    losses,
+    refusal,
+    run,
+    train_here,
+    wait_for,
+)
 
 
 def _error_line(done) -> str:
@@ -35,10 +51,53 @@ def _finite_checkpoints(workdir):
     return steps
 
 
+# One layer: these tests are about the bookkeeping of a run, not its model; one shape compiles
+# quickly, and every run of the module but the diverging ones compiles the same programs.
+ONE_LAYER = "--config.model.num_hidden_layers=1"
+SHORT = ("--config.total_steps=30", "--config.checkpoint_every_steps=10", ONE_LAYER)
+INJECT = os.path.join(ROOT, "tests", "faults", "inject.py")
+
+
+def _clean_one_line(done, returncode=1) -> str:
+    """The one-line error, last on stderr, with no traceback of any thread before it."""
+    assert done.returncode == returncode, done.stderr[-3000:]
+    assert "Event loop is closed" not in done.stderr, done.stderr[-3000:]
+    return _error_line(done)
+
+
+def _steps(workdir):
+    return sorted(int(s) for s in os.listdir(os.path.join(workdir, "checkpoints")) if s.isdigit())
+
+
+@pytest.fixture(scope="module")
+def short_run(tmp_path_factory):
+    """An uninterrupted 30-step run (checkpoints 10, 20, 30): its workdir and losses."""
+    workdir = str(tmp_path_factory.mktemp("short"))
+    run(workdir, *SHORT)
+    assert _steps(workdir) == [10, 20, 30]
+    return workdir, losses(workdir)
+
+
+@pytest.fixture
+def short_copy(short_run, tmp_path):
+    workdir = str(tmp_path / "copy")
+    shutil.copytree(short_run[0], workdir)
+    return workdir
+
+
+def _stale_lock(workdir):
+    """run.lock as a process that died holding it leaves it: its pid is no process now."""
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    os.makedirs(workdir, exist_ok=True)
+    with open(os.path.join(workdir, "run.lock"), "w") as f:
+        json.dump({"pid": gone.pid, "host": socket.gethostname(), "since": "earlier"}, f)
+
+
 DIVERGING = ("--config.learning_rate=1e4", "--config.optimizer.clip_norm=0",
              "--config.warmup_fraction=0", "--config.model.hidden_dropout_prob=0",
              "--config.checkpoint_every_steps=1", "--config.keep_checkpoints=2",
-             "--config.log_every_steps=5")
+             "--config.log_every_steps=5", ONE_LAYER)
 
 
 def test_divergence_stops_the_run_and_keeps_the_last_finite_checkpoints(tmp_path):
@@ -63,52 +122,46 @@ def test_divergence_with_skip_stops_after_the_steps_in_a_row(tmp_path):
     _finite_checkpoints(workdir)
 
 
-def test_a_second_run_on_the_same_workdir_stops_at_once(tmp_path):
-    workdir = str(tmp_path)
-    first = subprocess.Popen(command(workdir, "--config.total_steps=100000",
-                                     "--config.data.seconds_per_batch=0.02"),
-                             env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                             text=True)
+SLOW = "--config.data.seconds_per_batch=0.1"  # so that the signal lands mid-run
+
+
+@pytest.fixture(scope="module")
+def interrupted(tmp_path_factory):
+    """The short run, paced by its data, met mid-run by a second run on its workdir (refused:
+    the workdir's lock) and then by Ctrl-C; the same command then resumes it to the end. What
+    happened, for the tests below to check."""
+    workdir = str(tmp_path_factory.mktemp("interrupted"))
+    process = subprocess.Popen(command(workdir, *SHORT, SLOW), env=env(),
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
-        wait_for(lambda: last_logged_step(workdir) >= 3, first)
-        second = run(workdir, "--config.total_steps=100000", check=False)
-        assert second.returncode == 1
-        line = _error_line(second)
-        assert f"in use by process {first.pid}" in line and "run.lock" in line
+        wait_for(lambda: last_logged_step(workdir) >= 3, process)
+        second = refusal(workdir, *SHORT)  # the same command, in this process: the lock's check
+        wait_for(lambda: last_logged_step(workdir) >= 12, process)
     finally:
-        first.send_signal(signal.SIGTERM)
-        _, stderr = first.communicate(timeout=120)
-    assert first.returncode == 143, stderr[-2000:]
-    losses(workdir)  # every step logged once, in order
-    assert not os.path.exists(os.path.join(workdir, "run.lock"))  # released on exit
-
-
-def test_a_stale_lock_of_a_dead_process_is_taken_over(tmp_path):
-    workdir = str(tmp_path)
-    gone = subprocess.Popen([sys.executable, "-c", "pass"])
-    gone.wait()
-    import socket
-    with open(os.path.join(workdir, "run.lock"), "w") as f:
-        json.dump({"pid": gone.pid, "host": socket.gethostname(), "since": "earlier"}, f)
-    run(workdir, "--config.total_steps=5")
-    assert sorted(losses(workdir)) == [1, 2, 3, 4, 5]
-
-
-def test_ctrl_c_saves_and_exits_130_then_the_run_resumes(tmp_path):
-    workdir = str(tmp_path)
-    process = subprocess.Popen(command(workdir, "--config.data.seconds_per_batch=0.05"),
-                               env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                               text=True)
-    wait_for(lambda: last_logged_step(workdir) >= 25, process)
-    process.send_signal(signal.SIGINT)
-    _, stderr = process.communicate(timeout=120)
-    assert process.returncode == 130, stderr[-3000:]
-    assert "KeyboardInterrupt" not in stderr
+        process.send_signal(signal.SIGINT)
+        _, stderr = process.communicate(timeout=120)
     stopped_at = last_logged_step(workdir)
-    saved = sorted(int(s) for s in os.listdir(os.path.join(workdir, "checkpoints")))
-    assert saved[-1] == stopped_at, "Ctrl-C must save the step it stopped at"
-    run(workdir)
-    assert sorted(losses(workdir)) == list(range(1, 61))
+    result = {"pid": process.pid, "second": second, "returncode": process.returncode,
+              "stderr": stderr, "stopped_at": stopped_at, "saved": _steps(workdir),
+              "lock_left": os.path.exists(os.path.join(workdir, "run.lock"))}
+    train_here(workdir, *SHORT, SLOW)  # the same command resumes (here: no stderr is read)
+    result["losses"] = losses(workdir)  # every step logged once, in order
+    return result
+
+
+def test_a_second_run_on_the_same_workdir_stops_at_once(interrupted):
+    line = interrupted["second"]
+    assert f"in use by process {interrupted['pid']}" in line and "run.lock" in line, line
+    assert not interrupted["lock_left"]  # released on exit
+
+
+def test_ctrl_c_saves_and_exits_130_then_the_run_resumes(short_run, interrupted):
+    assert interrupted["returncode"] == 130, interrupted["stderr"][-3000:]
+    assert "KeyboardInterrupt" not in interrupted["stderr"]
+    assert 12 <= interrupted["stopped_at"] < 30
+    assert interrupted["saved"][-1] == interrupted["stopped_at"], \
+        "Ctrl-C must save the step it stopped at"
+    assert interrupted["losses"] == short_run[1]  # all 30 steps, as uninterrupted
 
 
 def test_a_second_ctrl_c_aborts_at_once():
@@ -130,16 +183,15 @@ def test_a_second_ctrl_c_aborts_at_once():
 def test_settings_that_would_lose_work_are_refused_before_anything_is_written(tmp_path, flag,
                                                                               named):
     workdir = str(tmp_path / "run")
-    done = run(workdir, flag, check=False)
-    assert done.returncode == 1
-    assert named in _error_line(done)
+    assert named in refusal(workdir, flag)
     assert not os.path.exists(workdir)
 
 
 @pytest.fixture(scope="module")
-def finished(tmp_path_factory):
-    workdir = str(tmp_path_factory.mktemp("finished"))
-    run(workdir, "--config.total_steps=10", "--config.checkpoint_every_steps=5")
+def finished(short_run, tmp_path_factory):
+    """A finished run: a copy of the short run (evaluated at its end)."""
+    workdir = str(tmp_path_factory.mktemp("finished") / "run")
+    shutil.copytree(short_run[0], workdir)
     return workdir
 
 
@@ -155,69 +207,41 @@ def test_a_mistaken_rerun_leaves_the_finished_run_intact(finished):
     before = _files(finished, "config.json", "eval_metrics.jsonl", "metrics.jsonl")
     for flag, named in (("--config.max_seq_len=1000", "max_seq_len"),
                         ("--config.learning_rate=0.5", "learning_rate: 0.001 -> 0.5")):
-        done = run(finished, "--config.total_steps=10", "--config.checkpoint_every_steps=5",
-                   flag, check=False)
-        assert done.returncode == 1
-        assert named in _error_line(done)
+        assert named in refusal(finished, *SHORT, flag)
     assert _files(finished, "config.json", "eval_metrics.jsonl", "metrics.jsonl") == before
-    done = subprocess.run([sys.executable, EVALUATE, f"--workdir={finished}"], env=env(),
-                          capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-2000:]
+    from experiments import evaluate as evaluate_script  # what evaluate.py runs, here
+    step, metrics, _ = evaluate_script.evaluate_run(finished, None, None, None)
+    assert step == 30 and np.isfinite(metrics["loss"]), (step, metrics)
 
 
 def test_the_same_rerun_on_a_finished_run_adds_no_second_evaluation(finished):
     before = _files(finished, "eval_metrics.jsonl")
-    run(finished, "--config.total_steps=10", "--config.checkpoint_every_steps=5")
+    assert train_here(finished, *SHORT).step == 30  # in this process: nothing read from stderr
     assert _files(finished, "eval_metrics.jsonl") == before
 
 
-def test_an_intended_config_change_keeps_the_previous_config(finished, tmp_path):
-    import shutil
-    workdir = str(tmp_path / "copy")
-    shutil.copytree(finished, workdir)
-    run(workdir, "--config.total_steps=12", "--config.checkpoint_every_steps=5",
-        "--config.allow_config_change=true")
+def test_an_intended_config_change_keeps_the_previous_config(short_copy):
+    workdir = short_copy
+    train_here(workdir, "--config.total_steps=32", *SHORT[1:],
+               "--config.allow_config_change=true")
     kept = [n for n in os.listdir(workdir) if n.startswith("config.previous-")]
     assert len(kept) == 1
     with open(os.path.join(workdir, kept[0])) as f:
-        assert json.load(f)["total_steps"] == 10
-    assert sorted(losses(workdir)) == list(range(1, 13))
+        assert json.load(f)["total_steps"] == 30
+    assert sorted(losses(workdir)) == list(range(1, 33))
 
 
-def test_two_fresh_workdirs_give_the_same_run(tmp_path):
-    """A run is a function of its config: two fresh workdirs train the demo with equal losses.
-    The second reads the corpus and vocabulary the first prepared (that every preparation writes
-    the same bytes is tests/faults/test_input_faults.py's test)."""
-    demo = ["--config=" + os.path.join(ROOT, "experiments", "configs", "demo.py"),
-            "--config.total_steps=30", "--config.log_every_steps=10",
-            "--config.eval_every_steps=0",
-            "--config.data.data_dir=" + str(tmp_path / "data")]
-    results = []
-    for name in ("a", "b"):
-        workdir = str(tmp_path / name)
-        done = subprocess.run([sys.executable, os.path.join(ROOT, "experiments", "pretrain.py"),
-                               f"--workdir={workdir}", *demo], env=env(), capture_output=True,
-                              text=True, timeout=600)
-        assert done.returncode == 0, done.stderr[-2000:]
-        results.append(losses(workdir))
-    assert len(results[0]) == 3 and results[0] == results[1]
+def test_two_fresh_workdirs_give_the_same_run(short_run, tmp_path):
+    """A run is a function of its config: a second fresh workdir gives the short run's losses,
+    exactly (that every preparation of the demo corpus and vocabulary writes the same bytes is
+    tests/faults/test_input_faults.py's test)."""
+    workdir = str(tmp_path / "b")
+    run(workdir, *SHORT)
+    assert len(short_run[1]) == 30 and losses(workdir) == short_run[1]
+    assert _steps(workdir) == _steps(short_run[0])
 
 
 # ----- checkpoint integrity, disk full, read-only workdir, a lost config.json --------------------
-
-SHORT = ("--config.total_steps=30", "--config.checkpoint_every_steps=10")
-INJECT = os.path.join(ROOT, "tests", "faults", "inject.py")
-
-
-def _clean_one_line(done, returncode=1) -> str:
-    """The one-line error, last on stderr, with no traceback of any thread before it."""
-    assert done.returncode == returncode, done.stderr[-3000:]
-    assert "Event loop is closed" not in done.stderr, done.stderr[-3000:]
-    return _error_line(done)
-
-
-def _steps(workdir):
-    return sorted(int(s) for s in os.listdir(os.path.join(workdir, "checkpoints")) if s.isdigit())
 
 
 def _array_files(step_dir):
@@ -240,28 +264,10 @@ def _zero(path):
         f.write(bytes(os.path.getsize(path)))
 
 
-@pytest.fixture(scope="module")
-def short_run(tmp_path_factory):
-    """An uninterrupted 30-step run (checkpoints 10, 20, 30): its workdir and losses."""
-    workdir = str(tmp_path_factory.mktemp("short"))
-    run(workdir, *SHORT)
-    assert _steps(workdir) == [10, 20, 30]
-    return workdir, losses(workdir)
-
-
-@pytest.fixture
-def short_copy(short_run, tmp_path):
-    import shutil
-    workdir = str(tmp_path / "copy")
-    shutil.copytree(short_run[0], workdir)
-    return workdir
-
-
 def test_bit_rot_in_the_newest_step_falls_back_and_ends_as_the_uninterrupted_run(
         short_run, short_copy):
     """Issue 26's case: step 30 removed, 3 x 64 bytes flipped in step 20's largest array file:
     the rerun sets step 20 aside, resumes from step 10 and logs the uninterrupted losses."""
-    import shutil
     checkpoints = os.path.join(short_copy, "checkpoints")
     shutil.rmtree(os.path.join(checkpoints, "30"))
     _flip_bytes(max(_array_files(os.path.join(checkpoints, "20")), key=os.path.getsize))
@@ -277,7 +283,6 @@ def test_when_no_step_can_be_read_the_one_line_error_is_the_last_line(short_copy
                                                                       with_checksums):
     """Every manifest zeroed (without checksums, Orbax itself meets them): the error is the last
     line, with no tracebacks of Orbax's threads after it."""
-    import shutil
     for step in _steps(short_copy):
         step_dir = os.path.join(short_copy, "checkpoints", str(step))
         _zero(os.path.join(step_dir, "state", "manifest.ocdbt"))
@@ -291,7 +296,6 @@ def test_when_no_step_can_be_read_the_one_line_error_is_the_last_line(short_copy
 @pytest.mark.parametrize("with_checksums", [True, False])
 def test_a_recovery_from_a_zeroed_file_prints_no_traceback(short_run, short_copy,
                                                            with_checksums):
-    import shutil
     step_dir = os.path.join(short_copy, "checkpoints", "30")
     _zero(max(_array_files(step_dir), key=os.path.getsize))
     if not with_checksums:
@@ -309,21 +313,42 @@ def _injected(fault, workdir, *extra, script=None):
                           env=env(), capture_output=True, text=True, timeout=300)
 
 
-@pytest.mark.parametrize("fault, named", [
-    ("enospc-metrics:15", "could not write {workdir}/metrics.jsonl: OSError: [Errno 28] No space "
-                          "left on device: '{workdir}/metrics.jsonl'"),
-    ("enospc-tensorboard:15", "could not write TensorBoard's events in {workdir}/tensorboard: "
-                              "OSError: [Errno 28] No space left on device"),
-    ("enospc-checkpoint:20", "could not write the checkpoint {workdir}/checkpoints/20: OSError: "
-                             "[Errno 28] No space left on device"),
-])
-def test_a_full_disk_stops_the_run_in_one_line_and_loses_nothing(short_run, tmp_path, fault,
-                                                                 named):
-    workdir = str(tmp_path / "run")
-    line = _clean_one_line(_injected(fault, workdir, *SHORT))
-    assert line == "pretrain.py: error: " + named.format(workdir=workdir)
-    run(workdir, *SHORT)  # room again: the same command resumes and finishes
-    assert losses(workdir) == short_run[1]
+# The three faults meet one workdir in turn, each in the run that resumes after the one before;
+# the tensorboard fault first, on a fresh workdir (its 15th flush comes before step 30 only from
+# the start), the checkpoint fault before step 20 is saved, and the metrics fault early in what is
+# left. Then, with room again, the same command finishes the run as the uninterrupted one.
+FULL_DISK = {
+    "enospc-tensorboard:15": "could not write TensorBoard's events in {workdir}/tensorboard: "
+                             "OSError: [Errno 28] No space left on device",
+    "enospc-checkpoint:20": "could not write the checkpoint {workdir}/checkpoints/20: OSError: "
+                            "[Errno 28] No space left on device",
+    "enospc-metrics:3": "could not write {workdir}/metrics.jsonl: OSError: [Errno 28] No space "
+                        "left on device: '{workdir}/metrics.jsonl'",
+}
+
+
+@pytest.fixture(scope="module")
+def full_disk(tmp_path_factory):
+    workdir = str(tmp_path_factory.mktemp("full_disk") / "run")
+    stopped = {}
+    for fault in FULL_DISK:
+        done = _injected(fault, workdir, *SHORT)
+        stopped[fault] = (done, os.path.exists(os.path.join(workdir, "run.lock")))
+    # Room again, and the lock a killed run would have left behind (its process gone): the same
+    # command takes the stale lock over, resumes and finishes.
+    _stale_lock(workdir)
+    train_here(workdir, *SHORT)
+    return workdir, stopped, losses(workdir)
+
+
+@pytest.mark.parametrize("fault", list(FULL_DISK))
+def test_a_full_disk_stops_the_run_in_one_line_and_loses_nothing(short_run, full_disk, fault):
+    workdir, stopped, losses_after = full_disk
+    done, lock_left = stopped[fault]
+    line = _clean_one_line(done)
+    assert line == "pretrain.py: error: " + FULL_DISK[fault].format(workdir=workdir)
+    assert not lock_left  # released on the way out
+    assert losses_after == short_run[1]
 
 
 def test_a_read_only_workdir_is_one_line(short_run, short_copy):
@@ -335,16 +360,23 @@ def test_a_read_only_workdir_is_one_line(short_run, short_copy):
     assert losses(short_copy) == short_run[1]
 
 
-def test_a_run_whose_config_json_is_gone_is_checked_against_its_checkpoint(short_copy):
+def test_a_run_whose_config_json_is_gone_is_checked_against_its_checkpoint(short_copy, capfd,
+                                                                          caplog):
+    """Both reruns in this process (pretrain_runs.refusal, train_here): the script's one line,
+    and nothing else on stderr (no traceback of a thread that read the checkpoint)."""
     config_path = os.path.join(short_copy, "config.json")
     os.remove(config_path)
-    line = _clean_one_line(run(short_copy, *SHORT, "--config.learning_rate=0.5", check=False))
+    capfd.readouterr()
+    line = refusal(short_copy, *SHORT, "--config.learning_rate=0.5")
+    stderr = capfd.readouterr().err
+    assert "Traceback" not in stderr and "Event loop is closed" not in stderr, stderr[-3000:]
     assert line == (f"pretrain.py: error: {config_path} is missing, and the newest checkpoint "
                     "(step 30) was saved with another config (learning_rate: 0.001 -> 0.5): "
                     "rerun with the config it was saved with, or "
                     "--config.allow_config_change=true if the change is meant")
     assert not os.path.exists(config_path)
-    done = run(short_copy, *SHORT)  # the config it was saved with: a warning, and on it goes
+    with caplog.at_level("WARNING"):
+        train_here(short_copy, *SHORT)  # the config it was saved with: a warning, and on it goes
     assert (f"{config_path} was missing; this config is the one checkpoint step 30 was saved "
-            "with, written anew") in done.stderr
+            "with, written anew") in caplog.text
     assert os.path.exists(config_path)
