@@ -18,6 +18,7 @@ import contextlib
 import io
 import json
 import os
+import sys
 import threading
 from typing import Iterator, Mapping, Optional
 
@@ -67,7 +68,7 @@ class MetricsWriter:
                 drop_lines_after(path, start_step)
         if paths.is_remote(workdir):
             self._texts = {path: _text_of(path) for path in (self.train_path, self.eval_path)}
-        from tensorboardX import SummaryWriter
+        SummaryWriter = _summary_writer_class()
         if paths.is_remote(workdir):
             from tensorboardX import record_writer
             record_writer.register_writer_factory(os.fspath(workdir).split("://")[0],
@@ -146,6 +147,24 @@ class _ObjectRecordWriterFactory:
 
     def directory_check(self, path: str) -> None:
         pass  # object storage has no folders to create
+
+
+def _summary_writer_class():
+    """tensorboardX's SummaryWriter, imported without torch. tensorboardX imports torch when it
+    is installed (a test or benchmark extra here, never a run-time dependency) only to accept
+    torch tensors; we write Python floats. That import costs a run seconds of start-up, so
+    unless torch is already loaded it is refused for the duration of this import (a None entry
+    in sys.modules makes `import torch` raise ImportError, which tensorboardX expects)."""
+    if "torch" in sys.modules:
+        from tensorboardX import SummaryWriter
+        return SummaryWriter
+    sys.modules["torch"] = None
+    try:
+        from tensorboardX import SummaryWriter
+    finally:
+        if "torch" in sys.modules and sys.modules["torch"] is None:
+            del sys.modules["torch"]
+    return SummaryWriter
 
 
 def _text_of(path: str) -> str:
