@@ -34,49 +34,66 @@ IMPLEMENTATIONS = ("ours", "hf_flax", "hf_torch")
 MODES = {"train": benchmark_mlm, "infer": benchmark_mlm, "finetune": benchmark_finetune}
 
 FLAGS = flags.FLAGS
-flags.DEFINE_enum("mode", "train", list(MODES), "MLM train step, encoder forward pass, or "
-                  "fine-tuning steps on real texts.")
-flags.DEFINE_string("preset", "base", "BertConfig preset: tiny, mini, small, medium, base, large.")
-flags.DEFINE_integer("batch_size", 8, "Sequences per step.")
-flags.DEFINE_integer("seq_len", 128, "Tokens per sequence (finetune: the longest row).")
-flags.DEFINE_alias("max_seq_len", "seq_len")
-flags.DEFINE_integer("max_predictions", None,
-                     "Masked positions per sequence (default 15% of seq_len).")
-flags.DEFINE_enum("dtype", "float32", ["float32", "bfloat16"], "Compute dtype (params stay fp32).")
-flags.DEFINE_string("remat", "none", "Remat policy of our model (none, full, dots, dots_no_batch).")
-flags.DEFINE_string("peer", "", "Comma-separated peers to run after ours: hf_flax, hf_torch, each "
-                    "optionally at its own compute dtype (hf_flax@float32); default --dtype.")
-flags.DEFINE_boolean("all", False, "Run ours, hf_torch and hf_flax (at --dtype) and compare.")
-flags.DEFINE_boolean("skip_ours", False, "Run only the peers.")
-flags.DEFINE_integer("steps", 10, "Timed steps (train/infer: the median is reported).")
-flags.DEFINE_integer("warmup", 3, "Untimed steps first (compilation, allocator warm-up).")
-flags.DEFINE_alias("warmup_steps", "warmup")
-flags.DEFINE_float("peak_flops", None, "Peak FLOP/s of the device for MFU (default: by device).")
-flags.DEFINE_boolean("json", False, "Print one JSON object per measured setting.")
-# --mode=finetune
-flags.DEFINE_enum("task", "classification", list(benchmark_finetune_data.TASKS),
-                  "finetune: the task kind whose step is measured.")
-flags.DEFINE_string("hf_dir", None, "finetune: a Hugging Face BERT folder (weights, config and "
-                    "vocabulary); default: --preset with random weights.")
-flags.DEFINE_string("texts", None, "finetune: a file of short texts (one per line, or csv, tsv, "
-                    "jsonl); default: gensim's 200 polarity sentences.")
-flags.DEFINE_string("texts_format", "auto", "finetune: format of --texts (auto: by extension; "
-                    "lines, fasttext, csv, tsv, jsonl).")
-flags.DEFINE_string("texts_encoding", None, "finetune: encoding of --texts (default utf-8).")
-flags.DEFINE_string("bucket_lengths", "auto", "finetune, ours: config.data.bucket_lengths "
-                    "(auto: 32, 64, ... max_seq_len; none; or lengths such as 16,32,48).")
-flags.DEFINE_integer("group_by_length", 0, "finetune: config.data.group_by_length (0: off; G: "
-                     "rows of similar length batched together, over windows of G batches).")
-flags.DEFINE_integer("pack_examples", 0, "finetune, ours: config.data.pack_examples (0: off; "
-                     "K: up to K examples packed into one training row).")
-flags.DEFINE_enum("dropout_rng", "threefry", ["threefry", "rbg"], "finetune, ours: "
-                  "config.dropout_rng, the generator of the dropout bits.")
-flags.DEFINE_integer("torch_threads", 0, "finetune, hf_torch: torch threads (0: torch's default).")
-flags.DEFINE_float("dropout", None, "finetune: hidden and attention dropout of every "
-                   "implementation (default: the model's), e.g. 0 to see what dropout costs.")
-flags.DEFINE_string("profile_dir", None, "finetune, ours: trace the timed steps into this folder "
-                    "and report their op time by category (benchmarks/benchmark_profile.py); "
-                    "needs --bucket_lengths=none (one program).")
+
+
+def define_flags(flag_values: flags.FlagValues = FLAGS) -> None:
+    """The script's flags, on `flag_values` (its own run: absl's FLAGS; a test defines them
+    on a FlagValues of its own to check them in-process)."""
+    fv = {"flag_values": flag_values}
+    flags.DEFINE_enum("mode", "train", list(MODES), "MLM train step, encoder forward pass, or "
+                      "fine-tuning steps on real texts.", **fv)
+    flags.DEFINE_string("preset", "base", "BertConfig preset: tiny, mini, small, medium, base, "
+                        "large.", **fv)
+    flags.DEFINE_integer("batch_size", 8, "Sequences per step.", **fv)
+    flags.DEFINE_integer("seq_len", 128, "Tokens per sequence (finetune: the longest row).", **fv)
+    flags.DEFINE_alias("max_seq_len", "seq_len", **fv)
+    flags.DEFINE_integer("max_predictions", None,
+                         "Masked positions per sequence (default 15% of seq_len).", **fv)
+    flags.DEFINE_enum("dtype", "float32", ["float32", "bfloat16"], "Compute dtype (params stay "
+                      "fp32).", **fv)
+    flags.DEFINE_string("remat", "none", "Remat policy of our model (none, full, dots, "
+                        "dots_no_batch).", **fv)
+    flags.DEFINE_string("peer", "", "Comma-separated peers to run after ours: hf_flax, "
+                        "hf_torch, each optionally at its own compute dtype (hf_flax@float32); "
+                        "default --dtype.", **fv)
+    flags.DEFINE_boolean("all", False, "Run ours, hf_torch and hf_flax (at --dtype) and compare.",
+                         **fv)
+    flags.DEFINE_boolean("skip_ours", False, "Run only the peers.", **fv)
+    flags.DEFINE_integer("steps", 10, "Timed steps (train/infer: the median is reported).", **fv)
+    flags.DEFINE_integer("warmup", 3, "Untimed steps first (compilation, allocator warm-up).", **fv)
+    flags.DEFINE_alias("warmup_steps", "warmup", **fv)
+    flags.DEFINE_float("peak_flops", None, "Peak FLOP/s of the device for MFU (default: by "
+                       "device).", **fv)
+    flags.DEFINE_boolean("json", False, "Print one JSON object per measured setting.", **fv)
+    # --mode=finetune
+    flags.DEFINE_enum("task", "classification", list(benchmark_finetune_data.TASKS),
+                      "finetune: the task kind whose step is measured.", **fv)
+    flags.DEFINE_string("hf_dir", None, "finetune: a Hugging Face BERT folder (weights, config and "
+                        "vocabulary); default: --preset with random weights.", **fv)
+    flags.DEFINE_string("texts", None, "finetune: a file of short texts (one per line, or csv, "
+                        "tsv, jsonl); default: gensim's 200 polarity sentences.", **fv)
+    flags.DEFINE_string("texts_format", "auto", "finetune: format of --texts (auto: by extension; "
+                        "lines, fasttext, csv, tsv, jsonl).", **fv)
+    flags.DEFINE_string("texts_encoding", None, "finetune: encoding of --texts (default utf-8).",
+                        **fv)
+    flags.DEFINE_string("bucket_lengths", "auto", "finetune, ours: config.data.bucket_lengths "
+                        "(auto: 32, 64, ... max_seq_len; none; or lengths such as 16,32,48).", **fv)
+    flags.DEFINE_integer("group_by_length", 0, "finetune: config.data.group_by_length (0: off; G: "
+                         "rows of similar length batched together, over windows of G batches).",
+                         **fv)
+    flags.DEFINE_integer("pack_examples", 0, "finetune, ours: config.data.pack_examples (0: off; "
+                         "K: up to K examples packed into one training row).", **fv)
+    flags.DEFINE_enum("dropout_rng", "threefry", ["threefry", "rbg"], "finetune, ours: "
+                      "config.dropout_rng, the generator of the dropout bits.", **fv)
+    flags.DEFINE_integer("torch_threads", 0, "finetune, hf_torch: torch threads (0: torch's "
+                         "default).", **fv)
+    flags.DEFINE_float("dropout", None, "finetune: hidden and attention dropout of every "
+                       "implementation (default: the model's), e.g. 0 to see what dropout costs.",
+                       **fv)
+    flags.DEFINE_string("profile_dir", None, "finetune, ours: trace the timed steps into this "
+                        "folder and report their op time by category "
+                        "(benchmarks/benchmark_profile.py); needs --bucket_lengths=none (one "
+                        "program).", **fv)
 
 
 def measure(spec: dict) -> dict:
@@ -97,25 +114,25 @@ def _measure_in_subprocess(name: str, settings: dict) -> dict:
             raise RuntimeError(f"{e}:\n{e.log_tail}") from None
 
 
-def _parse_peer(text: str) -> tuple[str, str]:
+def _parse_peer(text: str, fv: flags.FlagValues = FLAGS) -> tuple[str, str]:
     """'hf_flax' -> ('hf_flax', --dtype); 'hf_flax@float32' -> ('hf_flax', 'float32')."""
     name, _, dtype = text.partition("@")
     if name not in IMPLEMENTATIONS or name == "ours":
         raise app.UsageError(f"--peer: unknown peer {name!r}; choose from hf_flax, hf_torch")
     if dtype and dtype not in ("float32", "bfloat16"):
         raise app.UsageError(f"--peer: unknown dtype {dtype!r} in {text!r}; float32 or bfloat16")
-    return name, dtype or FLAGS.dtype
+    return name, dtype or fv.dtype
 
 
-def _runs() -> list[tuple[str, str]]:
+def _runs(fv: flags.FlagValues = FLAGS) -> list[tuple[str, str]]:
     """(implementation, dtype) of every measurement, ours first."""
-    if FLAGS.all and FLAGS.peer:
+    if fv.all and fv.peer:
         raise app.UsageError("--all runs every peer: leave out --peer")
-    peers = ([(name, FLAGS.dtype) for name in ("hf_torch", "hf_flax")] if FLAGS.all
-             else [_parse_peer(p) for p in FLAGS.peer.split(",") if p])
-    runs = ([] if FLAGS.skip_ours else [("ours", FLAGS.dtype)]) + peers
+    peers = ([(name, fv.dtype) for name in ("hf_torch", "hf_flax")] if fv.all
+             else [_parse_peer(p, fv) for p in fv.peer.split(",") if p])
+    runs = ([] if fv.skip_ours else [("ours", fv.dtype)]) + peers
     if len(set(runs)) != len(runs):
-        raise app.UsageError(f"--peer: the same peer at the same dtype twice: {FLAGS.peer!r}")
+        raise app.UsageError(f"--peer: the same peer at the same dtype twice: {fv.peer!r}")
     if not runs:
         raise app.UsageError("nothing to run: --skip_ours without --peer")
     return runs
@@ -147,13 +164,20 @@ def _print_ratios(reports: dict, speed: str) -> None:
               f"{ratio['peak_rss']:.2f}x peak RSS", flush=True)
 
 
+def check(fv: flags.FlagValues = FLAGS) -> tuple[object, dict, list[tuple[str, str]]]:
+    """The mode's module, its settings and the runs of the parsed flags, checked before any
+    worker starts (app.UsageError names a bad flag)."""
+    module = MODES[fv.mode]
+    settings = module.settings(fv)
+    runs = _runs(fv)
+    if fv.mode == "finetune":
+        _check_finetune_inputs(settings)
+    return module, settings, runs
+
+
 def main(argv):
     del argv
-    module = MODES[FLAGS.mode]
-    settings = module.settings(FLAGS)
-    runs = _runs()
-    if FLAGS.mode == "finetune":
-        _check_finetune_inputs(settings)
+    module, settings, runs = check(FLAGS)
     reports = {}
     for name, dtype in runs:
         label = name if dtype == FLAGS.dtype else f"{name}@{dtype}"
@@ -167,4 +191,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
+    define_flags()
     app.run(main)

@@ -62,19 +62,26 @@ CASES = {
 DEFAULT_CASES = ("minilm_fp32", "minilm_bf16", "conll", "base")
 
 FLAGS = flags.FLAGS
-flags.DEFINE_list("cases", list(DEFAULT_CASES), f"Cases to run, of {', '.join(CASES)}.")
-flags.DEFINE_list("impls", list(IMPLEMENTATIONS), "Implementations, each in its own process: "
-                  "ours (experiments/finetune.py), hf_torch.")
-flags.DEFINE_integer("steps", 50, "Timed steps (ours: rounded up to a multiple of --warmup).")
-flags.DEFINE_integer("warmup", 10, "Untimed steps first (ours: also the log interval).")
-flags.DEFINE_string("texts", None, "A file of short texts (one per line, or csv, tsv, jsonl); "
-                    "default: gensim's 200 polarity sentences.")
-flags.DEFINE_string("texts_format", "auto", "Format of --texts (auto: by extension).")
-flags.DEFINE_string("texts_encoding", None, "Encoding of --texts (default utf-8).")
-flags.DEFINE_integer("torch_threads", 0, "hf_torch: torch threads (0: torch's default).")
-flags.DEFINE_string("workdir", None, "Where the runs' files go (default: a temporary folder, "
-                    "removed at the end).")
-flags.DEFINE_boolean("json", False, "Print one JSON object per measurement.")
+
+
+def define_flags(flag_values: flags.FlagValues = FLAGS) -> None:
+    """The script's flags, on `flag_values` (its own run: absl's FLAGS; a test defines them
+    on a FlagValues of its own to check them in-process)."""
+    fv = {"flag_values": flag_values}
+    flags.DEFINE_list("cases", list(DEFAULT_CASES), f"Cases to run, of {', '.join(CASES)}.", **fv)
+    flags.DEFINE_list("impls", list(IMPLEMENTATIONS), "Implementations, each in its own process: "
+                      "ours (experiments/finetune.py), hf_torch.", **fv)
+    flags.DEFINE_integer("steps", 50, "Timed steps (ours: rounded up to a multiple of --warmup).",
+                         **fv)
+    flags.DEFINE_integer("warmup", 10, "Untimed steps first (ours: also the log interval).", **fv)
+    flags.DEFINE_string("texts", None, "A file of short texts (one per line, or csv, tsv, jsonl); "
+                        "default: gensim's 200 polarity sentences.", **fv)
+    flags.DEFINE_string("texts_format", "auto", "Format of --texts (auto: by extension).", **fv)
+    flags.DEFINE_string("texts_encoding", None, "Encoding of --texts (default utf-8).", **fv)
+    flags.DEFINE_integer("torch_threads", 0, "hf_torch: torch threads (0: torch's default).", **fv)
+    flags.DEFINE_string("workdir", None, "Where the runs' files go (default: a temporary folder, "
+                        "removed at the end).", **fv)
+    flags.DEFINE_boolean("json", False, "Print one JSON object per measurement.", **fv)
 
 
 def case_settings(case: str, steps: int, warmup: int, texts: Optional[str] = None,
@@ -236,23 +243,23 @@ def line(r: dict) -> str:
             f" -> {r['load_average_after']}")
 
 
-def check_flags() -> None:
+def check_flags(fv: flags.FlagValues = FLAGS) -> None:
     """One line naming a bad flag, before any worker starts."""
     from bert_jax import cli
     script = "benchmark_finetune_cli.py"
-    unknown = [c for c in FLAGS.cases if c not in CASES]
-    if unknown or not FLAGS.cases:
-        cli.fail(script, f"--cases: unknown case(s) {unknown or FLAGS.cases}; choose from "
+    unknown = [c for c in fv.cases if c not in CASES]
+    if unknown or not fv.cases:
+        cli.fail(script, f"--cases: unknown case(s) {unknown or fv.cases}; choose from "
                  f"{', '.join(CASES)}")
-    unknown = [i for i in FLAGS.impls if i not in IMPLEMENTATIONS]
-    if unknown or not FLAGS.impls:
-        cli.fail(script, f"--impls: unknown implementation(s) {unknown or FLAGS.impls}; choose "
+    unknown = [i for i in fv.impls if i not in IMPLEMENTATIONS]
+    if unknown or not fv.impls:
+        cli.fail(script, f"--impls: unknown implementation(s) {unknown or fv.impls}; choose "
                  f"from {', '.join(IMPLEMENTATIONS)}")
-    if FLAGS.steps < 1 or FLAGS.warmup < 1:
-        cli.fail(script, f"--steps={FLAGS.steps} and --warmup={FLAGS.warmup} must be >= 1")
+    if fv.steps < 1 or fv.warmup < 1:
+        cli.fail(script, f"--steps={fv.steps} and --warmup={fv.warmup} must be >= 1")
     try:
-        data_lib.read_texts({"texts": FLAGS.texts or "", "texts_format": FLAGS.texts_format,
-                             "texts_encoding": FLAGS.texts_encoding})
+        data_lib.read_texts({"texts": fv.texts or "", "texts_format": fv.texts_format,
+                             "texts_encoding": fv.texts_encoding})
     except (ValueError, OSError) as e:
         cli.fail(script, f"--texts: {e}")
 
@@ -287,4 +294,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
+    define_flags()
     app.run(main)

@@ -7,6 +7,9 @@ import subprocess
 import sys
 
 import pytest
+from absl import app, flags
+
+from benchmarks import benchmark, benchmark_finetune_cli
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(ROOT, "benchmarks", "benchmark.py")
@@ -50,15 +53,26 @@ def test_our_inference_step():
     assert result["tokens_per_second"] > 0
 
 
-@pytest.mark.parametrize("flags,named", [
-    (["--peer=hf_pytorch"], "hf_pytorch"),                              # unknown peer
-    (["--peer=hf_flax@float16"], "float16"),                            # unknown dtype
-    (["--dtype=float32", "--peer=hf_flax,hf_flax@float32"], "twice"),   # the same run twice
-])
-def test_bad_peer_flags_are_usage_errors(flags, named):
-    proc = subprocess.run([sys.executable, SCRIPT, *TINY, *flags],
+def _usage_error(*argv: str) -> str:
+    """The script's flags parsed and checked in this process, as its main does before any worker
+    starts: the message of the app.UsageError (absl's app.run prints it, exit status 1)."""
+    values = flags.FlagValues()
+    benchmark.define_flags(values)
+    values([SCRIPT, *argv])
+    with pytest.raises(app.UsageError) as error:
+        benchmark.check(values)
+    return str(error.value)
+
+
+def test_bad_peer_flags_are_usage_errors():
+    for argv, named in ((["--peer=hf_pytorch"], "hf_pytorch"),                # unknown peer
+                        (["--peer=hf_flax@float16"], "float16"),              # unknown dtype
+                        (["--dtype=float32", "--peer=hf_flax,hf_flax@float32"], "twice")):  # twice
+        assert named in _usage_error(*TINY, *argv)
+    # The script itself, once: a usage error exits non-zero with the message on stderr.
+    proc = subprocess.run([sys.executable, SCRIPT, *TINY, "--peer=hf_pytorch"],
                           capture_output=True, text=True, timeout=300, cwd=ROOT)
-    assert proc.returncode != 0 and named in proc.stderr
+    assert proc.returncode != 0 and "hf_pytorch" in proc.stderr
 
 
 # ----- --mode=finetune -------------------------------------------------------------------------
@@ -110,15 +124,15 @@ def test_finetune_span_qa_on_a_file_of_texts_without_buckets(tmp_path):
         1 - result["real_tokens"] / (3 * 4 * 32), abs=1e-4)
 
 
-@pytest.mark.parametrize("flags,named", [
-    (["--texts=/no/such/texts.txt"], "/no/such/texts.txt"),
-    (["--hf_dir=/no/such/folder"], "config.json"),
-    (["--all", "--peer=hf_torch"], "--all"),
-])
-def test_finetune_user_mistakes_are_usage_errors(flags, named):
-    proc = subprocess.run([sys.executable, SCRIPT, *FINETUNE, *flags],
+def test_finetune_user_mistakes_are_usage_errors():
+    for argv, named in ((["--texts=/no/such/texts.txt"], "/no/such/texts.txt"),
+                        (["--hf_dir=/no/such/folder"], "config.json"),
+                        (["--all", "--peer=hf_torch"], "--all")):
+        assert named in _usage_error(*FINETUNE, *argv)
+    # The script itself, once: exit status non-zero, the message, no traceback.
+    proc = subprocess.run([sys.executable, SCRIPT, *FINETUNE, "--hf_dir=/no/such/folder"],
                           capture_output=True, text=True, timeout=300, cwd=ROOT)
-    assert proc.returncode != 0 and named in proc.stderr
+    assert proc.returncode != 0 and "config.json" in proc.stderr
     assert "Traceback" not in proc.stderr
 
 
@@ -151,14 +165,20 @@ def test_finetune_cli_runs_our_command_and_torch_on_the_same_rows(tmp_path):
     assert ours["pack_examples"] == 4 and ours["computed_positions"] <= 2 * 8 * 32
 
 
-@pytest.mark.parametrize("flags,named", [
-    (["--cases=tiny,huge"], "huge"),
-    (["--impls=ours,hf_jax"], "hf_jax"),
-    (["--texts=/no/such/texts.txt"], "/no/such/texts.txt"),
-    (["--steps=0"], "--steps=0"),
-])
-def test_finetune_cli_user_mistakes_are_one_line(flags, named):
-    proc = subprocess.run([sys.executable, CLI_SCRIPT, *flags], capture_output=True, text=True,
-                          timeout=300, cwd=ROOT)
-    assert proc.returncode == 1 and named in proc.stderr
+def test_finetune_cli_user_mistakes_are_one_line():
+    cases = ((["--cases=tiny,huge"], "huge"), (["--impls=ours,hf_jax"], "hf_jax"),
+             (["--texts=/no/such/texts.txt"], "/no/such/texts.txt"), (["--steps=0"], "--steps=0"))
+    for argv, named in cases:
+        values = flags.FlagValues()
+        benchmark_finetune_cli.define_flags(values)
+        values([CLI_SCRIPT, *argv])
+        with pytest.raises(SystemExit) as exited:  # cli.fail: sys.exit(line), exit status 1
+            benchmark_finetune_cli.check_flags(values)
+        line = exited.value.code
+        assert isinstance(line, str) and named in line and "\n" not in line, line
+        assert line.startswith("benchmark_finetune_cli.py: error:"), line
+    # The script itself, once: exit status 1 and that one line on stderr.
+    proc = subprocess.run([sys.executable, CLI_SCRIPT, "--cases=tiny,huge"], capture_output=True,
+                          text=True, timeout=300, cwd=ROOT)
+    assert proc.returncode == 1 and "huge" in proc.stderr
     assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
