@@ -21,6 +21,8 @@ from pretrain_runs import PRETRAIN, ROOT, TINY_RUN, last_logged_step, losses
 
 SBATCH = os.path.join(ROOT, "launch", "slurm.sbatch")
 SLOW = "--config.data.seconds_per_batch=0.05"  # so that a signal lands mid-run
+# The bookkeeping is per model, not per layer: one layer halves what every process traces.
+ONE_LAYER = "--config.model.num_hidden_layers=1"
 
 
 def free_job_id() -> str:
@@ -61,7 +63,7 @@ def start(workdir: str, logdir: str, *extra: str) -> list[subprocess.Popen]:
         with open(os.path.join(logdir, f"process_{i}.log"), "w") as log:
             processes.append(subprocess.Popen(
                 ["bash", SBATCH, "--task", PRETRAIN, f"--workdir={workdir}", *TINY_RUN,
-                 "--config.mesh.fsdp=2", "--config.async_checkpoints=False", *extra],
+                 "--config.mesh.fsdp=2", "--config.async_checkpoints=False", ONE_LAYER, *extra],
                 cwd=ROOT, env=slurm_env(job_id, i), stdout=log, stderr=subprocess.STDOUT))
     return processes
 
