@@ -117,3 +117,25 @@ def train_here(workdir, *extra):
     Returns the recipe's TrainResult."""
     from bert_jax.recipes import pretrain
     return pretrain.train_and_evaluate(parsed_config(workdir, *extra), str(workdir))
+
+
+def tiny_pretrain_config(**changes):
+    """The pre-training run config of a tiny one-layer BERT on the synthetic corpus, 2 steps, for
+    runs made in the test process; `changes` by dotted key ("data.corpus": ...)."""
+    from bert_jax import run_config
+    config = run_config.pretrain_config()
+    config.data.corpus = "synthetic"
+    config.tokenizer.vocab_size = 97
+    config.model = run_config.model_block("tiny", hidden_size=16, num_hidden_layers=1,
+                                          num_attention_heads=2, intermediate_size=32,
+                                          max_position_embeddings=16)
+    config.max_seq_len, config.data.max_predictions = 16, 3
+    config.batch_size = config.eval_batch_size = 4
+    config.total_steps = 2
+    for key, value in changes.items():
+        *parents, leaf = key.split(".")
+        target = config
+        for parent in parents:
+            target = target[parent]
+        target[leaf] = value
+    return config

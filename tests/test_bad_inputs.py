@@ -29,6 +29,7 @@ from bert_jax.recipes.finetune import task_data
 from experiments import finetune as finetune_script
 from experiments import pretrain as pretrain_script
 from tests.finetune_runs import tiny_finetune_config
+from tests.pretrain_runs import tiny_pretrain_config as pretrain_config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
@@ -60,25 +61,6 @@ def finetune_config(files, **changes):
                                   **{"data.train_path": files["train"],
                                      "data.eval_path": files["train"], "max_seq_len": 16,
                                      "total_steps": 2})
-    for key, value in changes.items():
-        *parents, leaf = key.split(".")
-        target = config
-        for parent in parents:
-            target = target[parent]
-        target[leaf] = value
-    return config
-
-
-def pretrain_config(**changes):
-    config = run_config.pretrain_config()
-    config.data.corpus = "synthetic"
-    config.tokenizer.vocab_size = 97
-    config.model = run_config.model_block("tiny", hidden_size=16, num_hidden_layers=1,
-                                          num_attention_heads=2, intermediate_size=32,
-                                          max_position_embeddings=16)
-    config.max_seq_len, config.data.max_predictions = 16, 3
-    config.batch_size = config.eval_batch_size = 4
-    config.total_steps = 2
     for key, value in changes.items():
         *parents, leaf = key.split(".")
         target = config

@@ -118,23 +118,18 @@ def test_a_text_corpus_without_a_vocabulary_trains_one_in_the_workdir(tmp_path):
     import json
     import os
 
-    from bert_jax import run_config
     from bert_jax.recipes import pretrain
+
+    from pretrain_runs import tiny_pretrain_config
 
     folder = tmp_path / "txt"
     folder.mkdir()
     words = "river stone bridge lantern harbour meadow orchard violin".split()
     lines = [" ".join(words[(i + j) % len(words)] for j in range(12)) for i in range(60)]
     write(folder / "lines.txt", "\n".join(lines) + "\n")
-    config = run_config.pretrain_config()
-    config.data.corpus, config.data.document_delimiter = f"text:{folder}/*.txt", "line"
-    config.tokenizer.vocab_size = 120
-    config.model = run_config.model_block("tiny", hidden_size=16, num_hidden_layers=1,
-                                          num_attention_heads=2, intermediate_size=32,
-                                          max_position_embeddings=16)
-    config.max_seq_len, config.data.max_predictions = 16, 3
-    config.batch_size = config.eval_batch_size = 4
-    config.total_steps, config.eval_batches = 2, 1
+    config = tiny_pretrain_config(**{"data.corpus": f"text:{folder}/*.txt",
+                                     "data.document_delimiter": "line",
+                                     "tokenizer.vocab_size": 120, "eval_batches": 1})
     assert pretrain.checked_vocab_size(config) == 120  # no error: it will be trained
 
     vocabularies = []
