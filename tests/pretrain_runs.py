@@ -11,6 +11,8 @@ import time
 
 import xla_flags
 
+import finetune_runs
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PRETRAIN = os.path.join(ROOT, "experiments", "pretrain.py")
 EVALUATE = os.path.join(ROOT, "experiments", "evaluate.py")
@@ -132,10 +134,4 @@ def tiny_pretrain_config(**changes):
     config.max_seq_len, config.data.max_predictions = 16, 3
     config.batch_size = config.eval_batch_size = 4
     config.total_steps = 2
-    for key, value in changes.items():
-        *parents, leaf = key.split(".")
-        target = config
-        for parent in parents:
-            target = target[parent]
-        target[leaf] = value
-    return config
+    return finetune_runs.set_keys(config, changes)

@@ -28,7 +28,7 @@ from bert_jax.recipes.finetune import recipe as finetune_recipe
 from bert_jax.recipes.finetune import task_data
 from experiments import finetune as finetune_script
 from experiments import pretrain as pretrain_script
-from tests.finetune_runs import tiny_finetune_config
+from tests.finetune_runs import set_keys, tiny_finetune_config
 from tests.pretrain_runs import tiny_pretrain_config as pretrain_config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -61,13 +61,7 @@ def finetune_config(files, **changes):
                                   **{"data.train_path": files["train"],
                                      "data.eval_path": files["train"], "max_seq_len": 16,
                                      "total_steps": 2})
-    for key, value in changes.items():
-        *parents, leaf = key.split(".")
-        target = config
-        for parent in parents:
-            target = target[parent]
-        target[leaf] = value
-    return config
+    return set_keys(config, changes)
 
 
 def one_line(script, fn):
