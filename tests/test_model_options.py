@@ -25,7 +25,7 @@ from bert_jax.model.layers import Embeddings, FeedForward, apply_rotary, rotary_
 from bert_jax.recipes import pretrain
 from bert_jax.train import optimizer, steps
 
-from pretrain_runs import EVALUATE, command, env, last_logged_step, losses, wait_for
+from pretrain_runs import EVALUATE, command, env, last_logged_step, losses, train_here, wait_for
 from test_model import randomise
 
 SEQ, PREDICTIONS, VOCAB = 16, 3, 61
@@ -310,11 +310,13 @@ def make_batch(rows=4, seed=0):
 
 
 # Each option in fp32, and all of them together in bf16 too (bf16 compute is what the options
-# share; each option's own arithmetic is checked in fp32 above).
+# share; each option's own arithmetic is checked in fp32 above). One layer: no option is about
+# the number of layers, and every kind of parameter is there.
 @pytest.mark.parametrize("name, dtype", [(name, "float32") for name in sorted(OPTIONS)]
                          + [("all", "bfloat16")])
 def test_each_option_trains_a_step(name, dtype):
-    cfg = SMALL.replace(dtype=dtype, hidden_dropout_prob=0.1, **OPTIONS[name])
+    cfg = SMALL.replace(dtype=dtype, hidden_dropout_prob=0.1, num_hidden_layers=1,
+                        **OPTIONS[name])
     model = BertForPreTraining(cfg, with_nsp=False)
     params = unboxed_init(model, jnp.zeros((1, SEQ), jnp.int32),
                           jnp.zeros((1, PREDICTIONS), jnp.int32))
@@ -331,28 +333,31 @@ def test_each_option_trains_a_step(name, dtype):
 
 # ----- end to end: save, resume exactly, evaluate in a new process ----------------------------
 
+# One layer (the options are per layer), 10 steps with a checkpoint every 3; the SIGTERM lands
+# mid-run, at step 5 or later.
 OPTION_FLAGS = ["--config.model.layer_norm_position=pre",
                 "--config.model.position_embedding_type=rotary",
                 "--config.model.ffn_kind=swiglu", "--config.model.use_bias=False",
-                "--config.total_steps=20", "--config.checkpoint_every_steps=5"]
+                "--config.model.num_hidden_layers=1",
+                "--config.total_steps=10", "--config.checkpoint_every_steps=3"]
+TOTAL = 10
 
 
 def test_options_checkpoint_resumes_exactly_and_evaluates(tmp_path):
     reference_dir, resumed_dir = str(tmp_path / "a"), str(tmp_path / "b")
-    done = subprocess.run(command(reference_dir, *OPTION_FLAGS), env=env(), capture_output=True,
-                          text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
+    # the uninterrupted reference in this process (its stderr and exit status are not the point)
+    train_here(reference_dir, *OPTION_FLAGS)
     reference = losses(reference_dir)
-    assert sorted(reference) == list(range(1, 21))
+    assert sorted(reference) == list(range(1, TOTAL + 1))
 
     process = subprocess.Popen(
-        command(resumed_dir, *OPTION_FLAGS, "--config.data.seconds_per_batch=0.05"),
+        command(resumed_dir, *OPTION_FLAGS, "--config.data.seconds_per_batch=0.2"),
         env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    wait_for(lambda: last_logged_step(resumed_dir) >= 7, process)
+    wait_for(lambda: last_logged_step(resumed_dir) >= 5, process)
     process.send_signal(signal.SIGTERM)
     _, stderr = process.communicate(timeout=120)
     assert process.returncode == 143, stderr[-3000:]
-    assert last_logged_step(resumed_dir) < 20
+    assert last_logged_step(resumed_dir) < TOTAL
 
     done = subprocess.run(command(resumed_dir, *OPTION_FLAGS), env=env(), capture_output=True,
                           text=True, timeout=300)
@@ -362,10 +367,10 @@ def test_options_checkpoint_resumes_exactly_and_evaluates(tmp_path):
     done = subprocess.run([sys.executable, EVALUATE, f"--workdir={resumed_dir}"], env=env(),
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
-    with open(os.path.join(resumed_dir, "evaluation", "step_20.json")) as f:
+    with open(os.path.join(resumed_dir, "evaluation", f"step_{TOTAL}.json")) as f:
         reloaded = json.load(f)
     with open(os.path.join(reference_dir, "eval_metrics.jsonl")) as f:
         final = [json.loads(line) for line in f][-1]
-    assert final["step"] == 20
+    assert final["step"] == TOTAL
     for key in ("loss", "mlm_loss", "mlm_accuracy"):
         assert reloaded["metrics"][key] == final[key]
