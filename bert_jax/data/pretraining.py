@@ -138,9 +138,7 @@ def prepare_demo(data_dir: str, vocab_size: int = 8192, lowercase: bool = True) 
     Returns the path of vocab.txt (under data_dir/demo_vocab_<size>_<cased|uncased>/). Both are
     the same, byte for byte, in every preparation.
     """
-    data_dir = os.path.expanduser(data_dir)
-    name = f"demo_vocab_{vocab_size}_{'uncased' if lowercase else 'cased'}"
-    return _trained_once(corpora.DEMO, data_dir, os.path.join(data_dir, name), vocab_size,
+    return _trained_once(corpora.DEMO, os.path.expanduser(data_dir), "demo", vocab_size,
                          lowercase)
 
 
@@ -154,13 +152,15 @@ def prepare_text_vocabulary(corpus: str, data_dir: str, vocab_size: int = 8192,
     byte for byte. Returns the path of vocab.txt."""
     data_dir = os.path.expanduser(data_dir)
     preparation = corpora.builder_for(corpus, data_dir, **text_options).builder_config.name
-    name = f"{preparation}_vocab_{vocab_size}_{'uncased' if lowercase else 'cased'}"
-    return _trained_once(corpus, data_dir, os.path.join(data_dir, name), vocab_size, lowercase,
-                         **text_options)
+    return _trained_once(corpus, data_dir, preparation, vocab_size, lowercase, **text_options)
 
 
-def _trained_once(corpus: str, data_dir: str, vocab_dir: str, vocab_size: int, lowercase: bool,
+def _trained_once(corpus: str, data_dir: str, prefix: str, vocab_size: int, lowercase: bool,
                   **text_options) -> str:
+    """vocab.txt of `corpus`'s train split in data_dir/<prefix>_vocab_<size>_<casing>/, trained
+    there unless it exists (under the data dir's lock: one process trains, the others read)."""
+    casing = "uncased" if lowercase else "cased"
+    vocab_dir = os.path.join(data_dir, f"{prefix}_vocab_{vocab_size}_{casing}")
     vocab_path = os.path.join(vocab_dir, "vocab.txt")
     source = corpora.load_source(corpus, "train", data_dir, **text_options)
     if not epath.Path(vocab_path).is_file():  # data_dir: a local folder or gs://
