@@ -11,8 +11,10 @@ r"""Prepares a pre-training corpus (TFDS array_record) and trains its WordPiece 
   python experiments/prepare_data.py --corpus='text:/data/lines/*.txt' --data_dir=/data/bert \
       --document_delimiter=line
 
-Prints the documents per split and the path of vocab.txt, to pass as the pre-training config's
-`tokenizer.path` (the demo needs none: its vocabulary is found by data_dir and size). The
+Prints the documents per split and the path of vocab.txt. The demo and `text:` corpora keep
+their vocabulary where a pre-training run with the same data dir, vocabulary size and casing
+looks for it (`tokenizer.path` empty; a run trains it there itself when it is missing), so a run
+needs none named; pass the printed path as `tokenizer.path` for any other place. The
 document delimiter is recorded with the prepared corpus: pre-training on it needs the same
 `data.document_delimiter` (another one is an error naming both, in this script too).
 Exit status 1 with one line `prepare_data.py: error: ...` for bad input.
@@ -31,9 +33,9 @@ FLAGS = flags.FLAGS
 flags.DEFINE_string("corpus", "demo", "'demo', 'text:GLOB' or a TFDS catalog name.")
 flags.DEFINE_string("data_dir", "~/bert_jax_data", "Where TFDS datasets are prepared.")
 flags.DEFINE_integer("vocab_size", 8192, "Size of the WordPiece vocabulary to train.")
-flags.DEFINE_string("vocab_dir", "", "Where vocab.txt and tokenizer.json go "
-                    "(default: data_dir/vocab_<size>_<cased|uncased>; the demo's own place for "
-                    "--corpus=demo).")
+flags.DEFINE_string("vocab_dir", "", "Where vocab.txt and tokenizer.json go (default: where a "
+                    "run finds them by data_dir, size and casing for the demo and text: corpora, "
+                    "data_dir/vocab_<size>_<cased|uncased> for a TFDS catalog corpus).")
 flags.DEFINE_bool("lowercase", True, "Lower-case and strip accents.")
 flags.DEFINE_integer("max_documents", 0, "Train the vocabulary on at most this many training "
                      "documents (0: all).")
@@ -54,8 +56,12 @@ def prepare() -> None:
         options = dict(document_delimiter=FLAGS.document_delimiter,
                        invalid_utf8=FLAGS.invalid_utf8,
                        validation_fraction=FLAGS.validation_fraction)
-    if FLAGS.corpus == corpora.DEMO and not FLAGS.vocab_dir and not FLAGS.max_documents:
+    run_finds_it = not FLAGS.vocab_dir and not FLAGS.max_documents
+    if FLAGS.corpus == corpora.DEMO and run_finds_it:
         vocab_path = pretraining.prepare_demo(data_dir, FLAGS.vocab_size, FLAGS.lowercase)
+    elif FLAGS.corpus.startswith(corpora.TEXT_PREFIX) and run_finds_it:
+        vocab_path = pretraining.prepare_text_vocabulary(FLAGS.corpus, data_dir, FLAGS.vocab_size,
+                                                         FLAGS.lowercase, **options)
     else:
         source = corpora.load_source(FLAGS.corpus, "train", data_dir, **options)
         count = FLAGS.max_documents or None

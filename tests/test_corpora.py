@@ -251,3 +251,41 @@ def test_wiki_markup_is_stripped_and_redirects_skipped(tmp_path):
 def test_demo_corpus_files_are_found():
     folder = corpora.gensim_test_data()
     assert folder.endswith("test_data")
+
+
+def test_prepare_data_puts_a_text_vocabulary_where_a_run_finds_it(tmp_path):
+    """prepare_data.py on a text: corpus without --vocab_dir trains the vocabulary a run with the
+    same data dir, size and casing would train itself: the run reads that file, trains none."""
+    import os
+    import subprocess
+    import sys
+
+    from bert_jax.recipes import pretrain
+
+    from pretrain_runs import tiny_pretrain_config
+
+    write(tmp_path / "lines.txt", "".join(f"paragraph number {i} about rivers and stones\n"
+                                          for i in range(40)))
+    glob, data_dir = f"text:{tmp_path}/*.txt", str(tmp_path / "data")
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    result = subprocess.run(
+        [sys.executable, os.path.join(repo, "experiments", "prepare_data.py"), f"--corpus={glob}",
+         f"--data_dir={data_dir}", "--vocab_size=100", "--document_delimiter=line"],
+        capture_output=True, text=True, cwd=repo, env=dict(os.environ, PYTHONPATH=repo),
+        timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    printed = result.stdout.strip().splitlines()[-1]
+    assert printed.startswith("vocabulary: ")
+    vocab_path = printed.split(" tokens in ")[1]
+    modified = os.stat(vocab_path).st_mtime_ns
+    assert sorted(d for d in os.listdir(data_dir) if "_vocab_" in d) == [
+        os.path.basename(os.path.dirname(vocab_path))]
+
+    config = tiny_pretrain_config(**{"data.corpus": glob, "data.document_delimiter": "line",
+                                     "data.data_dir": data_dir, "tokenizer.vocab_size": 100})
+    tokenizer = pretrain.load_tokenizer(config, str(tmp_path / "run"))
+    with open(vocab_path, encoding="utf-8") as f:
+        assert tokenizer.vocab_size == len(f.read().split("\n")) - 1
+    assert os.stat(vocab_path).st_mtime_ns == modified  # read, not trained again
+    assert sorted(d for d in os.listdir(data_dir) if "_vocab_" in d) == [
+        os.path.basename(os.path.dirname(vocab_path))]
