@@ -116,6 +116,29 @@ def test_padding_and_batching_do_not_change_a_vector(minilm):
     np.testing.assert_allclose(crowded[-1], alone[0], atol=1e-6)
 
 
+def test_packed_rows_give_each_text_its_vector_alone(minilm):
+    """Packed (the default): many short texts share rows of 128 tokens, a text longer than that
+    gets a longer row; each text's vector is the one it has embedded one text a row, for both
+    poolings, and every text is in exactly one row."""
+    rng = np.random.default_rng(0)
+    words = " ".join(SENTENCES).split()
+    texts = [" ".join(rng.choice(words, size=rng.integers(1, 12))) for _ in range(40)]
+    texts.append(" ".join(words * 2))  # about 170 pieces: longer than a 128-token row
+    lengths = [len(r) for r in sentence_embeddings.token_rows(minilm.tokenizer, texts, 512)[0]]
+    assert max(lengths) > sentence_embeddings.PACKED_ROW
+    calls = sentence_embeddings.plan_calls(lengths, 16, 512, pack=True)
+    assert sorted(i for rows, _ in calls for row in rows for i in row) == list(range(len(texts)))
+    assert max(len(row) for rows, _ in calls for row in rows) > 1  # texts share rows
+    for rows, length in calls:
+        assert length % 16 == 0 and all(sum(lengths[i] for i in row) <= length for row in rows)
+    for pooling in sentence_embeddings.POOLINGS:
+        packed = sentence_embeddings.embed(minilm, texts, pooling, batch_size=16)
+        alone = sentence_embeddings.embed(minilm, texts, pooling, batch_size=16, pack=False)
+        np.testing.assert_allclose(packed, alone, atol=1e-5)
+        assert (np.abs(packed).max(axis=1) > 0).all()  # no text left as a row of zeros
+        print(pooling, "max |packed - alone|", np.abs(packed - alone).max())
+
+
 def test_batches_are_bucketed_by_length():
     assert [sentence_embeddings.bucket_length(n, 128) for n in (1, 8, 9, 16, 17, 100, 128)] == \
         [8, 8, 16, 16, 32, 128, 128]
