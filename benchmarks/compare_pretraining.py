@@ -160,10 +160,11 @@ def define_flags(flag_values: flags.FlagValues = FLAGS) -> None:
                          "one per core; on a busy machine 1 avoids its threads spinning).", **fv)
     flags.DEFINE_integer("eval_rows", 1024, "Held-out rows scored (0: the whole held-out split).",
                          **fv)
-    flags.DEFINE_boolean("smoke_one_process", False, "Smoke runs only (tests): each run's "
-                         "calibration and clocked run in one process, so the clocked run's "
-                         "compilation is not cold and its seconds are not comparable.", **fv)
-
+    flags.DEFINE_boolean("smoke_one_process", False, "Smoke runs only (tests): every run, its "
+                         "calibration and its clocked run, one after another in ONE worker "
+                         "process (log: <output_dir>/logs/smoke_runs.log), so the imports are "
+                         "shared, compilation is not cold and torch and JAX share the process: "
+                         "the seconds are not comparable.", **fv)
 
 if __name__ == "__main__":
     define_flags()

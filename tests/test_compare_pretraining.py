@@ -125,7 +125,7 @@ def test_smoke_run_of_all_four_implementations(demo, tmp_path):
         [sys.executable, SCRIPT, f"--output_dir={tmp_path}", f"--data_dir={data_dir}",
          *TINY_MODEL, f"--budget_seconds={budget}", f"--eval_points={points}", "--batch_size=8",
          "--eval_rows=64", "--seeds=0", "--torch_threads=1",
-         "--smoke_one_process",  # each run's calibration and clocked run in one process
+         "--smoke_one_process",  # every run, calibration and clocked run, in one process
          f"--targets={','.join(map(str, targets))}"],
         capture_output=True, text=True, timeout=2400, cwd=ROOT)
     assert done.returncode == 0, done.stderr[-3000:]

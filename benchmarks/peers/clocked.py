@@ -159,9 +159,9 @@ def run_job(spec: dict) -> dict:
 
 
 def calibrate_then_run_job(spec: dict) -> dict:
-    """Both jobs in one process, for smoke runs only (compare_pretraining.py
-    --smoke_one_process): the calibration's result written where run_job reads it, then the
-    clocked run, whose compilation is then no longer cold (not a comparable measurement)."""
+    """Both jobs in one process, for smoke runs only (`smoke_runs_job`): the calibration's
+    result written where run_job reads it, then the clocked run, whose compilation is then no
+    longer cold (not a comparable measurement)."""
     import resource  # pylint: disable=import-outside-toplevel
 
     planned = calibrate_job(spec)
@@ -169,3 +169,18 @@ def calibrate_then_run_job(spec: dict) -> dict:
     with open(spec["calibration_path"], "w", encoding="utf-8") as f:
         json.dump(planned, f, indent=1)
     return run_job(spec)
+
+
+def smoke_runs_job(spec: dict) -> dict:
+    """Smoke runs only (compare_pretraining.py --smoke_one_process): every run of spec["runs"]
+    (run specs), each `calibrate_then_run_job`, one after another in this one process, so that
+    the imports are shared; {"results": [each run's result]}. Compilation is not cold and torch
+    and JAX share the process: the seconds are not comparable measurements."""
+    import os  # pylint: disable=import-outside-toplevel
+
+    results = []
+    for run in spec["runs"]:
+        os.makedirs(run["run_dir"], exist_ok=True)
+        results.append(calibrate_then_run_job(run))
+        print(f"done: {run['implementation']} seed {run['seed']}", flush=True)
+    return {"results": results}

@@ -8,7 +8,8 @@ results.
 
 Runs go seed by seed, and within a seed implementation by implementation, so that a slow drift
 of the machine's speed touches every implementation alike. Each worker's output goes to
-<output_dir>/logs/<implementation>_seed<seed>.log.
+<output_dir>/logs/<implementation>_seed<seed>.log (smoke runs, `run_smoke`: every run in one
+worker process, logged to <output_dir>/logs/smoke_runs.log).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from benchmarks.peers import IMPLEMENTATIONS, inputs
 
 CALIBRATE = "benchmarks.peers.clocked:calibrate_job"
 RUN = "benchmarks.peers.clocked:run_job"
-BOTH = "benchmarks.peers.clocked:calibrate_then_run_job"  # smoke runs: one process per run
+SMOKE = "benchmarks.peers.clocked:smoke_runs_job"  # smoke runs: every run in one process
 
 
 @dataclasses.dataclass(frozen=True)
@@ -128,43 +129,63 @@ def run_spec(settings: Settings, shared: dict, implementation: str, seed: int) -
     }
 
 
-def run_one(spec: dict, log_path: str, timeout: Optional[float] = None,
-            one_process: bool = False) -> dict:
+def run_one(spec: dict, log_path: str, timeout: Optional[float] = None) -> dict:
     """Runs one race run, its calibration then its clocked run, each in a worker process
     (benchmarks/worker.py, jobs of benchmarks/peers/clocked.py), both logged to `log_path`;
-    returns the clocked run's result (WorkerError if a process fails). one_process (smoke runs
-    only): both in one worker process, so the clocked run's compilation is not cold."""
+    returns the clocked run's result (WorkerError if a process fails)."""
     run = f"{spec['implementation']} (seed {spec['seed']})"
     spec_path = os.path.join(spec["run_dir"], "spec.json")
     with open(log_path, "w", encoding="utf-8"):
         pass  # a fresh log for each run
-    if one_process:
-        return worker.run({**spec, "job": BOTH}, spec_path, log_path,
-                          f"{run}: calibration and clocked run", timeout)
     worker.run({**spec, "job": CALIBRATE, "result_path": spec["calibration_path"]}, spec_path,
                log_path, f"{run}: calibration", timeout)
     return worker.run({**spec, "job": RUN}, spec_path, log_path, f"{run}: clocked run",
                       timeout)
 
 
+def run_smoke(specs: list[dict], log_path: str, result_path: str,
+              timeout: Optional[float] = None) -> list[dict]:
+    """Smoke runs only: every run of `specs`, its calibration then its clocked run, one after
+    another in ONE worker process (clocked.smoke_runs_job), logged to `log_path`; their results
+    in order. Compilation is then not cold, imports are shared and torch and JAX share the
+    process: the seconds are not comparable measurements."""
+    os.makedirs(os.path.dirname(os.path.abspath(result_path)), exist_ok=True)
+    with open(log_path, "w", encoding="utf-8"):
+        pass
+    spec_path = os.path.join(os.path.dirname(os.path.abspath(result_path)), "smoke_spec.json")
+    return worker.run({"job": SMOKE, "runs": specs, "result_path": result_path}, spec_path,
+                      log_path, "the smoke runs (one process)", timeout)["results"]
+
+
 def run_all(settings: Settings, shared: dict, report=print, one_process: bool = False
             ) -> list[dict]:
-    """Every (seed, implementation) run, one process at a time; `report` gets a line per run
-    (one_process: see run_one)."""
+    """Every (seed, implementation) run, one process at a time; `report` gets a line per run.
+    one_process (smoke runs only, `run_smoke`): all of them in one worker process, logged to
+    <output_dir>/logs/smoke_runs.log."""
     log_dir = os.path.join(settings.output_dir, "logs")
     os.makedirs(log_dir, exist_ok=True)
+    specs = [run_spec(settings, shared, implementation, seed)
+             for seed in settings.seeds for implementation in settings.implementations]
+    if one_process:
+        results = run_smoke(specs, os.path.join(log_dir, "smoke_runs.log"),
+                            os.path.join(os.path.abspath(settings.output_dir), "runs",
+                                         "smoke_results.json"),
+                            timeout=_timeout(settings) * len(specs))
+        for result in results:
+            _report_run(result, report)
+        return results
     results = []
-    for seed in settings.seeds:
-        for implementation in settings.implementations:
-            spec = run_spec(settings, shared, implementation, seed)
-            log_path = os.path.join(log_dir, f"{implementation}_seed{seed}.log")
-            result = run_one(spec, log_path, timeout=_timeout(settings),
-                             one_process=one_process)
-            last = result["evaluations"][-1]
-            report(f"{implementation} seed {seed}: accuracy {last['accuracy']:.4f}, loss "
-                   f"{last['loss']:.4f} after {last['steps']} steps in {last['seconds']:.1f} s")
-            results.append(result)
+    for spec in specs:
+        log_path = os.path.join(log_dir, f"{spec['implementation']}_seed{spec['seed']}.log")
+        results.append(run_one(spec, log_path, timeout=_timeout(settings)))
+        _report_run(results[-1], report)
     return results
+
+
+def _report_run(result: dict, report) -> None:
+    last = result["evaluations"][-1]
+    report(f"{result['implementation']} seed {result['seed']}: accuracy {last['accuracy']:.4f}, "
+           f"loss {last['loss']:.4f} after {last['steps']} steps in {last['seconds']:.1f} s")
 
 
 def _timeout(settings: Settings) -> float:
