@@ -51,7 +51,7 @@ def test_a_format_error_names_the_config_key(tmp_path):
 
 @pytest.mark.slow  # MiniLM's compilation: 100 s on the loaded 2-core machine
 def test_generic_classification_trains_on_a_utf8_tsv(tmp_path):
-    """Only the paths changed: a UTF-8 TSV with a header trains and evaluates (2 steps of the
+    """Only the paths changed: a UTF-8 TSV with a header trains and evaluates (1 step of the
     MiniLM encoder), the non-ASCII text read as written."""
     rows = [("un film très réussi", "pos"), ("a dull, lifeless film", "neg"),
             ("Zoë loved every minute", "pos"), ("naïve and boring", "neg")] * 4
@@ -59,7 +59,7 @@ def test_generic_classification_trains_on_a_utf8_tsv(tmp_path):
     config = _classification(tmp_path, "train.tsv", content)
     (tmp_path / "dev.tsv").write_text(content, encoding="utf-8")
     config.data.eval_path = str(tmp_path / "dev.tsv")
-    config.total_steps, config.max_seq_len, config.async_checkpoints = 2, 16, False
+    config.total_steps, config.max_seq_len, config.async_checkpoints = 1, 16, False
     result = recipe.train_and_evaluate(config, str(tmp_path / "run"))
     assert {"accuracy", "macro_f1", "f1_of_pos", "f1_of_neg"} <= set(result.last_eval_metrics)
     examples = kinds.get("classification").read(config.data.train_path, config)

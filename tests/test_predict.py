@@ -389,12 +389,13 @@ def test_unlabelled_conll_and_squad(tmp_path):
 # ----- the real polarity config ------------------------------------------------------------------
 
 def test_polarity_run_predictions_equal_the_runs_own(tmp_path):
-    """finetune_polarity.py (MiniLM, gensim's polarity sentences), 4 steps: predict.py on the
-    50 held-out sentences, as plain lines, gives the run's own classes and probabilities."""
+    """finetune_polarity.py (MiniLM, gensim's polarity sentences), 1 step (a MiniLM step costs
+    ~3 s of CPU with the tests' fast-compile flags; agreement needs no learning): predict.py on
+    the 50 held-out sentences, as plain lines, gives the run's own classes and probabilities."""
     from experiments.configs import finetune_polarity
 
     config = finetune_polarity.get_config()
-    config.total_steps, config.async_checkpoints = 4, False
+    config.total_steps, config.async_checkpoints = 1, False
     # One batch length (bucketed agreement is test_bucketing's): one training program and one
     # prediction program to compile, not one per bucket; predict.py predicts in batches of the
     # run's eval batch size, the shapes the run's own predictions were computed at.
