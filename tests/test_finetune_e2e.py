@@ -317,8 +317,7 @@ def test_multi_label_kind_learns_a_synthetic_set(tmp_path):
     paths["dev"].write_text("".join(
         json.dumps({"text": text, "label": labels.split("|")}) + "\n"
         for text, labels in multi_label_rows(rng, 64)), encoding="utf-8")
-    # two layers: one reaches micro F1 0.89 only; 8 epochs reach 1.0, 5 epochs 0.79
-    config = tiny_config(vocab, "multi_label", max_seq_len=16, epochs=10.0, learning_rate=2e-3,
+    config = tiny_config(vocab, "multi_label", max_seq_len=16, epochs=15.0, learning_rate=2e-3,
                          **{"data.train_path": str(paths["train"]),
                             "data.eval_path": str(paths["dev"])})
     result = recipe.train_and_evaluate(config, str(tmp_path / "tags"))
