@@ -147,3 +147,39 @@ def test_restoring_an_iterator_from_a_checkpoint_without_one_is_an_error(tmp_pat
         checkpointing.restore(manager, 1, abstract, model_config=cfg,
                               data_iterator=CountingIterator())
     manager.close()
+
+
+def test_a_state_from_given_params_is_the_fresh_state_with_them_in_place():
+    """fresh_state with initial params (one program in which the replaced leaves' initialisers
+    are dead code): the given leaves where the paths match, the others exactly what a fresh
+    state without any gives them; a given leaf of another shape is an error naming it."""
+    from bert_jax import pytree
+
+    cfg = tiny_config()
+    model = BertForPreTraining(cfg, with_nsp=True)
+    tx = optimizer.make_optimizer(optimizer.OptimizerConfig(total_steps=10, warmup_steps=1))
+
+    def init_fn(rng):
+        return model.init(rng, jnp.zeros((1, 8), jnp.int32), jnp.zeros((1, 2), jnp.int32))["params"]
+
+    mesh = jax.sharding.Mesh(np.array(jax.devices()[:1]).reshape(1, 1, 1),
+                             ("data", "fsdp", "tensor"))
+    fresh = state_lib.fresh_state(init_fn, None, tx, mesh, seed=3)
+    given = {"bert": jax.tree.map(lambda x: np.asarray(x) + 1.0, fresh.params["bert"])}
+    started = state_lib.fresh_state(init_fn, given, tx, mesh, seed=3)
+    leaves = jax.tree_util.tree_flatten_with_path(started.params)[0]
+    heads = 0
+    for (path, leaf), (_, fresh_leaf) in zip(leaves,
+                                             jax.tree_util.tree_flatten_with_path(fresh.params)[0]):
+        name = pytree.path_name(path)
+        expected = np.asarray(fresh_leaf) + 1.0 if name.startswith("bert/") else fresh_leaf
+        heads += not name.startswith("bert/")
+        np.testing.assert_array_equal(np.asarray(leaf), np.asarray(expected), err_msg=name)
+    assert heads >= 2  # the MLM and NSP heads' own leaves stayed fresh
+    assert int(started.step) == 0
+
+    wrong = jax.tree.map(lambda x: x, given)
+    wrong["bert"]["embeddings"]["word_embeddings"]["embedding"] = np.zeros((3, 16), np.float32)
+    with pytest.raises(ValueError, match="initial parameter bert/embeddings/word_embeddings/"
+                                         r"embedding has shape \(3, 16\)"):
+        state_lib.fresh_state(init_fn, wrong, tx, mesh, seed=3)

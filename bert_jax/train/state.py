@@ -25,6 +25,7 @@ them.
 from __future__ import annotations
 
 import functools
+import gc
 from typing import Any, Callable, Optional
 
 import flax.linen as nn
@@ -35,7 +36,7 @@ import optax
 from absl import logging
 from jax.sharding import Mesh, NamedSharding
 
-from bert_jax import pytree, sharding
+from bert_jax import platform, pytree, sharding, xla_options
 from bert_jax.config import BertConfig
 from bert_jax.train import checkpointing, steps
 
@@ -121,15 +122,45 @@ def fresh_state(init_fn: Callable[[jax.Array], Any], initial_params: Any,
                 ) -> steps.TrainState:
     """A new train state, born sharded on `mesh` (create_or_restore's, without a checkpoint)."""
     init_rng, state_rng = jax.random.split(jax.random.PRNGKey(seed))
-    param_shardings, shardings = state_shardings(jax.eval_shape(init_fn, init_rng), optimizer,
-                                                 mesh)
+    abstract_boxed = jax.eval_shape(init_fn, init_rng)
+    param_shardings, shardings = state_shardings(abstract_boxed, optimizer, mesh)
     create = lambda p: steps.TrainState.create(p, optimizer, state_rng)
-    params, _ = sharding.init_sharded(lambda: init_fn(init_rng), mesh)
-    if initial_params is not None:
-        params, fresh, unused = overlay_params(params, initial_params, param_shardings)
-        logging.info("initial params loaded; kept fresh: %s; unused: %s", fresh, unused)
+    if initial_params is None:
+        params, _ = sharding.init_sharded(lambda: init_fn(init_rng), mesh)
+    else:
+        params = _initialized_over(init_fn, init_rng, initial_params, nn.meta.unbox(abstract_boxed),
+                                   param_shardings, mesh)
     return jax.jit(create, in_shardings=(param_shardings,), out_shardings=shardings,
                    donate_argnums=(0,))(params)
+
+
+def _initialized_over(init_fn: Callable[[jax.Array], Any], init_rng: jax.Array,
+                      initial_params: Any, abstract_params: Any, param_shardings: Any,
+                      mesh: Mesh) -> Any:
+    """init_fn(init_rng)'s parameters with initial_params' leaves in place where the paths match
+    (overlay_params' contract and its shape errors, checked before anything is computed).
+
+    One jitted program initialises the model and puts the given leaves in: XLA drops the random
+    initialisers whose leaves are replaced as dead code, so a model started from a checkpoint
+    computes only its fresh leaves (a new head), and those are what a full initialisation gives
+    them, bit for bit (flax derives each leaf's key from init_rng and its path)."""
+    placed, fresh, unused = overlay_params(abstract_params, initial_params, param_shardings)
+    logging.info("initial params loaded; kept fresh: %s; unused: %s", fresh, unused)
+    given = jax.tree.map(lambda leaf: None if isinstance(leaf, jax.ShapeDtypeStruct) else leaf,
+                         placed)
+
+    def initialize(given):
+        params = nn.meta.unbox(init_fn(init_rng))
+        return jax.tree.map(lambda g, p: p if g is None else g, given, params,
+                            is_leaf=lambda x: x is None)
+
+    options = xla_options.compiler_options(platform.platform_of(mesh))
+    run = jax.jit(initialize, out_shardings=param_shardings, donate_argnums=(0,),
+                  compiler_options=options)
+    params = jax.block_until_ready(run(given))
+    del run  # the one-off program's scratch buffers go with it (as in sharding.init_sharded)
+    gc.collect()
+    return params
 
 
 # ----- resuming from the newest readable step (module doc) -------------------------------------
