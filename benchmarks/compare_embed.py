@@ -11,8 +11,11 @@ encoder (default: the packaged MiniLM), mean pooling over real tokens, L2-normal
 length bucket; torch has none; later passes shuffle the texts, so their batches are new). What
 counts: sentences/s of pass 1 (a cold call), of pass 2 (the second call in the same process:
 sentences_per_second_second_call, and second_call_speedup = pass 2 / pass 1) and of the best
-later pass (warm), and the largest difference between the two implementations' vectors. Never
-run it beside another XLA or torch process.
+later pass (warm), and the largest difference between the two implementations' vectors. Then, in
+a new process for each implementation, two batches of `batch_size` texts (the first
+`batch_size` sentences, then the next): the seconds of each (the first includes JAX's
+compilation of the batch's shape) and second_batch_speedup = first / second. Never run it beside
+another XLA or torch process.
 """
 
 from __future__ import annotations
@@ -60,6 +63,17 @@ def _result(seconds: list[float], vectors, texts, spec: dict, load_seconds: floa
             "second_call_speedup": rates[1] / rates[0], "sentences": len(texts)}
 
 
+def _two_batches(embed_once, texts, batch_size: int) -> dict:
+    """Seconds of a first and a second call on `batch_size` texts each (different texts)."""
+    seconds = []
+    for batch in (texts[:batch_size], texts[batch_size:2 * batch_size]):
+        start = time.perf_counter()
+        embed_once(batch)
+        seconds.append(time.perf_counter() - start)
+    return {"first_batch_seconds": seconds[0], "second_batch_seconds": seconds[1],
+            "second_batch_speedup": seconds[0] / seconds[1], "batch_texts": batch_size}
+
+
 def ours(spec: dict) -> dict:
     """The worker job of bert_jax (worker.py protocol)."""
     from bert_jax import sentence_embeddings as se
@@ -67,9 +81,11 @@ def ours(spec: dict) -> dict:
     encoder = se.load_encoder(hf_dir=spec["hf_dir"])
     load_seconds = time.perf_counter() - start
     texts = polarity_sentences()
-    seconds, vectors = _passes(
-        lambda t: se.embed(encoder, t, pooling="mean", normalize=True,
-                           batch_size=spec["batch_size"]), texts, spec["repeats"])
+    embed_once = lambda t: se.embed(encoder, t, pooling="mean", normalize=True,
+                                    batch_size=spec["batch_size"])
+    if spec.get("two_batches"):
+        return _two_batches(embed_once, texts, spec["batch_size"])
+    seconds, vectors = _passes(embed_once, texts, spec["repeats"])
     return _result(seconds, vectors, texts, spec, load_seconds)
 
 
@@ -96,6 +112,8 @@ def torch_transformers(spec: dict) -> dict:
                 out.append(torch.nn.functional.normalize(mean, dim=-1))
         return torch.cat(out).numpy()
 
+    if spec.get("two_batches"):
+        return _two_batches(embed_once, texts, spec["batch_size"])
     seconds, vectors = _passes(embed_once, texts, spec["repeats"])
     return _result(seconds, vectors, texts, spec, load_seconds)
 
@@ -108,17 +126,22 @@ def main(argv):
     from bert_jax.convert import hf
     hf_dir = FLAGS.hf_dir or hf.packaged_minilm_dir()
     folder = tempfile.mkdtemp(prefix="compare_embed_")
-    results = {}
-    for name in ("ours", "torch_transformers"):
-        spec = {"job": f"benchmarks.compare_embed:{name}", "hf_dir": hf_dir,
-                "batch_size": FLAGS.batch_size, "repeats": FLAGS.repeats,
-                "result_path": os.path.join(folder, f"{name}.json"),
-                "vectors_path": os.path.join(folder, f"{name}.npy")}
-        results[name] = worker.run(spec, os.path.join(folder, f"{name}.spec.json"),
-                                   os.path.join(folder, f"{name}.log"), name)
+    results, batches = {}, {}
+    for two_batches in (False, True):
+        for name in ("ours", "torch_transformers"):
+            tag = f"{name}_two_batches" if two_batches else name
+            spec = {"job": f"benchmarks.compare_embed:{name}", "hf_dir": hf_dir,
+                    "batch_size": FLAGS.batch_size, "repeats": FLAGS.repeats,
+                    "two_batches": two_batches,
+                    "result_path": os.path.join(folder, f"{tag}.json"),
+                    "vectors_path": os.path.join(folder, f"{name}.npy")}
+            (batches if two_batches else results)[name] = worker.run(
+                spec, os.path.join(folder, f"{tag}.spec.json"),
+                os.path.join(folder, f"{tag}.log"), tag)
     difference = float(np.abs(np.load(os.path.join(folder, "ours.npy"))
                               - np.load(os.path.join(folder, "torch_transformers.npy"))).max())
     report = {"hf_dir": hf_dir, "batch_size": FLAGS.batch_size, "results": results,
+              "two_batches": batches,
               "max_abs_difference": difference,
               "ratio_cold": results["ours"]["sentences_per_second_cold"]
               / results["torch_transformers"]["sentences_per_second_cold"],
