@@ -16,6 +16,9 @@ race of benchmarks/compare_pretraining.py.
     hf_flax_mlm.py  hf_flax: transformers' FlaxBertForMaskedLM, run_mlm_flax style
     torch_mlm.py    hf_torch: transformers' BertForMaskedLM in torch, the same recipe
     report.py       time to target, the seed-to-seed spread, the PNG
+    keras_hub_classifier.py
+                    keras-hub's BertTextClassifier trained by keras' `fit` on the JAX backend:
+                    a script of its own, run in a venv with keras (not a dependency of ours)
 
 Every race implementation has the calls of `clocked.Implementation`. `make` imports only the one
 asked for, so that the torch worker never imports JAX.

@@ -4,17 +4,17 @@ keras' own `model.fit`, to compare our fine-tuning step per computed position ag
 It runs in a virtual environment of its own, outside the repository (keras is no dependency of
 ours), with the same jax as ours and no TensorFlow or torch:
 
-    python3 -m venv /work/keras_venv
-    /work/keras_venv/bin/pip install jax==0.10.2 jaxlib==0.10.2 "keras==3.15.*"
-    /work/keras_venv/bin/pip install --no-deps keras-hub==0.32.0
-    /work/keras_venv/bin/pip install absl-py numpy packaging regex rich "kagglehub!=1.0.1" \
+    python3 -m venv .keras_venv
+    .keras_venv/bin/pip install jax==0.10.2 jaxlib==0.10.2 "keras==3.15.*"
+    .keras_venv/bin/pip install --no-deps keras-hub==0.32.0
+    .keras_venv/bin/pip install absl-py numpy packaging regex rich "kagglehub!=1.0.1" \
         kagglesdk==0.1.28 sentencepiece tokenizers grain
     # (keras-hub's declared requirements less tensorflow-text; grain for keras' data adapters)
 
-    KERAS_BACKEND=jax /work/keras_venv/bin/python benchmarks/keras_hub_classifier.py
-    KERAS_BACKEND=jax /work/keras_venv/bin/python benchmarks/keras_hub_classifier.py \
+    KERAS_BACKEND=jax .keras_venv/bin/python benchmarks/peers/keras_hub_classifier.py
+    KERAS_BACKEND=jax .keras_venv/bin/python benchmarks/peers/keras_hub_classifier.py \
         --dtype=bfloat16
-    KERAS_BACKEND=jax /work/keras_venv/bin/python benchmarks/keras_hub_classifier.py \
+    KERAS_BACKEND=jax .keras_venv/bin/python benchmarks/peers/keras_hub_classifier.py \
         --num_layers=12 --hidden_dim=768 --num_heads=12 --intermediate_dim=3072 --max_length=128
 
 What it measures: the seconds of one training step of `model.fit` (forward, backward, AdamW
