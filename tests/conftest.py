@@ -52,6 +52,13 @@ def _slow_entries() -> set[str]:
         return {line.strip() for line in f if line.strip() and not line.startswith("#")}
 
 
+def _slow_files() -> list[str]:
+    """The whole files of tests/slow_tests.txt, in the list's order."""
+    with open(_SLOW_LIST, encoding="utf-8") as f:
+        lines = [line.strip() for line in f if line.strip() and not line.startswith("#")]
+    return [line for line in lines if "::" not in line]
+
+
 def pytest_collection_modifyitems(config, items):
     """Marks the tests named in tests/slow_tests.txt `slow` (whole files, or single tests with
     all their parameters); every entry must name something collected, so a renamed test cannot
@@ -73,3 +80,8 @@ def pytest_collection_modifyitems(config, items):
     if unknown:
         raise pytest.UsageError(f"tests/slow_tests.txt names tests that do not exist: "
                                 f"{sorted(unknown)}")
+    # The whole files of the slow list first, in the list's order (the longest near the top),
+    # then the rest as collected: `-n 2 --dist loadfile` hands files to the two workers in this
+    # order, so the long files do not start last and leave one worker running alone at the end.
+    rank = {entry: i for i, entry in enumerate(_slow_files())}
+    items.sort(key=lambda item: rank.get(os.path.relpath(str(item.path), root), len(rank)))
