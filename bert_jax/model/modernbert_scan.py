@@ -24,8 +24,8 @@ from typing import Any, Callable, Mapping, Optional
 
 import jax.numpy as jnp
 import numpy as np
-from jax.sharding import NamedSharding, PartitionSpec
 
+from bert_jax.model import scan
 from bert_jax.modernbert_config import ModernBertConfig
 
 ENCODER = "encoder"
@@ -185,20 +185,6 @@ def to_layout(params: Any, cfg: ModernBertConfig) -> Any:
 
 # ----- shardings of the parameters in either layout --------------------------------------------
 
-def _stack_shardings(shardings: list[Any]) -> Any:
-    """The first group's sharding with a replicated leading axis (`layers` maps to no mesh axis)."""
-    first = shardings[0]
-    if isinstance(first, NamedSharding):
-        return NamedSharding(first.mesh, PartitionSpec(None, *first.spec))
-    return first
-
-
-def _unstack_sharding(stacked: Any, _: int) -> Any:
-    if isinstance(stacked, NamedSharding):
-        return NamedSharding(stacked.mesh, PartitionSpec(*stacked.spec[1:]))
-    return stacked
-
-
 def shardings_in_layout(shardings: Any, cfg: ModernBertConfig, scanned: bool) -> Any:
     """A tree of the params' Shardings, for the same params in the asked layout (to load a
     checkpoint of one layout into a sharded model of the other). None or one Sharding for every
@@ -206,5 +192,5 @@ def shardings_in_layout(shardings: Any, cfg: ModernBertConfig, scanned: bool) ->
     if not isinstance(shardings, Mapping):
         return shardings
     if scanned:
-        return stack_layers(shardings, cfg, stack=_stack_shardings)
-    return unstack_layers(shardings, cfg, take=_unstack_sharding)
+        return stack_layers(shardings, cfg, stack=scan.stack_shardings)
+    return unstack_layers(shardings, cfg, take=scan.unstack_sharding)

@@ -145,15 +145,17 @@ def to_layout(params: Any, cfg: BertConfig) -> Any:
 
 # ----- shardings of the parameters in either layout --------------------------------------------
 
-def _stack_shardings(shardings: list[Any]) -> Any:
-    """Layer 0's sharding with a replicated leading axis (`layers` maps to no mesh axis)."""
+def stack_shardings(shardings: list[Any]) -> Any:
+    """The first layer's sharding with a replicated leading axis (`layers` maps to no mesh
+    axis); for any stacked layout (also ModernBERT's groups)."""
     first = shardings[0]
     if isinstance(first, NamedSharding):
         return NamedSharding(first.mesh, PartitionSpec(None, *first.spec))
     return first
 
 
-def _unstack_sharding(stacked: Any, _: int) -> Any:
+def unstack_sharding(stacked: Any, _: int) -> Any:
+    """A stacked leaf's sharding without its leading `layers` axis."""
     if isinstance(stacked, NamedSharding):
         return NamedSharding(stacked.mesh, PartitionSpec(*stacked.spec[1:]))
     return stacked
@@ -167,8 +169,8 @@ def shardings_in_layout(shardings: Any, scanned: bool, num_layers: int) -> Any:
     if not isinstance(shardings, Mapping):
         return shardings
     if scanned:
-        return stack_layers(shardings, num_layers, stack=_stack_shardings)
-    return unstack_layers(shardings, num_layers, take=_unstack_sharding)
+        return stack_layers(shardings, num_layers, stack=stack_shardings)
+    return unstack_layers(shardings, num_layers, take=unstack_sharding)
 
 
 def wanted_layout(scan_layers: Optional[bool], shardings: Any, saved_scanned: bool) -> bool:
