@@ -125,6 +125,9 @@ def main(argv):
     from benchmarks import worker
     from bert_jax.convert import hf
     hf_dir = FLAGS.hf_dir or hf.packaged_minilm_dir()
+    if not 0 < 2 * FLAGS.batch_size <= len(polarity_sentences()):
+        raise app.UsageError(f"--batch_size={FLAGS.batch_size}: two batches of it must fit in "
+                             f"the {len(polarity_sentences())} sentences")
     folder = tempfile.mkdtemp(prefix="compare_embed_")
     results, batches = {}, {}
     for two_batches in (False, True):

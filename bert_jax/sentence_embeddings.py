@@ -12,19 +12,20 @@ Each text becomes the row [CLS] pieces [SEP] (cut to max_seq_len), goes through 
 [CLS] vector (not the pooler's tanh layer); `normalize` scales each vector to unit L2 norm.
 
 Short texts are packed (`pack=True`, the default): sorted longest first, they fill rows of
-`row_length` tokens first fit (128, or the longest text rounded up to a multiple of 16 when that is
-longer; at most max_seq_len), up to MAX_TEXTS_PER_ROW texts a row, each text attending only to
-itself with its positions starting at 0 (the encoder's segment_ids), so its vector is the one it has
-alone in a row, up to float rounding, and padding is computed only at the rows' ends (gensim's 200
-polarity sentences for MiniLM: 5,547 real tokens, 6,144 computed positions packed against 12,416 one
-text a row in length buckets and 11,312 for transformers padding each batch of 64 to its longest). A
-call embeds `batch_size // 4` packed rows (at least 1). `pack=False`: one text a row, rows cut into
-calls of `batch_size` and padded to the smallest power of two (at least 8, at most max_seq_len) that
-holds a call's longest row. Either way a call's rows are rounded up to a power of two when fewer
-(the last call), the jitted function is kept per (model config, pooling, normalize) (`embed_fn`),
-and the encoder's parameters are put on the device once, when it is loaded: a process compiles a few
-programs per row length whatever the number of texts or calls, and a second call on new texts of the
-same lengths compiles nothing. The vectors come back in input order.
+`row_length` tokens first fit, within windows of PACK_WINDOW texts (128 tokens, or the window's
+longest text rounded up to a multiple of 16 when that is longer; at most max_seq_len), up to
+MAX_TEXTS_PER_ROW texts a row, each text attending only to itself with its positions starting at 0
+(the encoder's segment_ids), so its vector is the one it has alone in a row, up to float rounding,
+and padding is computed only at the rows' ends (gensim's 200 polarity sentences for MiniLM: 5,547
+real tokens, 6,144 computed positions packed against 12,416 one text a row in length buckets and
+11,312 for transformers padding each batch of 64 to its longest). A call embeds `batch_size // 4`
+packed rows (at least 1). `pack=False`: one text a row, rows cut into calls of `batch_size` and
+padded to the smallest power of two (at least 8, at most max_seq_len) that holds a call's longest
+row. Either way a call's rows are rounded up to a power of two when fewer (the last call), the
+jitted function is kept per (model config, pooling, normalize) (`embed_fn`), and the encoder's
+parameters are put on the device once, when it is loaded: a process compiles a few programs per row
+length whatever the number of texts or calls, and a second call on new texts of the same lengths
+compiles nothing. The vectors come back in input order.
 
 Inputs (`read_rows`) are read by `bert_jax.data.unlabelled.read_unlabelled_text`, one text
 column: text files (every non-blank line one text, stripped: format `lines`), JSONL (an object
@@ -60,6 +61,7 @@ FORMATS = ("auto", "text", "jsonl", "csv", "tsv")
 MIN_BUCKET = 8  # the shortest padded length of a batch
 PACKED_ROW = 128  # the length of packed rows (longer when a text is)
 MAX_TEXTS_PER_ROW = 32  # packed rows hold at most this many texts
+PACK_WINDOW = 4096  # texts packed together (of the longest-first order)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -184,11 +186,21 @@ def plan_calls(lengths: Sequence[int], batch_size: int, max_seq_len: int, pack: 
     """The calls that embed texts of these lengths: (the text indices of each row, row length)
     per call (module docstring). Every text is in exactly one row of one call."""
     if pack:
-        length = packed_row_length(max(lengths), max_seq_len)
+        # First fit within windows of PACK_WINDOW texts of the longest-first order: each window
+        # costs at most PACK_WINDOW * its rows, so planning stays linear in the texts, and each
+        # window's rows are as long as its own longest text needs.
+        order = np.argsort(-np.asarray(lengths), kind="stable")
         packer = example_packing.Packer(MAX_TEXTS_PER_ROW, 1, ())
-        rows = packer.assign(np.asarray(lengths), length)
         per_call = max(1, batch_size // 4)
-        return [(rows[i:i + per_call], length) for i in range(0, len(rows), per_call)]
+        calls = []
+        for start in range(0, len(order), PACK_WINDOW):
+            window = order[start:start + PACK_WINDOW]
+            window_lengths = np.asarray(lengths)[window]
+            length = packed_row_length(int(window_lengths.max()), max_seq_len)
+            rows = [[int(window[i]) for i in row]
+                    for row in packer.assign(window_lengths, length)]
+            calls += [(rows[i:i + per_call], length) for i in range(0, len(rows), per_call)]
+        return calls
     return [([[int(i)] for i in indices], length)
             for indices, length in plan_batches(lengths, batch_size, max_seq_len)]
 
@@ -220,7 +232,8 @@ def pool_segments(sequence_output: jax.Array, segment_ids: jax.Array, starts: ja
                   pooling: str, normalize: bool) -> jax.Array:
     """[R, L, H] hidden states of packed rows, [R, L] segment ids (text k of a row is k + 1,
     padding 0), [R, K] each text's first position -> float32 [R, K, H] vectors (text k of row r
-    at [r, k]; a slot without a text gives zeros).
+    at [r, k]; a slot without a text gives zeros with mean pooling and the row's first vector
+    with cls pooling: callers drop such slots).
 
     mean: sum over the text's tokens / their count; cls: its first token. normalize: divided by
     the L2 norm (at least 1e-12)."""
@@ -256,8 +269,11 @@ def make_embed_fn(cfg: BertConfig, pooling: str, normalize: bool):
 
     def embed_fn(params, input_ids, segment_ids, starts):
         real = (segment_ids > 0).astype(jnp.int32)
+        # One text a row needs no segments: a plain padding mask keeps the attention kernels
+        # that take no segment ids (cuDNN) available.
+        packed = starts.shape[1] > 1
         out = model.apply({"params": params}, input_ids, jnp.zeros_like(input_ids), real, True,
-                          segment_ids=segment_ids)
+                          segment_ids=segment_ids if packed else None)
         return pool_segments(out.sequence_output, segment_ids, starts, pooling, normalize)
 
     return jax.jit(embed_fn)

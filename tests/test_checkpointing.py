@@ -165,8 +165,9 @@ def test_a_state_from_given_params_is_the_fresh_state_with_them_in_place():
     mesh = jax.sharding.Mesh(np.array(jax.devices()[:1]).reshape(1, 1, 1),
                              ("data", "fsdp", "tensor"))
     fresh = state_lib.fresh_state(init_fn, None, tx, mesh, seed=3)
-    given = {"bert": jax.tree.map(lambda x: np.asarray(x) + 1.0, fresh.params["bert"])}
-    started = state_lib.fresh_state(init_fn, given, tx, mesh, seed=3)
+    given = {"bert": jax.tree.map(lambda x: x + 1.0, fresh.params["bert"])}  # device arrays
+    state_lib.fresh_state(init_fn, given, tx, mesh, seed=3)
+    started = state_lib.fresh_state(init_fn, given, tx, mesh, seed=3)  # given is not consumed
     leaves = jax.tree_util.tree_flatten_with_path(started.params)[0]
     heads = 0
     for (path, leaf), (_, fresh_leaf) in zip(leaves,

@@ -116,7 +116,7 @@ def test_padding_and_batching_do_not_change_a_vector(minilm):
     np.testing.assert_allclose(crowded[-1], alone[0], atol=1e-6)
 
 
-def test_packed_rows_give_each_text_its_vector_alone(minilm):
+def test_packed_rows_give_each_text_its_vector_alone(minilm, monkeypatch):
     """Packed (the default): many short texts share rows of 128 tokens, a text longer than that
     gets a longer row; each text's vector is the one it has embedded one text a row, for both
     poolings, and every text is in exactly one row."""
@@ -131,6 +131,13 @@ def test_packed_rows_give_each_text_its_vector_alone(minilm):
     assert max(len(row) for rows, _ in calls for row in rows) > 1  # texts share rows
     for rows, length in calls:
         assert length % 16 == 0 and all(sum(lengths[i] for i in row) <= length for row in rows)
+    # Packed in windows of the longest-first order (linear planning): every text once, and the
+    # windows after the long text's own use rows of 128.
+    monkeypatch.setattr(sentence_embeddings, "PACK_WINDOW", 8)
+    windowed = sentence_embeddings.plan_calls(lengths, 16, 512, pack=True)
+    assert sorted(i for rows, _ in windowed for row in rows for i in row) == list(
+        range(len(texts)))
+    assert windowed[0][1] > sentence_embeddings.PACKED_ROW == windowed[-1][1]
     for pooling in sentence_embeddings.POOLINGS:
         packed = sentence_embeddings.embed(minilm, texts, pooling, batch_size=16)
         alone = sentence_embeddings.embed(minilm, texts, pooling, batch_size=16, pack=False)

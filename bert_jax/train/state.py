@@ -75,7 +75,9 @@ def overlay_params(fresh: Any, given: Any, shardings: Any) -> tuple[Any, list[st
             raise ValueError(f"initial parameter {name} has shape {tuple(value.shape)}, but the "
                              f"model expects {tuple(leaf.shape)}")
         used.add(name)
-        return jax.device_put(jnp.asarray(value, leaf.dtype), leaf_sharding)
+        # a copy: the caller's own device array would otherwise be donated (deleted) by the jit
+        # that consumes these params
+        return jax.device_put(jnp.array(value, leaf.dtype, copy=True), leaf_sharding)
 
     params = jax.tree_util.tree_map_with_path(pick, fresh, shardings)
     return params, kept_fresh, sorted(set(given_by_path) - used)
