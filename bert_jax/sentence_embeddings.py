@@ -191,7 +191,7 @@ def plan_calls(lengths: Sequence[int], batch_size: int, max_seq_len: int, pack: 
         # window's rows are as long as its own longest text needs.
         order = np.argsort(-np.asarray(lengths), kind="stable")
         packer = example_packing.Packer(MAX_TEXTS_PER_ROW, 1, ())
-        per_call = max(1, batch_size // 4)
+        per_call = rows_per_call(batch_size, pack=True)
         calls = []
         for start in range(0, len(order), PACK_WINDOW):
             window = order[start:start + PACK_WINDOW]
@@ -203,6 +203,11 @@ def plan_calls(lengths: Sequence[int], batch_size: int, max_seq_len: int, pack: 
         return calls
     return [([[int(i)] for i in indices], length)
             for indices, length in plan_batches(lengths, batch_size, max_seq_len)]
+
+
+def rows_per_call(batch_size: int, pack: bool) -> int:
+    """Rows of a full call: batch_size // 4 packed rows (at least 1), or batch_size texts."""
+    return max(1, batch_size // 4) if pack else batch_size
 
 
 def call_rows(texts_in_rows: int, rows_per_call: int) -> int:
@@ -321,12 +326,12 @@ def embed(encoder: Encoder, texts: Sequence[str], pooling: str = "mean", normali
         return out
     function = embed_fn(encoder.cfg, pooling, normalize)
     params = jax.device_put(encoder.params)  # no copy for load_encoder's (on device already)
-    rows_per_call = max(1, batch_size // 4) if pack else batch_size
+    full_call = rows_per_call(batch_size, pack)
     slots = MAX_TEXTS_PER_ROW if pack else 1
     bar = _progress_bar(len(rows)) if progress else None
     for texts_in_rows, length in plan_calls([len(r) for r in rows], batch_size, max_seq_len,
                                             pack):
-        num_rows = call_rows(len(texts_in_rows), rows_per_call)
+        num_rows = call_rows(len(texts_in_rows), full_call)
         arrays = _call_arrays(rows, texts_in_rows, num_rows, length, slots,
                               encoder.tokenizer.pad_id)
         vectors = np.asarray(function(params, *arrays))
