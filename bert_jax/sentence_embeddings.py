@@ -215,6 +215,11 @@ def call_rows(texts_in_rows: int, rows_per_call: int) -> int:
     return min(rows_per_call, 1 << max(texts_in_rows - 1, 0).bit_length())
 
 
+def l2_normalized(vectors: jax.Array) -> jax.Array:
+    """[..., H] vectors divided by their L2 norm (at least 1e-12: a zero vector stays zero)."""
+    return vectors / jnp.maximum(jnp.linalg.norm(vectors, axis=-1, keepdims=True), 1e-12)
+
+
 def pool(sequence_output: jax.Array, attention_mask: jax.Array, pooling: str,
          normalize: bool) -> jax.Array:
     """[B, L, H] hidden states, [B, L] mask (1 = real token) -> float32 [B, H] vectors.
@@ -227,10 +232,7 @@ def pool(sequence_output: jax.Array, attention_mask: jax.Array, pooling: str,
     else:
         mask = attention_mask.astype(jnp.float32)[:, :, None]
         vectors = jnp.sum(hidden * mask, axis=1) / jnp.maximum(jnp.sum(mask, axis=1), 1.0)
-    if normalize:
-        norm = jnp.linalg.norm(vectors, axis=-1, keepdims=True)
-        vectors = vectors / jnp.maximum(norm, 1e-12)
-    return vectors
+    return l2_normalized(vectors) if normalize else vectors
 
 
 def pool_segments(sequence_output: jax.Array, segment_ids: jax.Array, starts: jax.Array,
@@ -251,10 +253,7 @@ def pool_segments(sequence_output: jax.Array, segment_ids: jax.Array, starts: ja
         sums = jnp.einsum("rlk,rlh->rkh", members, hidden,
                           precision=jax.lax.Precision.HIGHEST)
         vectors = sums / jnp.maximum(jnp.sum(members, axis=1), 1.0)[:, :, None]
-    if normalize:
-        norm = jnp.linalg.norm(vectors, axis=-1, keepdims=True)
-        vectors = vectors / jnp.maximum(norm, 1e-12)
-    return vectors
+    return l2_normalized(vectors) if normalize else vectors
 
 
 @functools.lru_cache(maxsize=32)
