@@ -1,4 +1,4 @@
-r"""Time to held-out masked-LM accuracy: four pre-training implementations side by side.
+r"""Time to held-out masked-LM accuracy: five pre-training implementations side by side.
 
     python benchmarks/compare_pretraining.py --output_dir=/tmp/race --corpus=demo \
         --preset=mini --vocab_size=8192 --budget_seconds=600 --seeds=0,1 --targets=0.1,0.2,0.3
@@ -10,6 +10,9 @@ Implementations (benchmarks/peers/):
                   positions, GELU, AdamW with linear warm-up and decay, 15% dynamic masking)
   ours_efficient  bert_jax with experiments/configs/efficient.py (all of it but the size,
                   corpus, rows and budget; a placeholder while that file does not exist)
+  ours_modern     bert_jax with experiments/configs/modern.py's 128-token phase (the same but
+                  the size, corpus, rows and budget): a ModernBERT of the comparison's hidden
+                  size, layers and heads, 30% masking in training
   hf_flax         transformers' FlaxBertForMaskedLM, trained as its run_mlm_flax.py example does
   hf_torch        transformers' BertForMaskedLM in torch, the same recipe
 
@@ -19,7 +22,10 @@ flags; a gated FFN keeps the dense one's parameters), 128-token rows, random ini
 the budget. The classic recipes (ours_classic, hf_flax, hf_torch) also share every
 hyper-parameter: --batch_size, --learning_rate, --warmup_fraction, and BERT's AdamW (betas 0.9,
 0.999, eps 1e-6, weight decay 0.01 off biases and LayerNorm, gradients clipped to norm 1.0).
-ours_efficient keeps its own unless one of those three flags is given.
+ours_efficient and ours_modern keep their own unless one of those three flags is given.
+ours_modern's local layers see a window of 128 tokens (modern.py's), 64 on each side of the
+query: at 128-token rows about 75% of a full row's query-key pairs, not the whole row; what the
+window saves (memory linear in the row length) pays only at longer rows than this comparison's.
 
 What counts (benchmarks/peers/clocked.py): training wall-clock from parameter initialisation on,
 compilation and each step's input processing (masking; ours also tokenizes and packs as it
@@ -150,8 +156,9 @@ def define_flags(flag_values: flags.FlagValues = FLAGS) -> None:
     flags.DEFINE_float("warmup_fraction", 0.1, "Warm-up, as a fraction of each run's steps.",
                        **fv)
     flags.DEFINE_list("seeds", ["0"], "Seeds; every implementation runs once per seed.", **fv)
-    flags.DEFINE_list("implementations", ["ours_classic", "ours_efficient", "hf_flax",
-                                          "hf_torch"], "Which to run, in this order.", **fv)
+    flags.DEFINE_list("implementations", ["ours_classic", "ours_efficient", "ours_modern",
+                                          "hf_flax", "hf_torch"], "Which to run, in this order.",
+                      **fv)
     flags.DEFINE_integer("eval_points", 10, "Evaluations per run, evenly spaced in the budget.",
                          **fv)
     flags.DEFINE_list("targets", ["0.1", "0.2", "0.3"], "Accuracies for 'time to reach X'.",

@@ -1,6 +1,7 @@
 """benchmarks/compare_pretraining.py: every implementation is scored on the same held-out rows,
-and a smoke run of all four writes a complete report (speed is measured by running the script on
-a quiet machine, never asserted here)."""
+ours_modern is modern.py's recipe at the comparison's size, and a smoke run of all five writes a
+complete report (speed is measured by running the script on a quiet machine, never asserted
+here)."""
 
 import json
 import math
@@ -14,8 +15,12 @@ import pytest
 from absl import flags
 
 from benchmarks import compare_pretraining
-from benchmarks.peers import IMPLEMENTATIONS, heldout, inputs, mlm_blocks, race
+from benchmarks.peers import IMPLEMENTATIONS, heldout, inputs, mlm_blocks, ours_mlm, race
 from bert_jax import cli
+from bert_jax.config import gated_intermediate_size
+from bert_jax.modernbert_config import ModernBertConfig
+from bert_jax.recipes import common
+from experiments.configs import modern
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(ROOT, "benchmarks", "compare_pretraining.py")
@@ -100,6 +105,7 @@ def test_bad_settings_are_one_line_errors(tmp_path):
              ("--targets=0.2,1.5", "(0, 1]"), ("--seeds=0,zero", "--seeds"),
              ("--budget_seconds=0", "budget_seconds"),
              ("--hidden_size=30", "divisible"),  # by the preset's 4 heads
+             ("--hidden_size=36", "even head_dim"),  # 9 per head: ours_modern's rotary refuses
              (f"--corpus=text:{tmp_path}/none/*.txt", "matches no file"))
     for flag, named in cases:
         last = _settings_error([f"--output_dir={tmp_path}", flag])
@@ -115,8 +121,46 @@ def test_bad_settings_are_one_line_errors(tmp_path):
     assert "Traceback" not in done.stderr
 
 
+def test_ours_modern_is_modern_py_at_the_comparisons_size(demo, tmp_path):
+    data_dir, vocab_path = demo
+    shared = {"vocab_path": vocab_path, "vocab_size": 300, "heldout": {"path": "", "sha256": ""},
+              "blocks": {}, "hf_config": {},
+              "model": {"hidden_size": 64, "num_hidden_layers": 4, "num_attention_heads": 2,
+                        "intermediate_size": 96}}
+    recipe = modern.get_config(ours_mlm.MODERN_PHASE)
+    assert recipe.max_seq_len == inputs.SEQ_LEN  # the phase of the comparison's rows
+    for explicit in ((), ("batch_size", "learning_rate", "warmup_fraction")):
+        config_ = settings(tmp_path, data_dir, batch_size=8, learning_rate=1e-4,
+                           warmup_fraction=0.5, explicit=explicit)
+        spec = race.run_spec(config_, shared, "ours_modern", 3)
+        config, source = ours_mlm.modern_config(spec)
+        assert source == modern.__file__ and config.model.family == "modernbert"
+        # The comparison's size, the dense FFN's parameters in the GeGLU width.
+        assert config.model.hidden_size == 64 and config.model.num_hidden_layers == 4
+        assert config.model.num_attention_heads == 2
+        assert config.model.intermediate_size == gated_intermediate_size(64, 96)
+        # The comparison's vocabulary, corpus, rows and seed; random initialisation.
+        assert config.model.vocab_size == 300 and config.tokenizer.path == vocab_path
+        assert config.data.corpus == "demo" and config.max_seq_len == inputs.SEQ_LEN
+        assert config.seed == 3 and not config.init.hf_dir and not config.init.checkpoint
+        # modern.py's own masking in training (the held-out rows are the shared 15% ones).
+        assert config.data.mask_rate == recipe.data.mask_rate > inputs.MASK_RATE
+        assert config.data.max_predictions == recipe.data.max_predictions
+        assert config.optimizer.to_dict() == recipe.optimizer.to_dict()
+        assert config.model.initializer_range == recipe.model.initializer_range
+        for key in ("batch_size", "learning_rate", "warmup_fraction"):
+            assert config[key] == (spec["train"][key] if key in explicit else recipe[key]), key
+        # The model the run builds: modern.py's attention pattern at that size.
+        cfg = common.model_config(config, 300)
+        assert isinstance(cfg, ModernBertConfig) and cfg.num_hidden_layers == 4
+        window = ModernBertConfig.local_attention  # modern.py's: the family's default
+        assert [cfg.window_of(i) for i in range(4)] == [None, window, window, None]
+        assert cfg.hidden_size == 64 and cfg.vocab_size == 300
+        assert cfg.intermediate_size == config.model.intermediate_size
+
+
 @pytest.mark.slow
-def test_smoke_run_of_all_four_implementations(demo, tmp_path):
+def test_smoke_run_of_all_five_implementations(demo, tmp_path):
     data_dir, _ = demo
     # A budget of a second: on this CPU the first step (its compilation) alone takes about that,
     # so each run plans a step or two; the bookkeeping is what is checked here.
@@ -162,6 +206,17 @@ def test_smoke_run_of_all_four_implementations(demo, tmp_path):
         assert summary["final_accuracy"]["runs"] == 1
     assert "placeholder" in runs["ours_efficient"]["config_source"] or os.path.exists(
         os.path.join(ROOT, "experiments", "configs", "efficient.py"))
+    # ours_modern trained a ModernBERT of the comparison's size with modern.py's masking, and
+    # was scored on the shared 15%-masked rows (masked_tokens above).
+    ours_modern = runs["ours_modern"]
+    assert ours_modern["config_source"] == modern.__file__
+    size = report["shared"]["model"]
+    assert ours_modern["model"]["local_attention"] == ModernBertConfig.local_attention
+    assert ours_modern["model"]["hidden_size"] == size["hidden_size"]
+    assert ours_modern["model"]["intermediate_size"] == gated_intermediate_size(
+        size["hidden_size"], size["intermediate_size"])
+    assert ours_modern["recipe"]["data"]["mask_rate"] == modern.get_config(
+        ours_mlm.MODERN_PHASE).data.mask_rate > report["shared"]["heldout"]["mask_fraction"]
     with open(paths["png"], "rb") as f:
         assert f.read(8) == b"\x89PNG\r\n\x1a\n"
     assert "time to reach held-out masked-LM accuracy 0.01" in done.stdout

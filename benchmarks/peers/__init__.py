@@ -12,7 +12,7 @@ race of benchmarks/compare_pretraining.py.
                     after another; the results
     clocked.py      one run against the clock (the workers' jobs): calibration, training,
                     evaluation points
-    ours_mlm.py     ours_classic and ours_efficient: bert_jax's pre-training recipe
+    ours_mlm.py     ours_classic, ours_efficient and ours_modern: bert_jax's pre-training recipe
     hf_flax_mlm.py  hf_flax: transformers' FlaxBertForMaskedLM, run_mlm_flax style
     torch_mlm.py    hf_torch: transformers' BertForMaskedLM in torch, the same recipe
     report.py       time to target, the seed-to-seed spread, the PNG
@@ -32,6 +32,7 @@ import importlib
 IMPLEMENTATIONS = {
     "ours_classic": ("benchmarks.peers.ours_mlm", "OursClassic"),
     "ours_efficient": ("benchmarks.peers.ours_mlm", "OursEfficient"),
+    "ours_modern": ("benchmarks.peers.ours_mlm", "OursModern"),
     "hf_flax": ("benchmarks.peers.hf_flax_mlm", "HFFlaxMLM"),
     "hf_torch": ("benchmarks.peers.torch_mlm", "TorchMLM"),
 }

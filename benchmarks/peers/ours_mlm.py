@@ -15,6 +15,20 @@ Everything comes from the library as `experiments/pretrain.py` would build it
                     flags name them. A gated FFN gets the width that keeps the dense FFN's
                     parameter count. Without that file: PLACEHOLDER_EFFICIENT on the classic
                     recipe.
+    ours_modern     experiments/configs/modern.py's phase of 128-token rows (MODERN_PHASE),
+                    taken as ours_efficient takes efficient.py: the ModernBERT family and the
+                    rest of that phase's config (its initialisation, schedule and optimizer; its
+                    30% masking in training, while the held-out rows stay the shared 15%); batch
+                    size, learning rate and warm-up only where the comparison's flags name them.
+                    The model (`modern_sizes`): the comparison's hidden size, layers and heads,
+                    the GeGLU width that keeps the dense FFN's parameter count, and modern.py's
+                    attention pattern (ModernBertConfig's defaults: layer i global iff
+                    i % 3 == 0, the others a window of 128 tokens, 64 on each side).
+
+At the comparison's 128-token rows that window is not the whole row: a query of a local layer
+sees the keys within 64 positions (and, in a packed row, of its own piece), about 75% of a full
+row's query-key pairs, and all of a piece of at most 65 tokens. What the window saves, memory
+linear in the row length, pays at modern.py's 1,024-token rows, not here.
 """
 
 from __future__ import annotations
@@ -29,10 +43,13 @@ from benchmarks.peers import heldout as heldout_lib
 from benchmarks.peers import inputs
 from bert_jax import run_config, sharding
 from bert_jax.config import gated_intermediate_size
+from bert_jax.model import families
 from bert_jax.recipes import pretrain
 from bert_jax.train import evaluation
 
 EFFICIENT_MODULE = "experiments.configs.efficient"
+MODERN_MODULE = "experiments.configs.modern"
+MODERN_PHASE = "short"  # modern.py's phase of the comparison's row length (inputs.SEQ_LEN)
 PLACEHOLDER_EFFICIENT = {"model.layer_norm_position": "pre",
                          "model.position_embedding_type": "rotary", "data.mask_rate": 0.3,
                          "data.max_predictions": 40}  # ceil((128 - 2) x 0.3) = 38, rounded up
@@ -85,6 +102,41 @@ def efficient_config(spec: dict):
     if config.model.ffn_kind in ("geglu", "swiglu"):
         config.model.intermediate_size = gated_intermediate_size(
             spec["model"]["hidden_size"], spec["model"]["intermediate_size"])
+    for key in spec["explicit"]:
+        config[key] = spec["train"][key]
+    return config, module.__file__
+
+
+def modern_sizes(model: dict) -> dict:
+    """ours_modern's size fields for the comparison's `model` (the dense BERT's hidden_size,
+    num_hidden_layers, num_attention_heads, intermediate_size): the same, but the GeGLU width
+    that keeps the dense FFN's parameter count."""
+    return {"hidden_size": model["hidden_size"],
+            "num_hidden_layers": model["num_hidden_layers"],
+            "num_attention_heads": model["num_attention_heads"],
+            "intermediate_size": gated_intermediate_size(model["hidden_size"],
+                                                         model["intermediate_size"])}
+
+
+def check_modern_size(preset: str, model: dict, vocab_size: int) -> None:
+    """ConfigError where ours_modern cannot be of the comparison's size (rotary positions need
+    an even head_dim): the parent asks before anything long runs."""
+    families.get(families.MODERNBERT).preset(preset, vocab_size=vocab_size,
+                                             **modern_sizes(model))
+
+
+def modern_config(spec: dict):
+    """(config, its file): experiments/configs/modern.py's MODERN_PHASE with the comparison's
+    size (`modern_sizes`), corpus, vocabulary, seed and rows, its own masking in training; the
+    comparison's batch size, learning rate and warm-up only where flagged."""
+    module = importlib.import_module(MODERN_MODULE)
+    config = module.get_config(MODERN_PHASE)
+    if config.max_seq_len != inputs.SEQ_LEN:  # its prediction slots are sized for its rows
+        raise ValueError(f"{MODERN_MODULE}:{MODERN_PHASE} trains {config.max_seq_len}-token "
+                         f"rows, not the comparison's {inputs.SEQ_LEN}")
+    _shared(config, spec)
+    for field, value in modern_sizes(spec["model"]).items():
+        config.model[field] = value
     for key in spec["explicit"]:
         config[key] = spec["train"][key]
     return config, module.__file__
@@ -154,3 +206,8 @@ class OursClassic(_Ours):
 class OursEfficient(_Ours):
     def __init__(self, spec: dict):
         super().__init__(spec, *efficient_config(spec))
+
+
+class OursModern(_Ours):
+    def __init__(self, spec: dict):
+        super().__init__(spec, *modern_config(spec))

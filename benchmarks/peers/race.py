@@ -24,6 +24,7 @@ from benchmarks.peers import IMPLEMENTATIONS, inputs
 CALIBRATE = "benchmarks.peers.clocked:calibrate_job"
 RUN = "benchmarks.peers.clocked:run_job"
 SMOKE = "benchmarks.peers.clocked:smoke_runs_job"  # smoke runs: every run in one process
+MODEL_SIZES = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,6 +78,16 @@ def model_config(settings: Settings, vocab_size: int):
     return BertConfig.preset(settings.preset, vocab_size=vocab_size, **sizes)
 
 
+def check_sizes(settings: Settings) -> None:
+    """ConfigError (a ValueError naming the fault) where a model of the comparison's size cannot
+    be built: the classic BertConfig, and ours_modern's ModernBERT when it runs."""
+    cfg = model_config(settings, settings.vocab_size)
+    if "ours_modern" in settings.implementations:
+        from benchmarks.peers import ours_mlm  # pylint: disable=import-outside-toplevel
+        ours_mlm.check_modern_size(settings.preset, {k: getattr(cfg, k) for k in MODEL_SIZES},
+                                   settings.vocab_size)
+
+
 def train_settings() -> dict:
     """The optimizer every classic recipe shares: the project's AdamW block (BERT's values)."""
     from bert_jax import run_config
@@ -88,7 +99,7 @@ def prepare_shared(settings: Settings) -> dict:
     """The vocabulary, held-out rows and blocks; returns what the specs and the report need."""
     from bert_jax.data import tokenizer  # pylint: disable=import-outside-toplevel
 
-    model_config(settings, settings.vocab_size)  # a bad size fails before anything long runs
+    check_sizes(settings)  # a bad size fails before anything long runs
     shared_dir = os.path.join(settings.output_dir, "shared")
     os.makedirs(shared_dir, exist_ok=True)
     vocab_path = inputs.prepare_vocabulary(settings.corpus, settings.data_dir,
@@ -102,8 +113,7 @@ def prepare_shared(settings: Settings) -> dict:
         blocks = inputs.write_blocks(settings.corpus, settings.data_dir, vocab_path,
                                      os.path.join(shared_dir, "blocks.npy"))
     return {"vocab_path": vocab_path, "vocab_size": vocab_size, "heldout": heldout,
-            "blocks": blocks, "model": {k: getattr(cfg, k) for k in (
-                "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")},
+            "blocks": blocks, "model": {k: getattr(cfg, k) for k in MODEL_SIZES},
             "hf_config": {k: v for k, v in cfg.to_hf_dict().items() if k != "architectures"}}
 
 
