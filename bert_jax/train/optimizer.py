@@ -9,10 +9,13 @@ until the last `decay_fraction` of `total_steps`, then linear to the end value; 
 (optax.cosine_onecycle_schedule): cosine from learning_rate/25 up to the peak over the warm-up,
 then cosine down to the end value (learning_rate/25/1e4 when end_learning_rate_ratio is 0).
 
-The whole chain sits inside `optax.apply_if_finite`: a step whose gradients hold a NaN or an
-infinity (which a non-finite loss gives) changes neither the parameters nor the optimizer state,
-and the state counts such steps (`nonfinite_counts`), so a diverging run never writes non-finite
-weights and the loop can stop it (or skip such steps) by config without a per-step host sync.
+The whole chain behaves as inside `optax.apply_if_finite`: a step whose gradients hold a NaN or
+an infinity (which a non-finite loss gives) changes neither the parameters nor the optimizer
+state, and the state counts such steps (`nonfinite_counts`), so a diverging run never writes
+non-finite weights and the loop can stop it (or skip such steps) by config without a per-step
+host sync. The state is apply_if_finite's; the update is computed without its `lax.cond`, bit
+for bit the same, so that XLA fuses it into about one pass over each parameter's memory
+(`make_optimizer`).
 
 Weight decay (0.01 in the paper) is decoupled, as in AdamW, and is not applied to biases or to
 LayerNorm parameters; `decay_mask` makes that choice from the parameter path. Gradient
@@ -27,6 +30,7 @@ import dataclasses
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import optax
 
 OPTIMIZERS = ("adamw", "lamb")
@@ -144,10 +148,122 @@ def nonfinite_counts(opt_state: Any) -> dict[str, jax.Array]:
             "nonfinite_in_a_row": opt_state.notfinite_count}
 
 
-def make_optimizer(cfg: OptimizerConfig) -> optax.GradientTransformation:
+def make_optimizer(cfg: OptimizerConfig) -> optax.GradientTransformationExtraArgs:
     """Global-norm clipping followed by AdamW or LAMB on the warm-up/decay schedule, skipping
-    every update whose gradients are not finite (module docstring)."""
-    return optax.apply_if_finite(_make_update_chain(cfg), max_consecutive_errors=_NEVER)
+    every update whose gradients are not finite (module docstring).
+
+    The values and the state are those of `optax.apply_if_finite(<the chain>, _NEVER)` with
+    <the chain> `_make_update_chain(cfg)` (the state is built by that very transformation, so
+    checkpoints and `nonfinite_counts` see one layout); `_fused_update` computes them in about
+    one elementwise pass per parameter leaf instead of the several passes and copies that the
+    `lax.cond` of apply_if_finite costs."""
+    init = optax.apply_if_finite(_make_update_chain(cfg), max_consecutive_errors=_NEVER).init
+    # Jitted: called outside a jit (tests, tools) the update is one compiled program, as the
+    # cond made apply_if_finite's, not hundreds of ops run one by one; a jit inlines it.
+    return optax.GradientTransformationExtraArgs(init=init, update=jax.jit(_fused_update(cfg)))
+
+
+def _fused_update(cfg: OptimizerConfig):
+    """The update function of make_optimizer: apply_if_finite(clip -> Adam -> tail), where the
+    tail is AdamW's or LAMB's rest after `optax.scale_by_adam`.
+
+    apply_if_finite picks "run the chain" or "keep the state, return zeros" with a `lax.cond`
+    whose branches return whole trees, which XLA cannot fuse across. Here the chain always runs
+    and each leaf of its state and updates is chosen by `jnp.where(finite, new, old)`, an
+    elementwise select that fuses into the kernel computing the leaf. A select never lets the
+    dropped operand leak into the result, so the NaN/inf that a rejected step's gradients
+    spread through the chain is discarded as the cond discards it.
+
+    Adam is written out from optax's pieces (`optax.tree.update_moment`, `bias_correction`,
+    scale_by_adam's one-line direction) for one reason: the direction is computed from the
+    moments *kept* (mu, nu after the select), which equal the new ones whenever the update is
+    applied. Computed from the unselected new moments (as a wrapper around optax.adamw must),
+    XLA recomputes them from the old mu and nu inside the parameter kernel, so it must copy
+    the donated old mu and nu before overwriting them in place: two extra passes per moment.
+    """
+    clips = cfg.clip_norm > 0  # then the chain's state is (clip's EmptyState, AdamW's or LAMB's)
+    schedule = learning_rate_schedule(cfg)
+    trust_ratio = [optax.scale_by_trust_ratio()] if cfg.name == "lamb" else []
+    # optax.adamw and optax.lamb are chain(scale_by_adam, <these>), with these states.
+    tail = optax.chain(optax.add_decayed_weights(cfg.weight_decay, decay_mask), *trust_ratio,
+                       optax.scale_by_learning_rate(schedule))
+    b1, b2, eps, eps_root = cfg.b1, cfg.b2, cfg.eps, 0.0  # scale_by_adam's arguments
+
+    def update(grads, state, params=None, **extra_args):
+        del extra_args  # accepted, as by apply_if_finite; no piece of this chain reads any
+        clip_state, (adam_state, *tail_state) = (
+            state.inner_state if clips else (None, state.inner_state))
+        isfinite = _all_finite(grads)
+        # apply_if_finite would also apply an update after max_consecutive_errors non-finite ones
+        # in a row; with _NEVER (int32's maximum, where its saturating counter stops) it never
+        # does, so a step is applied exactly when its gradients are finite.
+        notfinite_count = jnp.where(isfinite, jnp.zeros([], jnp.int32),
+                                    optax.safe_increment(state.notfinite_count))
+
+        def keep(new, old):  # the new value when the step is applied, else the old one
+            return jnp.where(isfinite, new, old)
+
+        grads_mu, grads_nu = _clipped_twice(grads, cfg.clip_norm) if clips else (grads, grads)
+        # optax.scale_by_adam's update, its state selected before the direction reads it.
+        count = optax.safe_increment(adam_state.count)
+        adam_state = optax.ScaleByAdamState(
+            count=keep(count, adam_state.count),
+            mu=jax.tree.map(keep, optax.tree.update_moment(grads_mu, adam_state.mu, b1, 1),
+                            adam_state.mu),
+            nu=jax.tree.map(keep, optax.tree.update_moment_per_elem_norm(
+                grads_nu, adam_state.nu, b2, 2), adam_state.nu))
+        mu_hat = optax.tree.bias_correction(adam_state.mu, b1, count)
+        nu_hat = optax.tree.bias_correction(adam_state.nu, b2, count)
+        # scale_by_adam's direction (no nesterov, no mu_dtype: the config sets neither).
+        direction = jax.tree.map(lambda m, v: m / (jnp.sqrt(v + eps_root) + eps), mu_hat, nu_hat)
+        updates, new_tail_state = tail.update(direction, tuple(tail_state), params)
+        tail_state = jax.tree.map(keep, new_tail_state, tuple(tail_state))
+        inner_state = (adam_state, *tail_state)
+        return jax.tree.map(lambda u: jnp.where(isfinite, u, jnp.zeros_like(u)), updates), \
+            optax.ApplyIfFiniteState(
+                notfinite_count=notfinite_count,
+                last_finite=isfinite,
+                total_notfinite=jnp.where(isfinite, state.total_notfinite,
+                                          optax.safe_increment(state.total_notfinite)),
+                inner_state=(clip_state, inner_state) if clips else inner_state)
+
+    return update
+
+
+def _clipped_twice(grads: Any, max_norm: float) -> tuple[Any, Any]:
+    """optax.clip_by_global_norm(max_norm)'s clipped gradients, twice, bit for bit.
+
+    Two copies because both Adam moments read the clipped gradients, and XLA does not duplicate
+    a division (an "expensive" op) into two consumer kernels: it would write the divided
+    gradients to a temporary and read them back, a pass and a buffer of the gradients' size.
+    The second copy divides by the same norm passed through `optimization_barrier`, a value XLA
+    cannot merge with the first, so each moment's kernel does its own division.
+    """
+    g_norm = optax.tree.norm(grads)
+    trigger = jnp.squeeze(g_norm < max_norm)
+
+    def clip(norm):  # clip_by_global_norm's formula
+        return jax.tree.map(
+            lambda t: jax.lax.select(trigger, t, (t / norm.astype(t.dtype)) * max_norm), grads)
+
+    return clip(g_norm), clip(jax.lax.optimization_barrier(g_norm))
+
+
+def _all_finite(tree: Any) -> jax.Array:
+    """True when every element of `tree` is finite: optax.apply_if_finite's test, read off the
+    squared global norm when that is finite (XLA computes it once for this, the clipping and
+    the train step's logged grad_norm: no pass of its own).
+
+    A finite sum of squares means every element is finite: a NaN makes the sum NaN, an
+    infinity makes its square +inf and a sum of non-negative terms holding +inf is +inf or NaN.
+    The converse fails only when finite gradients are so large that the sum overflows; then the
+    elements themselves are tested, in a branch that runs only in that case.
+    """
+    sqnorm = optax.tree.norm(tree, squared=True)
+    leaves = jax.tree.leaves(tree)
+    return jax.lax.cond(
+        jnp.isfinite(sqnorm), lambda: jnp.array(True),
+        lambda: jnp.all(jnp.array([jnp.all(jnp.isfinite(x)) for x in leaves])))
 
 
 def _make_update_chain(cfg: OptimizerConfig) -> optax.GradientTransformation:
