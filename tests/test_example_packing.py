@@ -2,22 +2,28 @@
 data.pack_examples).
 
 What must hold: every example of a batch lands in exactly one packed row, whole, with its
-targets beside it (examples in == examples out); no row holds more than K examples or more than
-L tokens; the row count is a multiple of row_multiple; processes' shares form the global packed
-batch. The model computes each packed example as if it were alone: the loss and gradients of a
-packed batch equal the unpacked batch's (no dropout); a training run's losses and held-out
-metrics equal an unpacked run's. Kinds that cannot be packed are refused in one line.
+targets beside it (examples in == examples out); per-token targets sit under the example's own
+tokens, the fill value everywhere else, and each token weighs what its example weighs; no row
+holds more than K examples or more than L tokens; the row count is a multiple of row_multiple;
+processes' shares form the global packed batch. The model computes each packed example as if it
+were alone: a token classifier's logits, loss and gradients on a packed batch equal the
+unpacked batch's (no dropout), BERT and ModernBERT (local attention windows) alike; a training
+run's losses and held-out metrics (accuracy, entity F1) equal an unpacked run's. Kinds that
+cannot be packed are refused in one line.
 """
 
 import json
 import os
 
+import flax.linen as nn
+import jax
 import ml_collections
 import numpy as np
 import pytest
 
-from bert_jax.data import batches, example_packing, row_layout
-from bert_jax.recipes.finetune import recipe, task_data
+from bert_jax.data import batches, encoding, example_packing, row_layout
+from bert_jax.model import families
+from bert_jax.recipes.finetune import kinds, recipe, task_data
 
 from test_bucketing import CompileCounter, read_losses, task_config
 
@@ -80,10 +86,152 @@ def test_process_shares_form_the_global_packed_batch():
     assert int(whole["example_weights"].sum()) == 16
 
 
+def tagged_batch(rng, count, max_len=L):
+    """random_batch with per-token labels instead: (example, position) coded as
+    100 * example + position on about half the real positions past [CLS], IGNORE elsewhere;
+    and an example id per example."""
+    batch = random_batch(rng, count, max_len)
+    positions = np.arange(max_len)[None, :]
+    tagged = (batch["attention_mask"] == 1) & (positions > 0) & (rng.random(
+        (count, max_len)) < 0.5)
+    batch["labels"] = np.where(tagged, 100 * np.arange(count)[:, None] + positions,
+                               encoding.IGNORE).astype(np.int32)
+    batch["example_id"] = np.arange(count, dtype=np.int32)
+    return batch
+
+
+def test_token_targets_sit_under_their_own_tokens():
+    rng = np.random.default_rng(7)
+    batch = tagged_batch(rng, 24)
+    batch["example_weights"] = np.where(np.arange(24) == 5, 0.0, 1.0).astype(np.float32)
+    batch["tag_weights"] = (rng.random((24, L)) * batch["attention_mask"]).astype(np.float32)
+    packer = example_packing.Packer(4, 2, ("example_id",),
+                                    {"labels": encoding.IGNORE, "tag_weights": 0.0})
+    packed = packer.pack(batch)
+    rows = len(packed["input_ids"])
+    assert rows < 24 and packed["labels"].shape == packed["token_weights"].shape == (rows, L)
+    assert packed["labels"].dtype == np.int32 and packed["tag_weights"].dtype == np.float32
+    lengths = row_layout.row_lengths(batch["attention_mask"])
+    segments, seen = packed["segment_ids"], []
+    for r in range(rows):
+        for slot in range(int(segments[r].max(initial=0))):  # example 5 (weight 0) too
+            example = packed["example_id"][r, slot]
+            start = packed["example_positions"][r, slot]
+            span = slice(start, start + lengths[example])
+            assert (segments[r, span] == slot + 1).all()
+            # the example's positions 0..n-1, targets and weights alike, at start..start+n-1
+            np.testing.assert_array_equal(packed["labels"][r, span],
+                                          batch["labels"][example, :lengths[example]])
+            np.testing.assert_array_equal(packed["tag_weights"][r, span],
+                                          batch["tag_weights"][example, :lengths[example]])
+            assert (packed["token_weights"][r, span] == (example != 5)).all()
+            seen.append(example)
+    assert sorted(seen) == list(range(24))
+    # every tag once, each under the token it was on: label 100 e + p sits on e's token p
+    where = np.nonzero(packed["labels"] != encoding.IGNORE)
+    codes = packed["labels"][where]
+    assert sorted(codes) == sorted(batch["labels"][batch["labels"] != encoding.IGNORE])
+    np.testing.assert_array_equal(packed["input_ids"][where],
+                                  batch["input_ids"][codes // 100, codes % 100])
+    # outside every example: the fill values and no weight
+    outside = segments == 0
+    assert (packed["labels"][outside] == encoding.IGNORE).all()
+    assert not packed["tag_weights"][outside].any() and not packed["token_weights"][outside].any()
+    # a packer without token keys packs as before: no token_weights
+    assert "token_weights" not in example_packing.Packer(4, 2, ("example_id",)).pack(batch)
+
+
+def token_classifier(family):
+    """A tiny token classifier of 5 tags without dropout, and random weights. ModernBERT's
+    local attention windows (8 positions) are narrower than its rows."""
+    if family == "bert":
+        cfg = families.get("bert").preset(
+            "tiny", vocab_size=100, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+            intermediate_size=64, max_position_embeddings=L, hidden_dropout_prob=0.0,
+            attention_probs_dropout_prob=0.0, initializer_range=0.2)
+    else:
+        cfg = families.get("modernbert").preset(
+            "tiny", vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+            intermediate_size=64, max_position_embeddings=L, global_attn_every_n_layers=2,
+            local_attention=8, initializer_range=0.2)
+    kind = kinds.get("token_classification")
+    model = kind.make_model(cfg, {"label_map": list("abcde")})
+    # any weights serve: random ones of the model's shapes (no init program to compile)
+    shapes = nn.meta.unbox(jax.eval_shape(recipe.make_init_fn(model, L), jax.random.PRNGKey(0)))
+    rng = np.random.default_rng(0)
+    params = jax.tree.map(lambda s: rng.normal(0.0, 0.2, s.shape).astype(s.dtype), shapes)
+    return kind, model, params
+
+
+@pytest.mark.parametrize("family", ["bert", "modernbert"])
+def test_packed_token_classification_logits_loss_and_gradients_equal_unpacked(family):
+    kind, model, params = token_classifier(family)
+    rng = np.random.default_rng(8)
+    batch = tagged_batch(rng, 16)
+    batch["labels"] = np.where(batch["labels"] == encoding.IGNORE, encoding.IGNORE,
+                               rng.integers(0, 5, batch["labels"].shape)).astype(np.int32)
+    del batch["example_id"]
+    # two padding examples weigh nothing: a real-looking row and an empty one (as pad_rows)
+    batch["example_weights"] = np.ones(16, np.float32)
+    batch["example_weights"][[3, 15]] = 0.0
+    for key in ("input_ids", "token_type_ids", "attention_mask"):
+        batch[key][15] = 0
+    batch["labels"][15] = encoding.IGNORE
+    packer = task_data.train_packer(ml_collections.ConfigDict({"data": {"pack_examples": 4}}),
+                                    kind, 2)
+    packed = packer.pack(batch)
+    assert len(packed["input_ids"]) < 16 and packed["labels"].shape[1] == L
+
+    loss_fn = recipe.make_loss_fn(kind, model)
+
+    def objective(params, batch):
+        terms, metrics = loss_fn(params, batch, jax.random.PRNGKey(1), True)
+        total, weight = terms["cross_entropy"]
+        return total / weight, (terms, metrics)
+
+    @jax.jit  # one program per batch shape: the loss, its gradients and the logits
+    def run(params, batch):
+        logits = model.apply({"params": params}, batch["input_ids"], batch["token_type_ids"],
+                             batch["attention_mask"], True,
+                             **{k: batch[k] for k in kind.packed_inputs if k in batch})
+        return jax.value_and_grad(objective, has_aux=True)(params, batch), logits
+
+    ((loss, (terms, metrics)), grads), unpacked_logits = run(params, batch)
+    ((packed_loss, (packed_terms, packed_metrics)), packed_grads), packed_logits = run(
+        params, packed)
+
+    # each token's logits are those it has alone in its row
+    unpacked_logits, packed_logits = np.asarray(unpacked_logits), np.asarray(packed_logits)
+    lengths = row_layout.row_lengths(batch["attention_mask"])
+    for r, row in enumerate(packed["segment_ids"]):
+        for slot in range(int(row.max(initial=0))):
+            start = packed["example_positions"][r, slot]
+            n = int((row == slot + 1).sum())
+            matches = [e for e in range(16) if lengths[e] == n and (
+                batch["input_ids"][e, :n] == packed["input_ids"][r, start:start + n]).all()]
+            np.testing.assert_allclose(packed_logits[r, start:start + n],
+                                       unpacked_logits[matches[0], :n], atol=1e-5, rtol=0)
+
+    real = (batch["labels"] != encoding.IGNORE) & (batch["example_weights"][:, None] > 0)
+    assert float(terms["cross_entropy"][1]) == float(packed_terms["cross_entropy"][1]) == \
+        real.sum()  # tagged tokens of weighted examples, the zero-weight one not among them
+    np.testing.assert_allclose(packed_loss, loss, rtol=1e-5)
+    np.testing.assert_allclose(packed_terms["cross_entropy"][0], terms["cross_entropy"][0],
+                               rtol=1e-5)
+    np.testing.assert_allclose(packed_metrics["token_accuracy"], metrics["token_accuracy"])
+    for (path, g), packed_g in zip(jax.tree_util.tree_leaves_with_path(grads),
+                                   jax.tree_util.tree_leaves(packed_grads)):
+        np.testing.assert_allclose(packed_g, g, atol=1e-5, rtol=1e-4,
+                                   err_msg=jax.tree_util.keystr(path))
+
+
 def test_kinds_that_cannot_be_packed_are_refused(tmp_path):
-    config = task_config(tmp_path, "token_classification", **{"data.pack_examples": 4})
-    with pytest.raises(ValueError, match="token_classification.*cannot be packed"):
-        task_data.check_batching(config, task_data.kinds.get("token_classification"))
+    assert kinds.get("token_classification").packable
+    config = task_config(tmp_path, "span_qa", **{"data.pack_examples": 4})
+    for name in ("span_qa", "contrastive"):
+        with pytest.raises(ValueError, match=f"task '{name}' cannot be packed \\(only "
+                           "classification, multi_label, regression, token_classification\\)"):
+            task_data.check_batching(config, task_data.kinds.get(name))
     config.data.pack_examples = -1
     with pytest.raises(ValueError, match="pack_examples=-1 must be an integer >= 0"):
         task_data.check_batching(config)
@@ -125,7 +273,7 @@ def test_packed_row_counts_of_a_run_are_few():
     assert 1 < len(counts) <= task_data.PACKED_ROW_COUNTS
 
 
-@pytest.mark.parametrize("task", ["classification"])
+@pytest.mark.parametrize("task", ["classification", "token_classification"])
 def test_training_losses_and_metrics_equal_packed_and_unpacked(task, tmp_path):
     runs, tokens = {}, {}
     for pack in (4, 0):
@@ -150,3 +298,5 @@ def test_training_losses_and_metrics_equal_packed_and_unpacked(task, tmp_path):
     np.testing.assert_allclose(losses, plain_losses, atol=2e-5, rtol=0)
     assert metrics == pytest.approx(plain_metrics, abs=2e-5)
     assert 1 <= programs <= 8  # one per distinct row count, not one per batch
+    score = "accuracy" if task == "classification" else "entity_f1"
+    assert 0 <= metrics[score] <= 1 and np.isfinite(losses).all()  # scored on held-out data

@@ -119,16 +119,20 @@ class BertForSequenceClassification(nn.Module):
 
 
 class BertForTokenClassification(nn.Module):
-    """Every token -> dropout -> dense: logits [batch, seq, num_labels]."""
+    """Every token -> dropout -> dense: logits [batch, seq, num_labels].
+
+    Packed rows: segment_ids [batch, seq] tell the examples apart (1, 2, ...; 0 padding); each
+    token's logits are then those it has with its example alone in a row.
+    """
 
     cfg: BertConfig
     num_labels: int
 
     @nn.compact
     def __call__(self, input_ids, token_type_ids=None, attention_mask=None,
-                 deterministic: bool = True) -> Array:
+                 deterministic: bool = True, *, segment_ids=None) -> Array:
         out = BertModel(self.cfg, add_pooler=False, name="bert")(
-            input_ids, token_type_ids, attention_mask, deterministic)
+            input_ids, token_type_ids, attention_mask, deterministic, segment_ids=segment_ids)
         return ClassifierHead(self.cfg, self.num_labels, name="classifier")(
             out.sequence_output, deterministic)
 

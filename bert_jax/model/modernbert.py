@@ -432,15 +432,19 @@ class ModernBertForSequenceClassification(nn.Module):
 
 
 class ModernBertForTokenClassification(nn.Module):
-    """Every token -> classifier head: logits [batch, seq, num_labels]."""
+    """Every token -> classifier head: logits [batch, seq, num_labels].
+
+    Packed rows: segment_ids tell the examples apart (positions restart, attention stays within
+    each), so each token's logits are those it has with its example alone in a row.
+    """
 
     cfg: ModernBertConfig
     num_labels: int
 
     @nn.compact
     def __call__(self, input_ids, token_type_ids=None, attention_mask=None,
-                 deterministic: bool = True) -> Array:
+                 deterministic: bool = True, *, segment_ids=None) -> Array:
         out = ModernBertModel(self.cfg, add_pooler=False, name="bert")(
-            input_ids, token_type_ids, attention_mask, deterministic)
+            input_ids, token_type_ids, attention_mask, deterministic, segment_ids=segment_ids)
         return ClassifierHead(self.cfg, self.num_labels, name="classifier")(
             out.sequence_output, deterministic)

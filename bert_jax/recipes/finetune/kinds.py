@@ -13,7 +13,8 @@ A kind says, for one family of tasks, everything that differs between them:
     loss(outputs, batch, example_weights)
                                      (loss terms, metrics) as (sum, weight) pairs (steps.LossFn),
                                      each example weighted by example_weights [B] (packed:
-                                     [R, K]; 0 for padding)
+                                     [R, K]; 0 for padding; a packed batch with token targets
+                                     also has the weight of each token, token_weights [R, L])
     predict(outputs, batch)          {name: float32 array [B, ...]}: what scoring needs
     score(data, outputs, config)     (metrics, prediction records) of the whole eval set
     write(records, directory)        prediction files; returns their paths
@@ -48,7 +49,7 @@ import numpy as np
 
 from bert_jax import paths
 from bert_jax.config import BertConfig
-from bert_jax.data import unlabelled
+from bert_jax.data import example_packing, unlabelled
 from bert_jax.recipes.finetune.losses import LossOutput
 
 MODEL_INPUTS = ("input_ids", "token_type_ids", "attention_mask")
@@ -67,12 +68,22 @@ class TaskKind:
     token_outputs: tuple[str, ...] = ()
     stratify_by_label = False  # a held-out split keeps the share of each (single) label
     # Training may pack several examples into one row (data.pack_examples): the model takes
-    # segment_ids and example_positions, and the outputs, targets and weights get a packed
-    # axis [rows, k, ...] that loss() must accept.
+    # the packed_inputs of the batch (example_packing: segment_ids; example_positions, where a
+    # pooled head reads each example), and the per-example outputs, targets and weights get a
+    # packed axis [rows, k, ...] that loss() must accept. Token targets (token_keys) stay
+    # [rows, L, ...] under their tokens, no_token_value(key) elsewhere, and the batch has
+    # token_weights [rows, L].
     packable = False
+    packed_inputs: tuple[str, ...] = (example_packing.SEGMENT_IDS,
+                                      example_packing.EXAMPLE_POSITIONS)
 
     def read(self, path: str, config) -> list:
         raise NotImplementedError
+
+    def no_token_value(self, key: str) -> Any:
+        """What token target `key` holds at a position of no token (packed rows: the padding
+        between and after the examples); the loss must give it no weight."""
+        return 0
 
     def describe_labels(self, train_examples: Sequence[Any], config) -> dict[str, Any]:
         return {}

@@ -44,8 +44,11 @@ from bert_jax.train import workdir as workdir_lib
 PACKED_INPUTS = (example_packing.SEGMENT_IDS, example_packing.EXAMPLE_POSITIONS)
 
 
-def _forward(model: nn.Module, params, batch, rng, deterministic: bool):
-    packed = {k: batch[k] for k in PACKED_INPUTS if k in batch}  # packed training batches
+def _forward(model: nn.Module, params, batch, rng, deterministic: bool,
+             packed_inputs: tuple[str, ...] = PACKED_INPUTS):
+    """The model's outputs on `batch`; of a packed training batch, the model also takes those
+    of PACKED_INPUTS that its kind names (TaskKind.packed_inputs)."""
+    packed = {k: batch[k] for k in packed_inputs if k in batch}  # packed training batches
     return model.apply({"params": params}, batch["input_ids"], batch["token_type_ids"],
                        batch["attention_mask"], deterministic, **packed,
                        rngs=None if deterministic else {"dropout": rng})
@@ -55,7 +58,7 @@ def make_loss_fn(kind: kinds.TaskKind, model: nn.Module) -> steps.LossFn:
     """loss_fn(params, batch, rng, deterministic) of the kind; examples weighted by the batch's
     example_weights (0 for the padding rows of a last eval batch; all 1 when absent)."""
     def loss_fn(params, batch, rng, deterministic):
-        outputs = _forward(model, params, batch, rng, deterministic)
+        outputs = _forward(model, params, batch, rng, deterministic, kind.packed_inputs)
         example_weights = batch.get("example_weights",
                                     jnp.ones(batch["input_ids"].shape[:1], jnp.float32))
         return kind.loss(outputs, batch, example_weights)

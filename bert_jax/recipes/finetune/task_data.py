@@ -15,8 +15,9 @@ rounding, but dropout masks are drawn at the bucket's shape. `data.group_by_leng
 G > 1: rows of similar length batched together over windows of G batches) changes which rows
 go together, for less padding still. `data.pack_examples` (0: off; K >= 2: up to K examples in
 one row, bert_jax.data.example_packing) packs each training batch of examples into fewer rows,
-for kinds with a pooled output per example (classification, regression, multi-label): the same
-examples and loss, almost no padding; evaluation and prediction stay unpacked (bucketed).
+for kinds with a pooled output per example (classification, regression, multi-label) and token
+classification (its tags packed under their tokens): the same examples and loss, almost no
+padding; evaluation and prediction stay unpacked (bucketed).
 """
 
 from __future__ import annotations
@@ -182,19 +183,22 @@ def check_batching(config, kind: Optional[kinds.TaskKind] = None) -> None:
             raise ValueError(f"config.data.{key}={value!r} must be an integer >= 0 (0: off)")
     pack = config.data.pack_examples
     if pack and kind is not None and not kind.packable:
+        packable = ", ".join(sorted(k.name for k in kinds.REGISTRY.values() if k.packable))
         raise ValueError(f"config.data.pack_examples={pack}: task {kind.name!r} cannot be "
-                         "packed (only kinds with one pooled output per example: "
-                         "classification, regression, multi_label); set it to 0")
+                         f"packed (only {packable}); set it to 0")
 
 
 def train_packer(config, kind: kinds.TaskKind, row_multiple: int
                  ) -> Optional[example_packing.Packer]:
     """The packer of training batches (data.pack_examples), or None. row_multiple: the packed
-    rows split evenly over it (the data-parallel devices and the processes)."""
+    rows split evenly over it (the data-parallel devices and the processes). The kind's
+    token_keys among its targets are packed under their tokens, the others per example."""
     pack = config.data.pack_examples
     if not pack:
         return None
-    return example_packing.Packer(pack, row_multiple, kind.target_keys)
+    per_token = {k: kind.no_token_value(k) for k in kind.target_keys if k in kind.token_keys}
+    per_example = tuple(k for k in kind.target_keys if k not in per_token)
+    return example_packing.Packer(pack, row_multiple, per_example, per_token)
 
 
 def train_buckets(config, kind: kinds.TaskKind) -> Optional[batches.Buckets]:

@@ -1,9 +1,12 @@
 """Token classification (NER): every token -> dense -> logits [B, L, C], cross-entropy on the
 first sub-word of each word only (the others carry encoding.IGNORE).
 
-CoNLL-2003. Metrics: entity-level precision / recall / F1 (conlleval chunks), overall and per
-entity type. Predictions are written in CoNLL form: word, gold tag, predicted tag. Prediction on
-new input reads CoNLL tokens or raw sentences (one per line, split_words).
+Training may pack several sentences into one row (data.pack_examples): each sentence's tags stay
+under its own tokens (example_packing's token keys), so the loss, a sum over tagged tokens, is
+the unpacked batch's. CoNLL-2003. Metrics: entity-level precision / recall / F1 (conlleval
+chunks), overall and per entity type. Predictions are written in CoNLL form: word, gold tag,
+predicted tag. Prediction on new input reads CoNLL tokens or raw sentences (one per line,
+split_words).
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import numpy as np
 from absl import logging
 
 from bert_jax import paths
-from bert_jax.data import encoding, readers, textfiles, unlabelled
+from bert_jax.data import encoding, example_packing, readers, textfiles, unlabelled
 from bert_jax.model import families
 from bert_jax.recipes.finetune import metrics
 from bert_jax.recipes.finetune.kinds import TaskKind, register
@@ -30,6 +33,8 @@ class TokenClassification(TaskKind):
     name = "token_classification"
     token_keys = ("labels",)
     token_outputs = ("logits",)
+    packable = True  # logits per token: a packed row's tokens are scored where they sit
+    packed_inputs = (example_packing.SEGMENT_IDS,)  # no pooling: no example_positions
 
     def read(self, path: str, config) -> list:
         return readers.read_conll(path, config.data.conll_tag_column, config.data.encoding)
@@ -45,9 +50,17 @@ class TokenClassification(TaskKind):
     def make_model(self, cfg, labels):
         return families.of(cfg).token_classifier(cfg, len(labels["label_map"]))
 
+    def no_token_value(self, key: str) -> Any:
+        return encoding.IGNORE  # labels: no tag
+
     def loss(self, outputs, batch, example_weights):
+        """Cross-entropy summed over tagged tokens (outputs [B, L, C]), each weighted by its
+        example's weight; a packed batch (outputs [R, L, C]) has labels [R, L] under their
+        tokens and each token's example weight in token_weights [R, L]."""
         labels = batch["labels"]  # [B, L], IGNORE where a position carries no tag
-        tagged = (labels != encoding.IGNORE).astype(jnp.float32) * example_weights[:, None]
+        weights = (batch[example_packing.TOKEN_WEIGHTS] if example_packing.TOKEN_WEIGHTS in batch
+                   else example_weights[:, None])
+        tagged = (labels != encoding.IGNORE).astype(jnp.float32) * weights
         safe_labels = jnp.where(labels == encoding.IGNORE, 0, labels)
         return softmax_cross_entropy(outputs, safe_labels, tagged, "token_accuracy")
 
