@@ -3,7 +3,12 @@ clip_by_global_norm -> optax.adamw / optax.lamb, built here from optax directly.
 steps with clipping active and not, NaN and inf steps (two in a row) and huge finite gradients
 whose squared norm overflows, the parameters, the whole optimizer state and the non-finite
 counts agree bit for bit after every step; the state has the same tree, shapes and dtypes, so
-checkpoints of either restore into the other."""
+checkpoints of either restore into the other.
+
+Bit for bit under the suite's XLA flags (tests/xla_flags.py: LLVM optimisation level 0, each
+operation compiled as written): the two programs do the same operations on the same values.
+With LLVM's default optimisation a multiply-add may be contracted into an FMA in one program's
+fused kernel and not in the other's (seen in Adam's first moment on XLA:CPU), a rounding apart."""
 
 import jax
 import jax.numpy as jnp

@@ -13,9 +13,9 @@ The whole chain behaves as inside `optax.apply_if_finite`: a step whose gradient
 an infinity (which a non-finite loss gives) changes neither the parameters nor the optimizer
 state, and the state counts such steps (`nonfinite_counts`), so a diverging run never writes
 non-finite weights and the loop can stop it (or skip such steps) by config without a per-step
-host sync. The state is apply_if_finite's; the update is computed without its `lax.cond`, bit
-for bit the same, so that XLA fuses it into about one pass over each parameter's memory
-(`make_optimizer`).
+host sync. The state is apply_if_finite's; the update, the same operations on the same values,
+is computed without its `lax.cond`, so that XLA fuses it into about one pass over each
+parameter's memory (`make_optimizer`).
 
 Weight decay (0.01 in the paper) is decoupled, as in AdamW, and is not applied to biases or to
 LayerNorm parameters; `decay_mask` makes that choice from the parameter path. Gradient
@@ -156,7 +156,10 @@ def make_optimizer(cfg: OptimizerConfig) -> optax.GradientTransformationExtraArg
     <the chain> `_make_update_chain(cfg)` (the state is built by that very transformation, so
     checkpoints and `nonfinite_counts` see one layout); `_fused_update` computes them in about
     one elementwise pass per parameter leaf instead of the several passes and copies that the
-    `lax.cond` of apply_if_finite costs."""
+    `lax.cond` of apply_if_finite costs. The operations are optax's, on the same values, so the
+    results are equal bit for bit where XLA compiles each operation as written (LLVM
+    optimisation level 0, as the tests run); an optimising backend may contract a multiply-add
+    into one FMA in the one program's kernel and not in the other's, a rounding apart."""
     init = optax.apply_if_finite(_make_update_chain(cfg), max_consecutive_errors=_NEVER).init
     # Jitted: called outside a jit (tests, tools) the update is one compiled program, as the
     # cond made apply_if_finite's, not hundreds of ops run one by one; a jit inlines it.
