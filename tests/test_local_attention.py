@@ -2,8 +2,8 @@
 blocked kernel of bert_jax.model.local_attention against that masked reference (outputs and
 gradients, padding, packed rows, sequences that are not a multiple of the block, dropout), the
 rule that routes windowed calls, the kernel's memory (no [seq, seq] tensor in its program, XLA's
-temporary bytes linear in the row length), splash's LocalMask in interpret mode, and the memory
-benchmark's job and flags (benchmarks/long_rows_memory.py).
+temporary bytes linear in the row length) and splash's LocalMask in interpret mode (the memory
+benchmark's own tests: tests/test_long_rows_memory.py).
 
 Tolerances against the masked reference (inputs ~N(0, 1), head_dim 16), the measured maxima in
 brackets: fp32 outputs and q/k/v gradients 1e-6 (a few 1e-7: the same sums in another order),
@@ -13,9 +13,6 @@ rounded to bf16; seeds 2-4, every mask); splash (interpret mode) against the ref
 fp32, as tests/test_attention.py allows the global splash kernel.
 """
 
-import pathlib
-import subprocess
-import sys
 
 import flax.linen as nn
 import jax
@@ -348,31 +345,3 @@ def test_splash_local_mask_matches_masked_xla():
     # The local mask reaches the kernel: without it the outputs are global attention's.
     global_out = attention.splash(q, k, v, mask)
     assert _max_diff(global_out, reference[0], seen) > 1e-2
-
-
-# ----- benchmarks/long_rows_memory.py -------------------------------------------------------------
-
-def test_memory_benchmark_step_and_table():
-    """The worker job in this process, tiny: the kernel each mode runs, and that the window's
-    step needs fewer temporaries than full attention's at a row 8 windows long."""
-    from benchmarks import long_rows_memory as bench
-    spec = {"batch": 1, "seq_len": 256, "hidden": 32, "heads": 2, "layers": 2, "window": 32,
-            "max_temp_gib": 1.0}
-    results = [{**bench.step({**spec, "mode": mode}), "peak_rss_mb": 1000.0}
-               for mode in ("local", "full")]
-    local, full = results
-    assert (local["kernel"], full["kernel"]) == ("local", "xla")
-    assert local["ran"] and full["ran"] and np.isfinite([local["loss"], full["loss"]]).all()
-    assert local["temp_mb"] < full["temp_mb"]
-    lines = bench.table(results).splitlines()
-    assert len(lines) == 3 and lines[0].count("|") == 8 and lines[2].startswith("| 256 | 1,000 |")
-
-
-@pytest.mark.parametrize("flag", ["--modes=local,fast", "--seq_lens=1k", "--heads=5"])
-def test_memory_benchmark_bad_flags_are_one_line(flag):
-    root = pathlib.Path(__file__).resolve().parent.parent
-    done = subprocess.run([sys.executable, "benchmarks/long_rows_memory.py", flag], cwd=root,
-                          capture_output=True, text=True, timeout=120, check=False)
-    assert done.returncode == 1
-    assert done.stderr.strip().count("\n") == 0, done.stderr
-    assert done.stderr.startswith("long_rows_memory.py: error: " + flag.split("=")[0])
