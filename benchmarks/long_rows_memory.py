@@ -32,9 +32,10 @@ Targets, each (target, mode, row length) in a fresh process (benchmarks/worker.p
   memory available now less HEADROOM_GIB, is compiled but not run.
 - tpu:<generation>:<shape>: compiled for one chip of that slice (bert_jax.scaling.topology:
   jax.experimental.topologies and libtpu, no TPU needed) and not run: the compiled program's
-  bytes on the chip (bert_jax.scaling.memory). Batch 1 leaves nothing to split, hence one chip
-  (libtpu describes no single-chip v5e slice here: "v5e:1x1 is not divisible by the given (or
-  default) chips_per_host_bounds 2x2x1"; the default takes one chip of v5e:2x2).
+  bytes on the chip (bert_jax.scaling.memory), or the error of a program XLA:TPU refuses (one
+  over the chip's memory). Batch 1 leaves nothing to split, hence one chip (libtpu describes
+  no single-chip v5e slice here: "v5e:1x1 is not divisible by the given (or default)
+  chips_per_host_bounds 2x2x1"; the default takes one chip of v5e:2x2).
   --tpu_attention=auto runs splash on every layer (FullMask for global layers, LocalMask for
   local ones: flash attention, no [seq, seq] scores); xla: the xla composition on global layers
   and the blocked local kernel on local ones (bert_jax.model.attention.choose).
@@ -179,13 +180,22 @@ def step(spec: dict) -> dict:
                    for kind, window in (("global", None), ("local", cfg.local_attention))
                    if any((w is None) == (kind == "global") for w in layer_windows)}
         started = time.perf_counter()
-        compiled = jax.jit(jax.value_and_grad(loss), **shardings,
-                           compiler_options=xla_options.compiler_options()).lower(
-            params, x, segment_ids).compile()
+        lowered = jax.jit(jax.value_and_grad(loss), **shardings,
+                          compiler_options=xla_options.compiler_options()).lower(
+            params, x, segment_ids)
+        result = {"target": target, "mode": spec["mode"], "seq_len": seq,
+                  "attention": cfg.attention, "windows": layer_windows, "kernels": kernels}
+        try:
+            compiled = lowered.compile()
+        except Exception as e:  # XLA:TPU refuses a program over the chip's HBM
+            if not on_tpu:
+                raise
+            lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+            return {**result, "ran": False, "device_kind": chip[0].device_kind,
+                    "compile_error": " ".join(lines[:2]) if lines else type(e).__name__}
         compile_s = time.perf_counter() - started
     mem = memory.memory_per_device(compiled)
-    result = {"target": target, "mode": spec["mode"], "seq_len": seq,
-              "attention": cfg.attention, "windows": layer_windows, "kernels": kernels,
+    result = {**result,
               "temp_mb": mem["temporaries"] / MIB, "argument_mb": mem["arguments"] / MIB,
               "output_mb": mem["outputs"] / MIB, "alias_mb": mem["aliased"] / MIB,
               "generated_code_mb": mem["generated_code"] / MIB, "program_mb": mem["peak"] / MIB,
@@ -231,7 +241,7 @@ def _kernels(r: dict) -> str:
 def _growth(by_key: dict, r: dict, field: str) -> Optional[float]:
     """r[field] over the same run's at half the row length (2.0: linear, 4.0: quadratic)."""
     half = by_key.get(r["target"], {}).get((r["mode"], r.get("attention"), r["seq_len"] // 2))
-    return None if half is None or not half[field] else r[field] / half[field]
+    return None if half is None or not half.get(field) else r[field] / half[field]
 
 
 def _index(results: list[dict]) -> dict:
@@ -274,10 +284,13 @@ def tpu_table(results: list[dict]) -> str:
              "temporaries MiB | temp x (vs half the row) | program MiB per chip |",
              "|" + "---|" * 9]
     for r in _order([r for r in results if r["target"] != "cpu"]):
-        lines.append("| " + " | ".join([
-            r["target"], f"{r['seq_len']:,}", r["mode"], _kernels(r), _fmt(r["argument_mb"]),
-            _fmt(r["output_mb"]), _fmt(r["temp_mb"]), _fmt(_growth(by_key, r, "temp_mb"), 2),
-            _fmt(r["program_mb"])]) + " |")
+        cells = [r["target"], f"{r['seq_len']:,}", r["mode"], _kernels(r)]
+        if "compile_error" in r:
+            cells += ["refused by XLA: " + r["compile_error"]] + ["-"] * 4
+        else:
+            cells += [_fmt(r["argument_mb"]), _fmt(r["output_mb"]), _fmt(r["temp_mb"]),
+                      _fmt(_growth(by_key, r, "temp_mb"), 2), _fmt(r["program_mb"])]
+        lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 

@@ -78,7 +78,8 @@ def test_cpu_step_runs_times_and_tables():
 def test_tpu_step_compiles_for_one_v5e_chip():
     """Compiled for one chip of v5e:2x2, not run: splash on global and local layers with auto;
     with xla, the xla composition on the global layer and the blocked kernel on local ones. The
-    bytes per chip are the compiled program's (bert_jax.scaling.memory)."""
+    bytes per chip are the compiled program's (bert_jax.scaling.memory); a program XLA:TPU
+    refuses is reported with its error."""
     tpu = {**TINY, "seq_len": 512, "target": "tpu:v5e:2x2", "mode": "alternating"}
     auto, xla = (bench.step({**tpu, "attention": attention}) for attention in ("auto", "xla"))
     assert auto["kernels"] == {"global": "splash", "local": "splash"}
@@ -88,9 +89,15 @@ def test_tpu_step_compiles_for_one_v5e_chip():
         assert r["argument_mb"] > 0 and r["output_mb"] > 0 and r["temp_mb"] >= 0
         assert r["program_mb"] == pytest.approx(r["argument_mb"] + r["output_mb"] - r["alias_mb"]
                                                 + r["temp_mb"] + r["generated_code_mb"])
-    lines = bench.tpu_table([xla, auto]).splitlines()
-    assert len(lines) == 4 and all(line.count("|") == 10 for line in lines)
+    # A program over the chip's 16 GiB of HBM is refused: the error is the result, not a crash.
+    refused = bench.step({**tpu, "seq_len": 65536, "layers": 1, "mode": "full",
+                          "attention": "xla"})
+    assert not refused["ran"] and "temp_mb" not in refused
+    assert "exceeds available HBM" in refused["compile_error"]
+    lines = bench.tpu_table([xla, auto, refused]).splitlines()
+    assert len(lines) == 5 and all(line.count("|") == 10 for line in lines)
     assert lines[2].startswith("| tpu:v5e:2x2 | 512 | alternating | global splash, local splash |")
+    assert lines[4].startswith("| tpu:v5e:2x2 | 65,536 | full | global xla | refused by XLA: ")
 
 
 @pytest.mark.parametrize("flag", ["--modes=local,fast", "--seq_lens=1k", "--heads=5",
