@@ -1,12 +1,13 @@
 """Sentence-embedding throughput: ours (bert_jax.sentence_embeddings, what embed.py runs) against
 transformers + torch, each implementation in its own process (benchmarks/worker.py).
 
-    python benchmarks/compare_embed.py [--hf_dir=HF_FOLDER] [--batch_size=64] [--repeats=3] \
+    python benchmarks/compare_embed.py [--hf_dir=HF_FOLDER] [--batch_size=32] [--repeats=3] \
         [--json=out.json]
 
 Design: the same texts for both, real short sentences (gensim's 200 polarity sentences), the same
 encoder (default: the packaged MiniLM), mean pooling over real tokens, L2-normalised, fp32, batch
-64, each text cut at the model's length. Each process loads the model, then embeds every text
+32 (embed.py's default on a CPU; docs/results.md also gives both at 64), each text cut at the
+model's length. Each process loads the model, then embeds every text
 `repeats` times; per pass: seconds and sentences/s (pass 1 includes JAX's compilation of each
 length bucket; torch has none; later passes shuffle the texts, so their batches are new). What
 counts: sentences/s of pass 1 (a cold call), of pass 2 (the second call in the same process:
@@ -159,7 +160,7 @@ def main(argv):
 
 if __name__ == "__main__":
     flags.DEFINE_string("hf_dir", None, "Hugging Face BERT folder (default: packaged MiniLM).")
-    flags.DEFINE_integer("batch_size", 64, "Texts per batch.")
+    flags.DEFINE_integer("batch_size", 32, "Texts per batch (32: embed.py's default on a CPU).")
     flags.DEFINE_integer("repeats", 3, "Passes over the texts in each process (>= 2).")
     flags.DEFINE_string("json", None, "Also write the report here.")
     app.run(main)

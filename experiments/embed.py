@@ -2,7 +2,7 @@
 
     python experiments/embed.py --input=sentences.txt --output=out/sentences \
         --model=HF_FOLDER | --workdir=RUN [--step=N] \
-        [--pooling=mean|cls] [--normalize] [--batch_size=64] [--max_seq_len=N] [--nopack]
+        [--pooling=mean|cls] [--normalize] [--batch_size=32] [--max_seq_len=N] [--nopack]
 
 --input: one text per non-blank line (stripped), or .jsonl / .csv / .tsv with the text under
 --text_column (blank lines are not rows; --encoding if not UTF-8).
@@ -60,8 +60,9 @@ if __name__ == "__main__":
     flags.DEFINE_enum("pooling", "mean", list(sentence_embeddings.POOLINGS),
                       "mean: over the real tokens; cls: the [CLS] vector.")
     flags.DEFINE_boolean("normalize", False, "Scale every vector to unit L2 norm.")
-    flags.DEFINE_integer("batch_size", 64, "Texts per call unpacked; packed, batch_size // 4 rows "
-                         "of 128 tokens (or the longest text's length) per call.", lower_bound=1)
+    flags.DEFINE_integer("batch_size", None, "Texts per call unpacked; packed, batch_size // 4 "
+                         "rows of 128 tokens (or the longest text's length) per call (default: 32 "
+                         "on a CPU, 64 elsewhere).", lower_bound=1)
     flags.DEFINE_boolean("pack", True, "Several short texts a row, each attending only to itself "
                          "(the same vectors up to float rounding, less padding computed); "
                          "--nopack: one text a row.")

@@ -155,6 +155,18 @@ def test_batches_are_bucketed_by_length():
     assert [length for _, length in plan] == [64, 16, 8]
 
 
+def test_the_default_batch_is_the_platforms(minilm, monkeypatch):
+    from bert_jax import platform
+    assert sentence_embeddings.default_batch_size() == 32  # the tests run on a CPU
+    with platform.compiling_for("gpu"):
+        assert sentence_embeddings.default_batch_size() == 64
+    calls = []
+    monkeypatch.setattr(sentence_embeddings, "plan_calls",
+                        lambda *args, **kwargs: calls.append(args[1]) or [])
+    sentence_embeddings.embed(minilm, ["a text"])
+    assert calls == [32]
+
+
 # ----- reading inputs ----------------------------------------------------------------------------
 
 def test_read_rows_of_each_format(tmp_path):
