@@ -21,11 +21,13 @@ real tokens, 6,144 computed positions packed against 12,416 one text a row in le
 11,312 for transformers padding each batch of 64 to its longest). A call embeds `batch_size // 4`
 packed rows (at least 1); batch_size defaults by platform (DEFAULT_BATCH_SIZE). `pack=False`: one
 text a row, rows cut into calls of `batch_size` and padded to the smallest power of two (at least 8,
-at most max_seq_len) that holds a call's longest row. Either way a call's rows are rounded up to a
-power of two when fewer (the last call), the jitted function is kept per (model config, pooling,
-normalize) (`embed_fn`), and the encoder's parameters are put on the device once, when it is loaded:
-a process compiles a few programs per row length whatever the number of texts or calls, and a second
-call on new texts of the same lengths compiles nothing. The vectors come back in input order.
+at most max_seq_len) that holds a call's longest row. Either way the last call of several is padded
+to the full call's rows (its shape is compiled already: no compilation for a few rows), a single
+call's rows rounded up to a power of two (one text does not compute a full call), the jitted
+function is kept per (model config, pooling, normalize) (`embed_fn`), and the encoder's parameters
+are put on the device once, when it is loaded: a process compiles a few programs per row length
+whatever the number of texts or calls, and a second call on new texts of the same lengths compiles
+nothing. The vectors come back in input order.
 
 Inputs (`read_rows`) are read by `bert_jax.data.unlabelled.read_unlabelled_text`, one text
 column: text files (every non-blank line one text, stripped: format `lines`), JSONL (an object
@@ -214,8 +216,12 @@ def rows_per_call(batch_size: int, pack: bool) -> int:
     return max(1, batch_size // 4) if pack else batch_size
 
 
-def call_rows(texts_in_rows: int, rows_per_call: int) -> int:
-    """Rows a call computes: rows_per_call, or the power of two that holds its rows when fewer."""
+def call_rows(texts_in_rows: int, rows_per_call: int, only_call: bool = True) -> int:
+    """Rows a call computes: rows_per_call; when fewer rows are filled and this is the input's
+    only call, the power of two that holds them (the last of several calls stays full: that
+    shape is compiled already)."""
+    if not only_call:
+        return rows_per_call
     return min(rows_per_call, 1 << max(texts_in_rows - 1, 0).bit_length())
 
 
@@ -338,9 +344,9 @@ def embed(encoder: Encoder, texts: Sequence[str], pooling: str = "mean", normali
     full_call = rows_per_call(batch_size, pack)
     slots = MAX_TEXTS_PER_ROW if pack else 1
     bar = _progress_bar(len(rows)) if progress else None
-    for texts_in_rows, length in plan_calls([len(r) for r in rows], batch_size, max_seq_len,
-                                            pack):
-        num_rows = call_rows(len(texts_in_rows), full_call)
+    calls = plan_calls([len(r) for r in rows], batch_size, max_seq_len, pack)
+    for texts_in_rows, length in calls:
+        num_rows = call_rows(len(texts_in_rows), full_call, only_call=len(calls) == 1)
         arrays = _call_arrays(rows, texts_in_rows, num_rows, length, slots,
                               encoder.tokenizer.pad_id)
         vectors = np.asarray(function(params, *arrays))

@@ -155,6 +155,14 @@ def test_batches_are_bucketed_by_length():
     assert [length for _, length in plan] == [64, 16, 8]
 
 
+def test_the_last_of_several_calls_keeps_the_full_shape():
+    # a lone call of 3 rows computes 4 (a power of two), the last of several calls the full 8:
+    # its shape is compiled already
+    assert sentence_embeddings.call_rows(3, 8) == 4
+    assert sentence_embeddings.call_rows(3, 8, only_call=False) == 8
+    assert sentence_embeddings.call_rows(8, 8, only_call=False) == 8
+
+
 def test_the_default_batch_is_the_platforms(minilm, monkeypatch):
     from bert_jax import platform
     assert sentence_embeddings.default_batch_size() == 32  # the tests run on a CPU
