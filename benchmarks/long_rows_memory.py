@@ -252,8 +252,9 @@ def _index(results: list[dict]) -> dict:
 
 
 def _order(results: list[dict]) -> list[dict]:
-    return sorted(results, key=lambda r: (r["seq_len"], MODES.index(r["mode"]),
-                                          r.get("attention", "")))
+    """By attention setting, then row length, then mode."""
+    return sorted(results, key=lambda r: (r.get("attention", ""), r["seq_len"],
+                                          MODES.index(r["mode"])))
 
 
 def cpu_table(results: list[dict]) -> str:
@@ -277,7 +278,7 @@ def cpu_table(results: list[dict]) -> str:
 
 
 def tpu_table(results: list[dict]) -> str:
-    """Markdown, one row per (row length, mode, attention) of the TPU compilations: MiB per chip
+    """Markdown, one row per (attention, row length, mode) of the TPU compilations: MiB per chip
     of arguments, outputs, temporaries (and their growth over half the row) and the program."""
     by_key = _index(results)
     lines = ["| target | row length | mode | kernels | arguments MiB | outputs MiB | "
