@@ -25,7 +25,6 @@ from absl import logging
 
 from bert_jax import paths, sharding
 from bert_jax.config import BertConfig
-from bert_jax.data import example_packing
 from bert_jax.recipes import common
 from bert_jax.recipes.finetune import kinds
 from bert_jax.recipes.finetune.task_data import (
@@ -40,14 +39,11 @@ from bert_jax.recipes.finetune.task_data import (
 from bert_jax.train import evaluation, flops, loop, steps
 from bert_jax.train import workdir as workdir_lib
 
-# The inputs only packed training batches have (bert_jax.data.example_packing).
-PACKED_INPUTS = (example_packing.SEGMENT_IDS, example_packing.EXAMPLE_POSITIONS)
-
 
 def _forward(model: nn.Module, params, batch, rng, deterministic: bool,
-             packed_inputs: tuple[str, ...] = PACKED_INPUTS):
-    """The model's outputs on `batch`; of a packed training batch, the model also takes those
-    of PACKED_INPUTS that its kind names (TaskKind.packed_inputs)."""
+             packed_inputs: tuple[str, ...]):
+    """The model's outputs on `batch`; a packed training batch's `packed_inputs` (the kind's
+    TaskKind.packed_inputs: segment_ids, example_positions) go to the model too."""
     packed = {k: batch[k] for k in packed_inputs if k in batch}  # packed training batches
     return model.apply({"params": params}, batch["input_ids"], batch["token_type_ids"],
                        batch["attention_mask"], deterministic, **packed,
@@ -74,7 +70,8 @@ def make_predict_fn(kind: kinds.TaskKind, model: nn.Module, seq_len: Optional[in
     kind's token_outputs of a batch cut to a bucket are padded back to seq_len positions
     (NO_TOKEN_LOGIT), so every batch gives rows of one shape."""
     def predict(params, batch):
-        outputs = kind.predict(_forward(model, params, batch, None, True), batch)
+        outputs = kind.predict(
+            _forward(model, params, batch, None, True, kind.packed_inputs), batch)
         if seq_len is None:
             return outputs
         return {name: _pad_tokens(value, seq_len) if name in kind.token_outputs else value
