@@ -65,6 +65,7 @@ from bert_jax.train.metrics_writer import (
     format_log_line,
     read_metrics,
 )
+from bert_jax.train.optimizer import every_element_finite
 from bert_jax.train.throughput import Throughput
 
 _DEFAULTS = run_config.LOOP_DEFAULTS
@@ -144,11 +145,6 @@ def window_mean(last: Mapping[str, float], sums: Mapping[str, float], steps: int
     if "loss" in last:
         logged["loss_last_batch"] = last["loss"]
     return logged
-
-
-def _all_finite(tree: Any) -> jax.Array:
-    """Whether every element of every leaf of `tree` is finite: one boolean scalar."""
-    return jnp.all(jnp.stack([jnp.all(jnp.isfinite(leaf)) for leaf in jax.tree.leaves(tree)]))
 
 
 @dataclasses.dataclass
@@ -232,7 +228,7 @@ class _Run:
         self.checkpoint_metadata = {**task.checkpoint_metadata, "params_finite": True,
                                     **workdir_lib.saved_config_metadata(workdir)}
         self.finite_saves: set[int] = set()  # steps saved by this invocation (finite params)
-        self.all_finite = jax.jit(_all_finite, out_shardings=sharding.replicated(mesh))
+        self.all_finite = jax.jit(every_element_finite, out_shardings=sharding.replicated(mesh))
         self.throughput = Throughput(task.flops_per_step, task.tokens_per_step,
                                      config.peak_flops_per_device, self.step)
         self.metrics: Mapping[str, jax.Array] = {}

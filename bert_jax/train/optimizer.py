@@ -33,6 +33,8 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from bert_jax import pytree
+
 OPTIMIZERS = ("adamw", "lamb")
 DECAYS = ("linear", "cosine", "constant", "wsd", "one_cycle")
 ONE_CYCLE_DIV_FACTOR = 25.0  # one_cycle starts at learning_rate / this
@@ -118,13 +120,9 @@ def _one_cycle(cfg: OptimizerConfig) -> optax.Schedule:
         final_div_factor=final_div_factor)
 
 
-def _path_names(path: tuple[Any, ...]) -> list[str]:
-    return [str(getattr(k, "key", getattr(k, "name", k))) for k in path]
-
-
 def is_decayed(path: tuple[Any, ...]) -> bool:
     """Weight decay applies to weight matrices and embeddings, not to biases or LayerNorm."""
-    names = _path_names(path)
+    names = pytree.path_names(path)
     leaf = names[-1] if names else ""
     in_layer_norm = any("layer_norm" in n.lower() or "layernorm" in n.lower() for n in names)
     return not (in_layer_norm or leaf == "bias" or leaf.endswith("_bias"))
@@ -263,10 +261,14 @@ def _all_finite(tree: Any) -> jax.Array:
     elements themselves are tested, in a branch that runs only in that case.
     """
     sqnorm = optax.tree.norm(tree, squared=True)
-    leaves = jax.tree.leaves(tree)
-    return jax.lax.cond(
-        jnp.isfinite(sqnorm), lambda: jnp.array(True),
-        lambda: jnp.all(jnp.array([jnp.all(jnp.isfinite(x)) for x in leaves])))
+    return jax.lax.cond(jnp.isfinite(sqnorm), lambda: jnp.array(True),
+                        lambda: every_element_finite(tree))
+
+
+def every_element_finite(tree: Any) -> jax.Array:
+    """Whether every element of every leaf of `tree` is finite: one boolean scalar, from the
+    elements themselves (a pass over the tree)."""
+    return jnp.all(jnp.stack([jnp.all(jnp.isfinite(leaf)) for leaf in jax.tree.leaves(tree)]))
 
 
 def _make_update_chain(cfg: OptimizerConfig) -> optax.GradientTransformation:
