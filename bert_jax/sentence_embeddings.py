@@ -21,13 +21,13 @@ real tokens, 6,144 computed positions packed against 12,416 one text a row in le
 11,312 for transformers padding each batch of 64 to its longest). A call embeds `batch_size // 4`
 packed rows (at least 1); batch_size defaults by platform (DEFAULT_BATCH_SIZE). `pack=False`: one
 text a row, rows cut into calls of `batch_size` and padded to the smallest power of two (at least 8,
-at most max_seq_len) that holds a call's longest row. Either way the last call of several is padded
-to the full call's rows (its shape is compiled already: no compilation for a few rows), a single
-call's rows rounded up to a power of two (one text does not compute a full call), the jitted
-function is kept per (model config, pooling, normalize) (`embed_fn`), and the encoder's parameters
-are put on the device once, when it is loaded: a process compiles a few programs per row length
-whatever the number of texts or calls, and a second call on new texts of the same lengths compiles
-nothing. The vectors come back in input order.
+at most max_seq_len) that holds a call's longest row. Either way a call of fewer rows is rounded up
+to a power of two (one text does not compute a full call), or to the full call's rows when a full
+call of its row length has run (that shape is compiled already: the last call of a length compiles
+nothing), the jitted function is kept per (model config, pooling, normalize) (`embed_fn`), and the
+encoder's parameters are put on the device once, when it is loaded: a process compiles a few
+programs per row length whatever the number of texts or calls, and a second call on new texts of the
+same lengths compiles nothing. The vectors come back in input order.
 
 Inputs (`read_rows`) are read by `bert_jax.data.unlabelled.read_unlabelled_text`, one text
 column: text files (every non-blank line one text, stripped: format `lines`), JSONL (an object
@@ -195,13 +195,14 @@ def plan_calls(lengths: Sequence[int], batch_size: int, max_seq_len: int, pack: 
         # First fit within windows of PACK_WINDOW texts of the longest-first order: each window
         # costs at most PACK_WINDOW * its rows, so planning stays linear in the texts, and each
         # window's rows are as long as its own longest text needs.
-        order = np.argsort(-np.asarray(lengths), kind="stable")
+        lengths = np.asarray(lengths)
+        order = np.argsort(-lengths, kind="stable")
         packer = example_packing.Packer(MAX_TEXTS_PER_ROW, 1, ())
         per_call = rows_per_call(batch_size, pack=True)
         calls = []
         for start in range(0, len(order), PACK_WINDOW):
             window = order[start:start + PACK_WINDOW]
-            window_lengths = np.asarray(lengths)[window]
+            window_lengths = lengths[window]
             length = packed_row_length(int(window_lengths.max()), max_seq_len)
             rows = [[int(window[i]) for i in row]
                     for row in packer.assign(window_lengths, length)]
@@ -216,11 +217,11 @@ def rows_per_call(batch_size: int, pack: bool) -> int:
     return max(1, batch_size // 4) if pack else batch_size
 
 
-def call_rows(texts_in_rows: int, rows_per_call: int, only_call: bool = True) -> int:
-    """Rows a call computes: rows_per_call; when fewer rows are filled and this is the input's
-    only call, the power of two that holds them (the last of several calls stays full: that
-    shape is compiled already)."""
-    if not only_call:
+def call_rows(texts_in_rows: int, rows_per_call: int, full_call_compiled: bool = False) -> int:
+    """Rows a call computes: rows_per_call; when fewer rows are filled, the power of two that
+    holds them, unless a full call of this row length has run already (full_call_compiled:
+    that shape is compiled, a smaller one would compile again)."""
+    if full_call_compiled:
         return rows_per_call
     return min(rows_per_call, 1 << max(texts_in_rows - 1, 0).bit_length())
 
@@ -344,9 +345,12 @@ def embed(encoder: Encoder, texts: Sequence[str], pooling: str = "mean", normali
     full_call = rows_per_call(batch_size, pack)
     slots = MAX_TEXTS_PER_ROW if pack else 1
     bar = _progress_bar(len(rows)) if progress else None
-    calls = plan_calls([len(r) for r in rows], batch_size, max_seq_len, pack)
-    for texts_in_rows, length in calls:
-        num_rows = call_rows(len(texts_in_rows), full_call, only_call=len(calls) == 1)
+    full_lengths = set()  # row lengths whose full call has run: (full_call, length) compiled
+    for texts_in_rows, length in plan_calls([len(r) for r in rows], batch_size, max_seq_len,
+                                            pack):
+        num_rows = call_rows(len(texts_in_rows), full_call, length in full_lengths)
+        if num_rows == full_call:
+            full_lengths.add(length)
         arrays = _call_arrays(rows, texts_in_rows, num_rows, length, slots,
                               encoder.tokenizer.pad_id)
         vectors = np.asarray(function(params, *arrays))

@@ -155,12 +155,27 @@ def test_batches_are_bucketed_by_length():
     assert [length for _, length in plan] == [64, 16, 8]
 
 
-def test_the_last_of_several_calls_keeps_the_full_shape():
-    # a lone call of 3 rows computes 4 (a power of two), the last of several calls the full 8:
-    # its shape is compiled already
+def test_the_last_of_several_calls_keeps_the_full_shape(minilm, monkeypatch):
+    # a lone call of 3 rows computes 4 (a power of two); after a full call of the same row
+    # length, the full 8: that shape is compiled already
     assert sentence_embeddings.call_rows(3, 8) == 4
-    assert sentence_embeddings.call_rows(3, 8, only_call=False) == 8
-    assert sentence_embeddings.call_rows(8, 8, only_call=False) == 8
+    assert sentence_embeddings.call_rows(3, 8, full_call_compiled=True) == 8
+    assert sentence_embeddings.call_rows(8, 8, full_call_compiled=True) == 8
+    shapes = []
+    real = sentence_embeddings._call_arrays
+    monkeypatch.setattr(sentence_embeddings, "_call_arrays", lambda rows, texts_in_rows,
+                        num_rows, length, *rest: shapes.append((num_rows, length)) or real(
+                            rows, texts_in_rows, num_rows, length, *rest))
+    # unpacked, 2 texts a call, longest first: three long texts make a full call and one of 1
+    # text at the same length (kept full); with two short texts after them, the last call (1
+    # text) has a length no full call had (rounded to a power of two)
+    long_texts = ["a longer sentence " * 6, "another longer sentence " * 5,
+                  "one more long one " * 5]
+    sentence_embeddings.embed(minilm, long_texts, batch_size=2, pack=False)
+    assert shapes == [(2, 32), (2, 32)]
+    shapes.clear()
+    sentence_embeddings.embed(minilm, long_texts + ["short", "tiny"], batch_size=2, pack=False)
+    assert shapes == [(2, 32), (2, 32), (1, 8)]
 
 
 def test_the_default_batch_is_the_platforms(minilm, monkeypatch):
