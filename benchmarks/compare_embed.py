@@ -5,18 +5,17 @@ transformers + torch, each implementation in its own process (benchmarks/worker.
         [--json=out.json]
 
 Design: the same texts for both, real short sentences (gensim's 200 polarity sentences), the same
-encoder (default: the packaged MiniLM), mean pooling over real tokens, L2-normalised, fp32, batch
-32 (embed.py's default on a CPU; docs/results.md also gives both at 64), each text cut at the
-model's length. Each process loads the model, then embeds every text
-`repeats` times; per pass: seconds and sentences/s (pass 1 includes JAX's compilation of each
-length bucket; torch has none; later passes shuffle the texts, so their batches are new). What
-counts: sentences/s of pass 1 (a cold call), of pass 2 (the second call in the same process:
-sentences_per_second_second_call, and second_call_speedup = pass 2 / pass 1) and of the best
-later pass (warm), and the largest difference between the two implementations' vectors. Then, in
-a new process for each implementation, two batches of `batch_size` texts (the first
-`batch_size` sentences, then the next): the seconds of each (the first includes JAX's
-compilation of the batch's shape) and second_batch_speedup = first / second. Never run it beside
-another XLA or torch process.
+encoder (default: the packaged MiniLM), mean pooling over real tokens, L2-normalised, fp32, batch 32
+(embed.py's default on a CPU; docs/results.md also gives both at 64), each text cut at the model's
+length. Each process loads the model, then embeds every text `repeats` times; per pass: seconds and
+sentences/s (pass 1 includes JAX's compilation of each length bucket; torch has none; later passes
+shuffle the texts, so their batches are new). What counts: sentences/s of pass 1 (a cold call), of
+pass 2 (the second call in the same process: sentences_per_second_second_call, and
+second_call_speedup = pass 2 / pass 1) and of the best later pass (warm), and the largest difference
+between the two implementations' vectors. Then, in a new process for each implementation, two
+batches of `batch_size` texts (the first `batch_size` sentences, then the next): the seconds of each
+(the first includes JAX's compilation of the batch's shape) and second_batch_speedup = first /
+second. Never run it beside another XLA or torch process.
 """
 
 from __future__ import annotations
