@@ -1,4 +1,5 @@
-"""Fine-tuning readers and features: formats, bad input, label alignment, SQuAD windows."""
+"""Fine-tuning readers and features: formats, bad input, label alignment, sliding windows over
+long texts and sentences, SQuAD windows."""
 
 import json
 import os
@@ -173,6 +174,44 @@ def test_ner_labels_on_first_subword_only(minilm_tokenizer):
     recovered = encoding.tags_from_token_predictions(
         np.where(short["labels"] >= 0, short["labels"], 0), short["word_index"], [4], label_map)
     assert recovered[0][0] == "B-PER" and recovered[0][2:] == ["O", "O"]
+
+
+def test_short_inputs_give_one_window_the_truncated_row(minilm_tokenizer):
+    t = minilm_tokenizer
+    texts = ["a short text", "", "another one, with a comma"]
+    examples = [readers.TextExample(text, None, "x") for text in texts]
+    rows = encoding.encode_text_examples(t, examples, 16, None, with_labels=False)
+    windowed = encoding.encode_text_windows(t, examples, 16, 7)
+    assert list(windowed["example_index"]) == [0, 1, 2]
+    for key in ("input_ids", "token_type_ids", "attention_mask"):
+        np.testing.assert_array_equal(windowed[key], rows[key])
+
+    sentences = [readers.TaggedSentence(("Johannesburgian", "visits", "Paris"),
+                                        ("B-PER", "O", "B-LOC")),
+                 readers.TaggedSentence(("today",), ("O",))]
+    label_map = ("B-LOC", "B-PER", "O")
+    truncated = encoding.encode_tagged_sentences(t, sentences, 16, label_map)
+    slid = encoding.encode_tagged_sentences(t, sentences, 16, label_map, stride=7)
+    assert list(slid.pop("example_index")) == [0, 1]
+    assert truncated.keys() == slid.keys()
+    for key in truncated:
+        np.testing.assert_array_equal(slid[key], truncated[key])
+
+
+def test_tagged_windows_name_each_word_in_exactly_one_row(minilm_tokenizer):
+    t = minilm_tokenizer
+    words = tuple(["Johannesburgian", "visits", "the", "Anticonstitutionnellement", "today"] * 6)
+    tags = tuple(["B-PER", "O", "O", "B-LOC", "O"] * 6)
+    label_map = ("B-LOC", "B-PER", "O")
+    features = encoding.encode_tagged_sentences(t, [readers.TaggedSentence(words, tags)], 16,
+                                                label_map, stride=5)
+    assert len(features["input_ids"]) > 3 and set(features["example_index"]) == {0}
+    named = features["word_index"][features["word_index"] >= 0]
+    assert sorted(named) == list(range(len(words)))  # each word once
+    predicted = np.where(features["labels"] >= 0, features["labels"], 0)
+    assert encoding.tags_from_token_predictions(
+        predicted, features["word_index"], [len(words)], label_map,
+        example_index=features["example_index"]) == [list(tags)]
 
 
 def test_squad_windows_cover_context_and_locate_answer(minilm_tokenizer):

@@ -9,6 +9,10 @@ attention_mask 0:
                                  first sub-word, IGNORE = -100 everywhere else) and
                                  word_index [N, L] int32 (the word a first sub-word starts, -1)
 
+An input longer than a row is truncated, or, given a stride, read in sliding windows
+(bert_jax.data.windows): then a row is a window, F rows in all, and example_index [F] int32
+names the example of each (`encode_text_windows`, `encode_tagged_sentences` with a stride).
+
 Class indices come from a label map: the sorted distinct training labels. Span-QA windows and
 answer decoding are in `bert_jax.data.squad`.
 """
@@ -20,6 +24,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
+from bert_jax.data import windows
 from bert_jax.data.readers import DataError, TaggedSentence, TextExample
 from bert_jax.data.tokenizer import WordPieceTokenizer
 
@@ -112,14 +117,58 @@ def encode_text_examples(tokenizer: WordPieceTokenizer, examples: Sequence[TextE
     return features
 
 
+def encode_text_windows(tokenizer: WordPieceTokenizer, examples: Sequence[TextExample],
+                        max_seq_len: int, stride: int) -> dict[str, np.ndarray]:
+    """Rows [CLS] window [SEP] of single texts, windows of max_seq_len - 2 tokens `stride`
+    apart (windows.token_spans): input_ids, token_type_ids, attention_mask [F, L] int32 and
+    example_index [F] int32. A text that fits gives one row, encode_text_examples' own."""
+    if any(e.text_pair is not None for e in examples):
+        raise DataError("sliding windows read single texts, not pairs")
+    rows, example_index = [], []
+    for index, ids in enumerate(tokenizer.encode_batch([e.text for e in examples])):
+        for start, stop in windows.token_spans(len(ids), max_seq_len - 2, stride):
+            rows.append([tokenizer.cls_id, *ids[start:stop], tokenizer.sep_id])
+            example_index.append(index)
+    return {"input_ids": _pad_sequences(rows, max_seq_len, tokenizer.pad_id),
+            "token_type_ids": _pad_sequences([[0] * len(row) for row in rows], max_seq_len, 0),
+            "attention_mask": _pad_sequences([[1] * len(row) for row in rows], max_seq_len, 0),
+            "example_index": np.asarray(example_index, np.int32)}
+
+
+def _word_pieces(tokenizer: WordPieceTokenizer, sentences: Sequence[TaggedSentence]
+                 ) -> list[list[list[int]]]:
+    """The sub-word ids of each word of each sentence; a word the tokenizer turns into nothing
+    (e.g. a lone control character) is [UNK]."""
+    encodings = tokenizer.words_tokenizer.encode_batch(
+        [list(s.words) for s in sentences], is_pretokenized=True, add_special_tokens=False)
+    out = []
+    for sentence, encoding in zip(sentences, encodings):
+        pieces: list[list[int]] = [[] for _ in sentence.words]
+        for token_id, word in zip(encoding.ids, encoding.word_ids):
+            if word is not None:
+                pieces[word].append(token_id)
+        out.append([word_pieces or [tokenizer.unk_id] for word_pieces in pieces])
+    return out
+
+
+def _fitting_words(lengths: Sequence[int], budget: int) -> int:
+    """How many words from the first fit in `budget` sub-word tokens."""
+    return int(np.searchsorted(np.cumsum(lengths), budget, side="right"))
+
+
 def encode_tagged_sentences(tokenizer: WordPieceTokenizer, sentences: Sequence[TaggedSentence],
                             max_seq_len: int, label_map: Sequence[str],
-                            source: str = "sentences") -> dict[str, np.ndarray]:
+                            source: str = "sentences", stride: Optional[int] = None
+                            ) -> dict[str, np.ndarray]:
     """Rows for token classification: each word's tag on its first sub-word, IGNORE elsewhere.
 
     A word the tokenizer turns into nothing (e.g. a lone control character) becomes [UNK], so
-    every word has a position; words past max_seq_len - 2 sub-words are cut (and will be
-    predicted as "O" when decoding; see `tags_from_token_predictions`).
+    every word has a position. Without a stride, words past max_seq_len - 2 sub-words are cut
+    (and will be predicted as "O" when decoding; see `tags_from_token_predictions`). With one,
+    a sentence is read in windows of whole words (windows.word_spans, `stride` tokens apart;
+    a sentence that fits is one row, the same as without): the rows add example_index [F], a
+    window's labels tag all its words, and its word_index names only the words read from it
+    (windows.nearest_windows), so every word is named in exactly one row.
     """
     for number, sentence in enumerate(sentences):
         if len(sentence.words) != len(sentence.tags):
@@ -128,48 +177,67 @@ def encode_tagged_sentences(tokenizer: WordPieceTokenizer, sentences: Sequence[T
     all_tags = [tag for s in sentences for tag in s.tags]
     label_ids(all_tags, label_map, source)  # fails on a tag never seen in training
     tag_index = {name: i for i, name in enumerate(label_map)}
-    encodings = tokenizer.words_tokenizer.encode_batch(
-        [list(s.words) for s in sentences], is_pretokenized=True, add_special_tokens=False)
-    n = len(sentences)
-    input_ids = np.full((n, max_seq_len), tokenizer.pad_id, np.int32)
-    labels = np.full((n, max_seq_len), IGNORE, np.int32)
-    word_index = np.full((n, max_seq_len), -1, np.int32)
-    attention_mask = np.zeros((n, max_seq_len), np.int32)
-    for row, (sentence, encoding) in enumerate(zip(sentences, encodings)):
-        pieces: list[list[int]] = [[] for _ in sentence.words]
-        for token_id, word in zip(encoding.ids, encoding.word_ids):
-            if word is not None:
-                pieces[word].append(token_id)
-        ids, tags, words = [tokenizer.cls_id], [IGNORE], [-1]
-        for word, word_pieces in enumerate(pieces):
-            word_pieces = word_pieces or [tokenizer.unk_id]
-            if len(ids) + len(word_pieces) > max_seq_len - 1:
-                break
-            ids += word_pieces
-            tags += [tag_index[sentence.tags[word]]] + [IGNORE] * (len(word_pieces) - 1)
-            words += [word] + [-1] * (len(word_pieces) - 1)
-        ids.append(tokenizer.sep_id)
-        tags.append(IGNORE)
-        words.append(-1)
-        input_ids[row, :len(ids)] = ids
-        labels[row, :len(ids)] = tags
-        word_index[row, :len(ids)] = words
-        attention_mask[row, :len(ids)] = 1
-    return {"input_ids": input_ids, "token_type_ids": np.zeros_like(input_ids),
-            "attention_mask": attention_mask, "labels": labels, "word_index": word_index}
+    budget = max_seq_len - 2
+    rows: dict[str, list] = {"input_ids": [], "labels": [], "word_index": [],
+                             "example_index": []}
+    for index, (sentence, pieces) in enumerate(zip(sentences, _word_pieces(tokenizer,
+                                                                             sentences))):
+        lengths = [len(p) for p in pieces]
+        if stride is None:
+            spans = [(0, _fitting_words(lengths, budget))]
+            chosen = np.zeros(len(pieces), np.int64)
+        else:
+            spans = windows.word_spans(lengths, budget, stride)
+            chosen = windows.nearest_windows(lengths, budget, spans)
+        for k, (first, stop) in enumerate(spans):
+            ids, tags, words = [tokenizer.cls_id], [IGNORE], [-1]
+            for word in range(first, stop):
+                word_pieces = pieces[word][:budget]
+                ids += word_pieces
+                tags += [tag_index[sentence.tags[word]]] + [IGNORE] * (len(word_pieces) - 1)
+                words += [word if chosen[word] == k else -1] + [-1] * (len(word_pieces) - 1)
+            rows["input_ids"].append(ids + [tokenizer.sep_id])
+            rows["labels"].append(tags + [IGNORE])
+            rows["word_index"].append(words + [-1])
+            rows["example_index"].append(index)
+    features = {
+        "input_ids": _pad_sequences(rows["input_ids"], max_seq_len, tokenizer.pad_id),
+        "token_type_ids": _pad_sequences([[0] * len(r) for r in rows["input_ids"]],
+                                         max_seq_len, 0),
+        "attention_mask": _pad_sequences([[1] * len(r) for r in rows["input_ids"]],
+                                         max_seq_len, 0),
+        "labels": _pad_sequences(rows["labels"], max_seq_len, IGNORE),
+        "word_index": _pad_sequences(rows["word_index"], max_seq_len, -1),
+    }
+    if stride is not None:
+        features["example_index"] = np.asarray(rows["example_index"], np.int32)
+    return features
+
+
+def word_values(values: np.ndarray, word_index: np.ndarray, num_words: Sequence[int],
+                example_index: Optional[np.ndarray] = None) -> list[list]:
+    """Per-word values from per-token ones, read at the position that names each word.
+
+    values [F, L, ...], word_index [F, L] (-1: no word); example_index [F]: the sentence of
+    each row (None: row i is sentence i). A word no row names (cut by truncation) gets None.
+    """
+    out: list[list] = [[None] * count for count in num_words]
+    rows = range(len(num_words)) if example_index is None else range(len(word_index))
+    for row in rows:
+        sentence = row if example_index is None else int(example_index[row])
+        for position in np.nonzero(word_index[row] >= 0)[0]:
+            out[sentence][word_index[row, position]] = values[row, position]
+    return out
 
 
 def tags_from_token_predictions(predicted: np.ndarray, word_index: np.ndarray,
                                 num_words: Sequence[int], label_map: Sequence[str],
-                                outside: str = "O") -> list[list[str]]:
-    """Per-word tags from per-token class indices, read at each word's first sub-word.
+                                outside: str = "O",
+                                example_index: Optional[np.ndarray] = None) -> list[list[str]]:
+    """Per-word tags from per-token class indices, read at each word's first sub-word (in
+    sliding windows: in the row whose word_index names it; see `word_values`).
 
-    predicted, word_index: [N, L]. Words cut by truncation get `outside`.
+    predicted, word_index: [F, L]. Words cut by truncation get `outside`.
     """
-    out = []
-    for row, count in enumerate(num_words):
-        tags = [outside] * count
-        for position in np.nonzero(word_index[row] >= 0)[0]:
-            tags[word_index[row, position]] = label_map[predicted[row, position]]
-        out.append(tags)
-    return out
+    return [[outside if p is None else label_map[p] for p in sentence]
+            for sentence in word_values(predicted, word_index, num_words, example_index)]

@@ -34,6 +34,7 @@ import numpy as np
 
 from bert_jax.data.readers import DataError, QAExample
 from bert_jax.data.tokenizer import WordPieceTokenizer
+from bert_jax.data.windows import window_starts
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,14 +56,6 @@ def _answer_token_span(offsets: Sequence[tuple[int, int]], start_char: int,
     """First and last context token overlapping the characters [start_char, end_char)."""
     tokens = [i for i, (s, e) in enumerate(offsets) if s < end_char and e > start_char]
     return (tokens[0], tokens[-1]) if tokens else None
-
-
-def window_starts(num_tokens: int, window: int, stride: int) -> list[int]:
-    """Starts of windows of `window` tokens, `stride` apart, until the last token is covered."""
-    starts = [0]
-    while starts[-1] + window < num_tokens:
-        starts.append(starts[-1] + stride)
-    return starts
 
 
 def encode_qa_examples(tokenizer: WordPieceTokenizer, examples: Sequence[QAExample],
