@@ -214,6 +214,13 @@ def finetune_config(task: str) -> ml_collections.ConfigDict:
         # K >= 2: training packs up to K examples into one row (classification, regression,
         # multi_label): the same batches of examples, almost no padding; 0: off
         pack_examples=0,
+        # Inputs longer than a row, in evaluation and prediction: truncate (cut at max_seq_len)
+        # | slide (windows window_stride apart; classification, regression, multi_label: the
+        # mean of the windows' logits, single texts only; token_classification: each word from
+        # the window whose centre is nearest to it). Training always truncates; span_qa always
+        # slides (squad.doc_stride).
+        long_inputs="truncate",
+        window_stride=0,  # slide: tokens between window starts; 0: (max_seq_len - 2) // 2
     ))
     # span_qa only: windows over long contexts, and how answers are read from the logits
     config.squad = ml_collections.ConfigDict(dict(
@@ -442,8 +449,13 @@ def check(config: Any) -> None:
                               "encoding Python knows (e.g. utf-8, cp1252, latin-1)") from None
 
 
+LONG_INPUTS = ("truncate", "slide")  # the values of data.long_inputs
+
 # Values no run can use (the type is checked first): (key, test, what it must be).
 _RANGES = (
+    ("data.long_inputs", lambda v: v in LONG_INPUTS, f"one of {', '.join(LONG_INPUTS)}"),
+    ("data.window_stride", lambda v: v >= 0,
+     "an integer >= 0 (tokens between window starts; 0: half a row)"),
     ("epochs", lambda v: math.isfinite(v) and v > 0, "a positive finite number"),
     ("accumulation_steps", lambda v: v >= 1, "at least 1 (micro-batches per optimizer step)"),
     ("seed", lambda v: 0 <= v < 2**32, "in [0, 2**32)"),

@@ -2,6 +2,7 @@
 
     python experiments/evaluate.py --workdir=/tmp/bert_demo [--step=2500]
     python experiments/evaluate.py --workdir=RUN --input=other_labelled.tsv [--format=tsv]
+    python experiments/evaluate.py --workdir=RUN --long_inputs=slide
 
 Reads `<workdir>/config.json` (written by the training run), picks its recipe from the config's
 `recipe` key (bert_jax.recipes.<recipe>.evaluate), reloads the newest (or the named) checkpoint
@@ -18,6 +19,10 @@ reads (--format, default: the run's config.data.format; auto goes by the extensi
 run's columns and labels: it writes to a folder of its own, `<workdir>/evaluation/<file
 name>/step_<N>.json` and `.../step_<N>/` (the predictions), recording the input's path and row
 count, and never touches the run's own `evaluation/step_<N>*`.
+
+--long_inputs=truncate|slide (fine-tuning runs; default: the run's config.data.long_inputs)
+says how inputs longer than a row are evaluated: truncated, or read in sliding windows
+(bert_jax/run_config.py's data.long_inputs says how the windows are folded).
 """
 
 import json
@@ -58,10 +63,16 @@ def classification_tables(workdir: str, directory: str) -> dict:
 
 
 def evaluate_run(workdir: str, step: Optional[int], input_path: Optional[str],
-                 file_format: Optional[str]) -> tuple[int, dict, dict]:
+                 file_format: Optional[str], long_inputs: Optional[str] = None
+                 ) -> tuple[int, dict, dict]:
     """(step, metrics, what the evaluation JSON adds: the input, its rows, the tables)."""
     config = workdir_lib.load_config(workdir)
     common.fit_mesh_to_devices(config)
+    if long_inputs is not None:
+        if config.recipe != "finetune":
+            raise ValueError(f"--long_inputs is for fine-tuning runs; {workdir} holds a "
+                             f"{config.recipe!r} run")
+        config.data.long_inputs = long_inputs
     if input_path is None:
         step, metrics = recipes.get(config.recipe).evaluate(config, workdir, step)
         directory = os.fspath(paths.path(workdir) / "evaluation" / f"step_{step}")
@@ -118,7 +129,8 @@ def main(argv):
         cli.fail(SCRIPT, "--format is the format of --input: give --input=FILE with it")
     with cli.interrupts_stop(SCRIPT):
         step, metrics, extra = cli.run_or_exit(
-            SCRIPT, lambda: evaluate_run(FLAGS.workdir, FLAGS.step, FLAGS.input, FLAGS.format))
+            SCRIPT, lambda: evaluate_run(FLAGS.workdir, FLAGS.step, FLAGS.input, FLAGS.format,
+                                         FLAGS.long_inputs))
     if jax.process_index() == 0:
         print(json.dumps(write_record(FLAGS.workdir, step, metrics, extra, FLAGS.output)))
 
@@ -137,5 +149,8 @@ if __name__ == "__main__":
     flags.DEFINE_enum("format", None, ["auto", "csv", "tsv", "csv_no_header", "tsv_no_header",
                                        "jsonl", "fasttext", "conll", "json", "squad"],
                       "The format of --input (default: the run's config.data.format).")
+    flags.DEFINE_enum("long_inputs", None, ["truncate", "slide"],
+                      "Fine-tuning runs: inputs longer than a row truncated, or read in "
+                      "sliding windows (default: the run's config.data.long_inputs).")
     distributed.define_flags()
     app.run(main, flags_parser=cli.parse_flags)

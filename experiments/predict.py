@@ -2,7 +2,7 @@
 
     python experiments/predict.py --workdir=/tmp/polarity --input=new.txt --output=out.jsonl \
         [--step=N] [--batch_size=64] [--dtype=float32|bfloat16] [--format=lines] \
-        [--skip_bad_rows]
+        [--skip_bad_rows] [--long_inputs=truncate|slide]
 
 Input, in the formats of training with the label optional (--format, default: the run's
 config.data.format; auto goes by the extension): csv | tsv | jsonl with the run's text (and pair)
@@ -22,9 +22,12 @@ regression {"index", "text", ("text_pair"), "prediction"}; multi_label {"index",
 
 A bad row (file:line named) stops the run before anything is written, or, with --skip_bad_rows,
 is skipped and listed. Over-long inputs are truncated (NER: the words past the row get "O"; QA:
-sliding windows) and counted. The last stdout line is a JSON summary (rows, records, bad rows,
-what was cut, rows/s). Exit status: 0 done, 1 bad input (one line `predict.py: error: ...`).
-The logic: bert_jax.recipes.finetune.predict.
+sliding windows) and counted; --long_inputs=slide (default: the run's config.data.long_inputs)
+reads long texts and sentences in sliding windows instead (a text: the mean of its windows'
+logits; a word: from the window whose centre is nearest to it), still one record per row. The
+last stdout line is a JSON summary (rows, records, bad rows, what was cut, rows/s). Exit status:
+0 done, 1 bad input (one line `predict.py: error: ...`). The logic:
+bert_jax.recipes.finetune.predict.
 """
 
 import json
@@ -44,7 +47,7 @@ def main(argv):
     options = predict.PredictOptions(
         input_path=FLAGS.input, output_path=FLAGS.output, step=FLAGS.step,
         batch_size=FLAGS.batch_size, dtype=FLAGS.dtype, file_format=FLAGS.format,
-        skip_bad_rows=FLAGS.skip_bad_rows)
+        skip_bad_rows=FLAGS.skip_bad_rows, long_inputs=FLAGS.long_inputs)
     with cli.interrupts_stop("predict.py"):
         summary = cli.run_or_exit("predict.py",
                                   lambda: predict.predict_file(FLAGS.workdir, options))
@@ -64,5 +67,8 @@ if __name__ == "__main__":
                                        "conll", "json", "squad"],
                       "Input format (default: the run's config.data.format).")
     flags.DEFINE_bool("skip_bad_rows", False, "Skip bad rows (listed) instead of stopping.")
+    flags.DEFINE_enum("long_inputs", None, ["truncate", "slide"],
+                      "Inputs longer than a row: truncated, or read in sliding windows "
+                      "(default: the run's config.data.long_inputs).")
     distributed.define_flags()
     app.run(main, flags_parser=cli.parse_flags)

@@ -38,13 +38,14 @@ class Classification(TextTask):
 
     def score(self, data, outputs, config):
         label_map = data.labels["label_map"]
-        predicted = np.argmax(outputs["logits"], -1)
+        logits = self.example_logits(outputs, data.eval_features, len(data.eval_examples))
+        predicted = np.argmax(logits, -1)
         gold = data.eval_features["labels"]
         majority = data.labels.get("majority_label")
         result = {**metrics.classification_scores(predicted, gold, label_map),
                   "majority_baseline_accuracy": float(np.mean(
                       [e.label == majority for e in data.eval_examples]))}
-        probabilities = softmax(outputs["logits"])
+        probabilities = softmax(logits)
         records = [self.record(i, e, prediction=label_map[p],
                                probabilities=by_label(label_map, probabilities[i], 6))
                    for i, (e, p) in enumerate(zip(data.eval_examples, predicted))]
@@ -52,10 +53,12 @@ class Classification(TextTask):
 
     def prediction_records(self, examples, features, outputs, labels, config):
         """{"text", ("text_pair"), "prediction": the most probable class, "probabilities":
-        {class: p}} per example (no "label": the input has no gold); logits [N, C]."""
+        {class: p}} per example (no "label": the input has no gold); logits [N, C] (windows:
+        [F, C], averaged per example)."""
         label_map = labels["label_map"]
-        predicted = np.argmax(outputs["logits"], -1)
-        probabilities = softmax(outputs["logits"])
+        logits = self.example_logits(outputs, features, len(examples))
+        predicted = np.argmax(logits, -1)
+        probabilities = softmax(logits)
         return [{**self.input_fields(e), "prediction": label_map[p],
                  "probabilities": by_label(label_map, row)}
                 for e, p, row in zip(examples, predicted, probabilities)]

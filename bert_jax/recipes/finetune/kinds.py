@@ -9,6 +9,11 @@ A kind says, for one family of tasks, everything that differs between them:
     encode(tokenizer, examples, config, labels, source)
                                      numpy features, one row per model input row: input_ids,
                                      token_type_ids, attention_mask [N, L] and the targets
+    encode_eval(tokenizer, examples, config, labels, source)
+                                     the rows evaluation predicts: encode's, or, with
+                                     data.long_inputs='slide' (`window_stride`), sliding
+                                     windows: F rows, example_index [F] naming each row's
+                                     example (targets stay one per example); score folds them
     make_model(cfg, labels)          the Flax module (encoder + head)
     loss(outputs, batch, example_weights)
                                      (loss terms, metrics) as (sum, weight) pairs (steps.LossFn),
@@ -27,7 +32,8 @@ and, for predictions on new inputs (bert_jax.recipes.finetune.predict):
                                      ignored) and the bad rows named by file and line
     encode_unlabelled(tokenizer, examples, config, labels, source)
                                      (features, cut): the model inputs [N', L] plus what
-                                     prediction_records reads; cut = {what was cut short: how
+                                     prediction_records reads (windows as in encode_eval);
+                                     cut = {what was cut short (or read in windows): how
                                      many examples}, e.g. inputs truncated to max_seq_len
     prediction_records(examples, features, outputs, labels, config)
                                      one JSON-able dict per example, in order
@@ -47,8 +53,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bert_jax import paths
-from bert_jax.config import BertConfig
+from bert_jax import paths, run_config
+from bert_jax.config import BertConfig, ConfigError
 from bert_jax.data import example_packing, unlabelled
 from bert_jax.recipes.finetune.losses import LossOutput
 
@@ -76,6 +82,9 @@ class TaskKind:
     packable = False
     packed_inputs: tuple[str, ...] = (example_packing.SEGMENT_IDS,
                                       example_packing.EXAMPLE_POSITIONS)
+    # data.long_inputs='slide' applies: encode_eval and encode_unlabelled read long inputs in
+    # windows (span QA's contexts always are)
+    slides_long_inputs = False
 
     def read(self, path: str, config) -> list:
         raise NotImplementedError
@@ -91,6 +100,11 @@ class TaskKind:
     def encode(self, tokenizer, examples: Sequence[Any], config, labels: Mapping[str, Any],
                source: str) -> dict[str, np.ndarray]:
         raise NotImplementedError
+
+    def encode_eval(self, tokenizer, examples: Sequence[Any], config,
+                    labels: Mapping[str, Any], source: str) -> dict[str, np.ndarray]:
+        """The rows evaluation predicts (module docstring): encode's, the training rows."""
+        return self.encode(tokenizer, examples, config, labels, source)
 
     def make_model(self, cfg: BertConfig, labels: Mapping[str, Any]) -> nn.Module:
         raise NotImplementedError
@@ -141,6 +155,25 @@ def get(name: str) -> TaskKind:
     if name not in REGISTRY:
         raise ValueError(f"config.task={name!r} is unknown; choose one of {sorted(REGISTRY)}")
     return REGISTRY[name]
+
+
+def window_stride(config) -> Optional[int]:
+    """Tokens between the starts of the sliding windows over inputs longer than a row
+    (data.long_inputs='slide': data.window_stride, 0 for (max_seq_len - 2) // 2), or None
+    when they are truncated ('truncate'). A value no run can use is a one-line ConfigError."""
+    data = config.data
+    mode = data.get("long_inputs", "truncate")
+    if mode not in run_config.LONG_INPUTS:
+        raise ConfigError(f"config.data.long_inputs={mode!r} must be one of "
+                          f"{', '.join(run_config.LONG_INPUTS)}")
+    if mode == "truncate":
+        return None
+    window = config.max_seq_len - 2
+    stride = data.get("window_stride", 0) or max(window // 2, 1)
+    if not 1 <= stride <= window:
+        raise ConfigError(f"config.data.window_stride={stride} must be in [1, max_seq_len - 2 "
+                          f"= {window}] (the text tokens of a row; 0: half of them)")
+    return stride
 
 
 def write_jsonl(records: Sequence[Mapping[str, Any]], path: str) -> str:

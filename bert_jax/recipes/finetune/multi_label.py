@@ -78,7 +78,8 @@ class MultiLabel(TextTask):
 
     def score(self, data, outputs, config):
         label_map = data.labels["label_map"]
-        probabilities = 1.0 / (1.0 + np.exp(-outputs["logits"]))
+        logits = self.example_logits(outputs, data.eval_features, len(data.eval_examples))
+        probabilities = 1.0 / (1.0 + np.exp(-logits))
         predicted = probabilities > 0.5
         result = multi_label_scores(predicted, data.eval_features["labels"])
         records = [self.record(i, e, label=list(self._sets([e], config)[0]),
@@ -89,9 +90,11 @@ class MultiLabel(TextTask):
 
     def prediction_records(self, examples, features, outputs, labels, config):
         """{"text", ("text_pair"), "prediction": the labels with p > 0.5, "probabilities":
-        {label: p}} per example (no "label": the input has no gold); logits [N, C]."""
+        {label: p}} per example (no "label": the input has no gold); logits [N, C] (windows:
+        [F, C], averaged per example)."""
         label_map = labels["label_map"]
-        probabilities = 1.0 / (1.0 + np.exp(-outputs["logits"]))
+        probabilities = 1.0 / (1.0 + np.exp(-self.example_logits(outputs, features,
+                                                                 len(examples))))
         return [{**self.input_fields(e),
                  "prediction": [label_map[j] for j in np.nonzero(row > 0.5)[0]],
                  "probabilities": by_label(label_map, row)}

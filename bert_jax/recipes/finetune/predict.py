@@ -16,9 +16,11 @@ Contracts:
 - Bad rows (named by file and line): by default a DataError before anything is written;
   with skip_bad_rows they are left out, counted and listed (PredictSummary.bad_rows), and the
   records keep their input index, so rows can be matched.
-- Inputs longer than the model's rows are never dropped: text is truncated, words past the row
-  are tagged "O", contexts are cut into sliding windows; how many were cut is counted
-  (PredictSummary.cut) and logged.
+- Inputs longer than the model's rows are never dropped: contexts are cut into sliding windows;
+  with the run's data.long_inputs='truncate' (or PredictOptions.long_inputs), text is
+  truncated and words past the row are tagged "O"; with 'slide', texts and sentences are read
+  in sliding windows too, folded back into one record per row (kinds.TaskKind.encode_eval);
+  how many were cut (or windowed) is counted (PredictSummary.cut) and logged.
 - The output file appears only complete: records go to a temporary file beside it, renamed at
   the end (process 0 writes; every process computes).
 """
@@ -57,6 +59,7 @@ class PredictOptions:
     skip_bad_rows: bool = False
     chunk_rows: int = 16384  # rows encoded and predicted at a time (bounds host memory)
     progress: bool = True  # a tqdm bar (rows/s) on stderr
+    long_inputs: Optional[str] = None  # truncate | slide; None: the run's data.long_inputs
 
 
 @dataclasses.dataclass
@@ -248,6 +251,9 @@ def write_jsonl_atomically(records: Iterable[Mapping[str, Any]], path: str,
 def predict_file(workdir: str, options: PredictOptions) -> PredictSummary:
     """Predict every row of options.input_path with the run in `workdir` (module docstring)."""
     config, kind, labels = load_run(workdir)
+    if options.long_inputs is not None:
+        config.data.long_inputs = options.long_inputs
+    task_data.check_long_inputs(config, kind)
     rows = read_input(kind, config, options)
     predictor = load_predictor(workdir, config, kind, labels, options)
     warmup_seconds = warm_up(predictor, options.batch_size)

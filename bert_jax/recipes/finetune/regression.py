@@ -29,7 +29,8 @@ class Regression(TextTask):
         return {"squared_error": (jnp.sum(error ** 2 * example_weights), total)}, {}
 
     def score(self, data, outputs, config):
-        predicted = outputs["logits"][:, 0]
+        predicted = self.example_logits(outputs, data.eval_features,
+                                        len(data.eval_examples))[:, 0]
         gold = data.eval_features["labels"]
         result = {"pearson": metrics.pearson(predicted, gold),
                   "spearman": metrics.spearman(predicted, gold),
@@ -39,6 +40,8 @@ class Regression(TextTask):
         return result, records
 
     def prediction_records(self, examples, features, outputs, labels, config):
-        """{"text", ("text_pair"), "prediction": the score} per example; logits [N, 1]."""
+        """{"text", ("text_pair"), "prediction": the score} per example; logits [N, 1]
+        (windows: [F, 1], averaged per example)."""
+        scores = self.example_logits(outputs, features, len(examples))[:, 0]
         return [{**self.input_fields(e), "prediction": float(p)}
-                for e, p in zip(examples, outputs["logits"][:, 0])]
+                for e, p in zip(examples, scores)]

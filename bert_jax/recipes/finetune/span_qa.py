@@ -53,6 +53,7 @@ class SpanQA(TaskKind):
     name = "span_qa"
     target_keys = ("start_positions", "end_positions")
     token_outputs = ("start_logits", "end_logits")
+    slides_long_inputs = True  # always: squad.doc_stride
 
     def read(self, path: str, config) -> list:
         return readers.read_squad_json(path)

@@ -32,6 +32,7 @@ import numpy as np
 from etils import epath
 
 from bert_jax import paths
+from bert_jax.config import ConfigError
 from bert_jax.data import batches, example_packing, readers, tfds_tasks
 from bert_jax.recipes.finetune import kinds
 
@@ -107,6 +108,7 @@ def build_task_data(config, tokenizer, saved_task: Optional[Mapping[str, Any]] =
     """Read, label and encode a run's data. `saved_task` (from task.json) fixes the labels."""
     kind = kinds.get(config.task)
     check_batching(config, kind)
+    check_long_inputs(config, kind)
     if saved_task is not None and saved_task.get("task") != kind.name:
         raise ValueError(f"config.task={kind.name!r}, but the workdir's {TASK_FILE} was written "
                          f"for task {saved_task.get('task')!r}: use another --workdir")
@@ -118,7 +120,8 @@ def build_task_data(config, tokenizer, saved_task: Optional[Mapping[str, Any]] =
     train_features = (kind.encode(tokenizer, train, config, labels,
                                   config.data.train_path or "train")
                       if with_train_features else None)
-    eval_features = kind.encode(tokenizer, evaluation, config, labels, eval_source(config))
+    eval_features = kind.encode_eval(tokenizer, evaluation, config, labels,
+                                     eval_source(config))
     return TaskData(kind, labels, train, evaluation, train_features, eval_features)
 
 
@@ -186,6 +189,16 @@ def check_batching(config, kind: Optional[kinds.TaskKind] = None) -> None:
         packable = ", ".join(sorted(k.name for k in kinds.REGISTRY.values() if k.packable))
         raise ValueError(f"config.data.pack_examples={pack}: task {kind.name!r} cannot be "
                          f"packed (only {packable}); set it to 0")
+
+
+def check_long_inputs(config, kind: kinds.TaskKind) -> None:
+    """ConfigError naming a bad data.long_inputs or data.window_stride, or 'slide' for a kind
+    that reads no windows (kinds.TaskKind.slides_long_inputs)."""
+    if kinds.window_stride(config) is not None and not kind.slides_long_inputs:
+        slides = ", ".join(sorted(k.name for k in kinds.REGISTRY.values()
+                                  if k.slides_long_inputs))
+        raise ConfigError(f"config.data.long_inputs='slide': task {kind.name!r} reads no "
+                          f"sliding windows (only {slides}); set it to 'truncate'")
 
 
 def train_packer(config, kind: kinds.TaskKind, row_multiple: int

@@ -1,17 +1,22 @@
 """What the kinds over one text (or a pair of texts) per example share: reading tables, JSONL
-and fastText files, and [CLS] A [SEP] B [SEP] rows, with the head on the pooled output."""
+and fastText files, and [CLS] A [SEP] B [SEP] rows, with the head on the pooled output.
+
+A text longer than a row is truncated to max_seq_len, or, in evaluation and prediction with
+data.long_inputs='slide', read in windows [CLS] piece of the text [SEP] (single texts only):
+every window is predicted, and the text's logits (regression: its score) are the mean of its
+windows' (`example_logits`); the metrics and the records count each text once."""
 
 from __future__ import annotations
 
 import os
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 import numpy as np
 
-from bert_jax.config import BertConfig
-from bert_jax.data import encoding, readers, textfiles, unlabelled
+from bert_jax.config import BertConfig, ConfigError
+from bert_jax.data import encoding, readers, textfiles, unlabelled, windows
 from bert_jax.model import families
-from bert_jax.recipes.finetune.kinds import TaskKind
+from bert_jax.recipes.finetune.kinds import TaskKind, window_stride
 
 
 class TextTask(TaskKind):
@@ -19,6 +24,7 @@ class TextTask(TaskKind):
 
     regression = False  # labels are numbers, not class names
     packable = True  # a pooled output per example: BertForSequenceClassification packs
+    slides_long_inputs = True
 
     def read(self, path: str, config) -> list:
         """The file's examples; a file that does not read as config.data.format says which
@@ -37,6 +43,35 @@ class TextTask(TaskKind):
         """input_ids, token_type_ids, attention_mask [N, max_seq_len] (labels left out)."""
         return encoding.encode_text_examples(tokenizer, examples, config.max_seq_len, None,
                                              source, with_labels=False)
+
+    def encode_eval(self, tokenizer, examples, config, labels, source):
+        """encode's features; with data.long_inputs='slide', the model inputs are windows
+        [F, L] with example_index [F], the targets still one per example."""
+        features = self.encode(tokenizer, examples, config, labels, source)
+        stride = self.stride(config, examples, source)
+        if stride is None:
+            return features
+        return {**features, **encoding.encode_text_windows(tokenizer, examples,
+                                                           config.max_seq_len, stride)}
+
+    @staticmethod
+    def stride(config, examples: Sequence[readers.TextExample], source: str) -> Optional[int]:
+        """kinds.window_stride; sliding over text pairs is refused (a ConfigError)."""
+        stride = window_stride(config)
+        if stride is not None and any(e.text_pair is not None for e in examples):
+            raise ConfigError(f"config.data.long_inputs='slide' reads single texts, but {source} "
+                              "holds text pairs: set data.long_inputs to 'truncate'")
+        return stride
+
+    @staticmethod
+    def example_logits(outputs: Mapping[str, np.ndarray], features: Mapping[str, np.ndarray],
+                       num_examples: int) -> np.ndarray:
+        """outputs["logits"] of the rows [F, C] -> one per example [N, C]: the mean over each
+        example's windows (features' example_index), or the rows themselves without windows."""
+        if "example_index" not in features:
+            return outputs["logits"]
+        return windows.mean_by_example(outputs["logits"], features["example_index"],
+                                       num_examples)
 
     def make_model(self, cfg: BertConfig, labels: Mapping[str, Any]):
         """The sequence classifier of cfg's family (bert_jax.model.families)."""
@@ -60,7 +95,16 @@ class TextTask(TaskKind):
             data.tsv_quoting)
 
     def encode_unlabelled(self, tokenizer, examples, config, labels, source):
-        """Model inputs [N, max_seq_len], and how many examples were truncated to fit."""
+        """Model inputs [N, max_seq_len], and how many examples were truncated to fit; with
+        data.long_inputs='slide', windows [F, max_seq_len] with example_index [F], and how
+        many examples took more than one."""
+        stride = self.stride(config, examples, source)
+        if stride is not None:
+            features = encoding.encode_text_windows(tokenizer, examples, config.max_seq_len,
+                                                    stride)
+            windowed = int(np.sum(np.bincount(features["example_index"]) > 1))
+            return features, {f"inputs longer than max_seq_len={config.max_seq_len} tokens, "
+                              "read in sliding windows": windowed}
         features = self.encode_inputs(tokenizer, examples, config, source)
         cut = truncated_examples(tokenizer, examples, features["attention_mask"])
         return features, {f"inputs truncated to max_seq_len={config.max_seq_len} tokens": cut}

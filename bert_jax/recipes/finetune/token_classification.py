@@ -3,10 +3,13 @@ first sub-word of each word only (the others carry encoding.IGNORE).
 
 Training may pack several sentences into one row (data.pack_examples): each sentence's tags stay
 under its own tokens (example_packing's token keys), so the loss, a sum over tagged tokens, is
-the unpacked batch's. CoNLL-2003. Metrics: entity-level precision / recall / F1 (conlleval
-chunks), overall and per entity type. Predictions are written in CoNLL form: word, gold tag,
-predicted tag. Prediction on new input reads CoNLL tokens or raw sentences (one per line,
-split_words).
+the unpacked batch's. A sentence longer than a row is truncated (its last words tagged "O"),
+or, in evaluation and prediction with data.long_inputs='slide', cut at word boundaries into
+overlapping windows, each word tagged from the window whose centre is nearest to it
+(bert_jax.data.windows): every word gets a tag. CoNLL-2003. Metrics: entity-level precision /
+recall / F1 (conlleval chunks) over each sentence once, overall and per entity type.
+Predictions are written in CoNLL form: word, gold tag, predicted tag. Prediction on new input
+reads CoNLL tokens or raw sentences (one per line, split_words).
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from bert_jax import paths
 from bert_jax.data import encoding, example_packing, readers, textfiles, unlabelled
 from bert_jax.model import families
 from bert_jax.recipes.finetune import metrics
-from bert_jax.recipes.finetune.kinds import TaskKind, register
+from bert_jax.recipes.finetune.kinds import TaskKind, register, window_stride
 from bert_jax.recipes.finetune.losses import softmax_cross_entropy
 
 
@@ -35,6 +38,7 @@ class TokenClassification(TaskKind):
     token_outputs = ("logits",)
     packable = True  # logits per token: a packed row's tokens are scored where they sit
     packed_inputs = (example_packing.SEGMENT_IDS,)  # no pooling: no example_positions
+    slides_long_inputs = True
 
     def read(self, path: str, config) -> list:
         return readers.read_conll(path, config.data.conll_tag_column, config.data.encoding)
@@ -46,6 +50,13 @@ class TokenClassification(TaskKind):
     def encode(self, tokenizer, examples, config, labels: Mapping[str, Any], source: str):
         return encoding.encode_tagged_sentences(tokenizer, examples, config.max_seq_len,
                                                 labels["label_map"], source)
+
+    def encode_eval(self, tokenizer, examples, config, labels, source):
+        """encode's rows; with data.long_inputs='slide', windows (encode_tagged_sentences
+        with a stride: example_index [F], word_index naming each word in one row only)."""
+        return encoding.encode_tagged_sentences(tokenizer, examples, config.max_seq_len,
+                                                labels["label_map"], source,
+                                                stride=window_stride(config))
 
     def make_model(self, cfg, labels):
         return families.of(cfg).token_classifier(cfg, len(labels["label_map"]))
@@ -68,7 +79,8 @@ class TokenClassification(TaskKind):
         examples = data.eval_examples
         tags = encoding.tags_from_token_predictions(
             outputs["logits"].argmax(-1), data.eval_features["word_index"],
-            [len(s.words) for s in examples], data.labels["label_map"])
+            [len(s.words) for s in examples], data.labels["label_map"],
+            example_index=data.eval_features.get("example_index"))
         result = metrics.entity_scores(tags, [list(s.tags) for s in examples])
         return result, list(zip(examples, tags))
 
@@ -113,13 +125,20 @@ class TokenClassification(TaskKind):
 
     def encode_unlabelled(self, tokenizer, examples, config, labels, source):
         """Model inputs and word_index [N, L], and how many sentences lost words to
-        max_seq_len (those words are tagged "O", as in evaluation)."""
+        max_seq_len (those words are tagged "O", as in evaluation); with
+        data.long_inputs='slide', windows [F, L] as in encode_eval, and how many sentences
+        took more than one."""
         placeholder = labels["label_map"][0]  # encoding wants tags; prediction ignores them
         tagged = [readers.TaggedSentence(s.words, (placeholder,) * len(s.words))
                   for s in examples]
+        stride = window_stride(config)
         features = encoding.encode_tagged_sentences(tokenizer, tagged, config.max_seq_len,
-                                                    labels["label_map"], source)
+                                                    labels["label_map"], source, stride=stride)
         del features["labels"]
+        if stride is not None:
+            windowed = int(np.sum(np.bincount(features["example_index"]) > 1))
+            return features, {f"sentences longer than max_seq_len={config.max_seq_len} "
+                              "tokens, tagged in sliding windows": windowed}
         placed = np.sum(features["word_index"] >= 0, axis=1)
         cut = int(np.sum(placed < np.asarray([len(s.words) for s in examples])))
         return features, {f"sentences truncated to max_seq_len={config.max_seq_len} tokens "
@@ -127,10 +146,11 @@ class TokenClassification(TaskKind):
 
     def prediction_records(self, examples, features, outputs, labels, config):
         """{("text": the raw line), "words", "prediction": a tag per word} per sentence;
-        logits [N, L, C], read at first sub-words."""
+        logits [N, L, C] (windows: [F, L, C]), read at first sub-words."""
         tags = encoding.tags_from_token_predictions(
             outputs["logits"].argmax(-1), features["word_index"],
-            [len(s.words) for s in examples], labels["label_map"])
+            [len(s.words) for s in examples], labels["label_map"],
+            example_index=features.get("example_index"))
         return [{**({"text": s.text} if isinstance(s, RawSentence) else {}),
                  "words": list(s.words), "prediction": t} for s, t in zip(examples, tags)]
 
