@@ -272,11 +272,20 @@ def test_a_long_texts_logits_are_the_mean_of_its_windows(tmp_path):
     np.testing.assert_allclose(list(cut[5]["probabilities"].values()),
                                softmax(model_logits(predictor, [row(t, ids[:14])])[0]),
                                atol=1e-6)
+    assert np.abs(np.subtract(list(cut[5]["probabilities"].values()),
+                              list(mine[5]["probabilities"].values()))).max() > 1e-3
     for i, (a, b) in enumerate(zip(cut, mine)):
         if i != 5:  # one window each way
             assert a["prediction"] == b["prediction"]
             np.testing.assert_allclose(list(a["probabilities"].values()),
                                        list(b["probabilities"].values()), atol=1e-6)
+    from experiments import evaluate  # evaluate.py --long_inputs=truncate, in this process
+    step, _, _ = evaluate.evaluate_run(workdir, None, None, None, "truncate")
+    evaluated = read_jsonl(os.path.join(workdir, "evaluation", f"step_{step}",
+                                        "predictions.jsonl"))
+    assert len(evaluated) == len(dev)
+    np.testing.assert_allclose(list(evaluated[5]["probabilities"].values()),
+                               list(cut[5]["probabilities"].values()), atol=2e-6)
     config.data.long_inputs = "truncate"
     examples = kind.read(str(tmp_path / "dev.tsv"), config)
     labels = predictor.labels
