@@ -127,7 +127,7 @@ def init_sharded(init_fn: Callable[[], Any], mesh: Mesh) -> tuple[Any, Any]:
     # XLA:CPU keeps an executable's scratch buffers for as long as the executable lives (hundreds
     # of MB for BERT-base's initialiser), so the one-off initialiser is dropped once it has run:
     # wait for it, then collect the reference cycles that hold it.
-    options = xla_options.compiler_options(platform.platform_of(mesh))
+    options = xla_options.one_off_options(platform.platform_of(mesh))
     initialize = jax.jit(lambda: nn.meta.unbox(init_fn()), out_shardings=shardings,
                          compiler_options=options)
     params = jax.block_until_ready(initialize())

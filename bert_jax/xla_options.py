@@ -14,6 +14,11 @@ full-size, zero-padded buffers, which send twice the bytes, unless told to prefe
 compiled for 64 v5e chips, a BERT-mini step with fsdp=64 then gathers with all-gathers and its
 fsdp traffic falls from 1.84x to 1.34x the all-gather + reduce-scatter ideal (docs/results.md;
 measured from the compiled program, not on a TPU). GPU keeps its defaults.
+
+A one-off program (the parameter initialiser, run once per run) is compiled on CPU with LLVM's
+optimisation off (`one_off_options`): its compilation is on the path to the first step and its
+run is short, so optimising its code costs more than it saves (a tiny BERT's initialiser: 2.8-3.1
+s to 1.6-2.2 s compiling and running; BERT-base's 2.7 s to 2.3 s; docs/results.md).
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from bert_jax import platform
 CPU_OPTIONS = {"xla_cpu_scheduler_type": "CPU_SCHEDULER_TYPE_MEMORY_OPTIMIZED"}
 TPU_OPTIONS = {"xla_tpu_prefer_async_allgather_to_allreduce": "true"}
 OPTIONS = {"cpu": CPU_OPTIONS, "tpu": TPU_OPTIONS}
+ONE_OFF_OPTIONS = {"cpu": {"xla_backend_optimization_level": "0"}}
 
 
 def compiler_options(backend: Optional[str] = None) -> Optional[dict[str, str]]:
@@ -32,3 +38,11 @@ def compiler_options(backend: Optional[str] = None) -> Optional[dict[str, str]]:
     context, `bert_jax.platform.current()`: pass the mesh's platform when compiling for one)."""
     backend = platform.normalise(backend) if backend else platform.current()
     return dict(OPTIONS[backend]) if backend in OPTIONS else None
+
+
+def one_off_options(backend: Optional[str] = None) -> Optional[dict[str, str]]:
+    """compiler_options for a program run once (module docstring): the backend's options and,
+    on CPU, LLVM's optimisation off."""
+    backend = platform.normalise(backend) if backend else platform.current()
+    options = {**(compiler_options(backend) or {}), **ONE_OFF_OPTIONS.get(backend, {})}
+    return options or None

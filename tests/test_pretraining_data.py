@@ -286,6 +286,37 @@ def test_held_out_rows_mask_at_eval_mask_rate(demo, tmp_path):
     assert 0.13 < np.mean(eval_rates) < 0.17, eval_rates
 
 
+def test_the_step_compiles_before_the_first_step(demo, tmp_path):
+    """A pre-training run's step is compiled while its state is made (program.build, from the
+    iterator's shape_examples): the first step itself compiles nothing."""
+    import jax
+
+    from bert_jax import run_config, sharding
+    from bert_jax.recipes import pretrain
+
+    from test_bucketing import CompileCounter
+    config = run_config.pretrain_config()
+    config.data.data_dir = demo[0]
+    config.tokenizer.path = demo[1]
+    config.max_seq_len, config.data.max_predictions = 32, 5
+    config.batch_size = config.eval_batch_size = 4
+    config.total_steps = 3
+    for key, value in dict(hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                           intermediate_size=32, max_position_embeddings=32).items():
+        config.model[key] = value
+    pieces = pretrain.pieces(config, str(tmp_path))
+    with CompileCounter() as compiled:
+        built = pieces.build()
+    assert built.compiled_shapes == ((4, 32),) and compiled.count("train_step") == 1
+    state = built.state
+    with CompileCounter() as compiled:
+        for _ in range(2):
+            batch = sharding.device_put_batch(next(pieces.train_iterator), pieces.mesh)
+            state, metrics = built.train_step(state, batch)
+        jax.block_until_ready(metrics)
+    assert compiled.count("train_step") == 0 and np.isfinite(float(metrics["loss"]))
+
+
 # ------------------------------------------------------------------------------------------------
 # Batches, determinism, resume.
 
@@ -299,8 +330,16 @@ def test_batches_have_the_contract_shapes(demo):
                 "masked_positions": ((8, 20), np.int32), "masked_ids": ((8, 20), np.int32),
                 "masked_weights": ((8, 20), np.float32)}
     assert {k: (v.shape, v.dtype) for k, v in batch.items()} == expected
-    pairs = next(pretraining.make_iterator(demo_config(demo, sentence_pairs=True), "train", 8))
+    pairs_iterator = pretraining.make_iterator(demo_config(demo, sentence_pairs=True), "train", 8)
+    pairs = next(pairs_iterator)
     assert pairs["nsp_labels"].shape == (8,) and pairs["nsp_labels"].dtype == np.int32
+    # shape_examples: one batch of those shapes and dtypes, the stream left where it was
+    for iterator, first in ((it, batch), (pairs_iterator, pairs)):
+        state = iterator.get_state()
+        (example,) = iterator.shape_examples(100)
+        assert ({k: (v.shape, v.dtype) for k, v in example.items()}
+                == {k: (v.shape, v.dtype) for k, v in first.items()})
+        assert iterator.get_state() == state
 
 
 def test_same_seed_same_batches(demo):

@@ -306,6 +306,13 @@ class PretrainingIterator:
             batch["example_weights"] = (np.arange(self._batch_rows) < real).astype(np.float32)
         return batch
 
+    def shape_examples(self, num_batches: int) -> list[dict[str, np.ndarray]]:
+        """One batch of the shape every batch of this iterator has (all-padding rows; reading
+        nothing): what a run compiles before its first step (bert_jax.train.program)."""
+        del num_batches  # every batch has the same shape
+        rows = [self._padding_row()] * self._batch_rows
+        return [{key: np.stack([row[key] for row in rows]) for key in rows[0]}]
+
     def _mask(self, row: dict[str, np.ndarray], row_number: int) -> dict[str, np.ndarray]:
         rng = np.random.default_rng([self._seed, _MASK_STREAM, self._stream_id, row_number])
         input_ids, positions, ids, weights = mask_row(row["input_ids"], self._masking, rng)

@@ -212,7 +212,8 @@ class Pieces:
         """The fresh TrainState and the jitted train step that loop.train builds from these
         pieces (bert_jax.train.program.build); the step donates the state."""
         return program.build(self.task, self.optimizer, self.loop_config, self.mesh,
-                             learning_rate_fn=self.learning_rate_fn)
+                             learning_rate_fn=self.learning_rate_fn,
+                             train_iterator=self.train_iterator)
 
 
 def pieces(config: common.Config, workdir: str) -> Pieces:

@@ -27,9 +27,11 @@ What `build` makes:
                 the mesh's platform (xla_options). Remat, dtypes and the attention kernel are the
                 model's own (task.model_config), so they are in the program too.
     compiled    with a `train_iterator` that lists its batch shapes (shape_examples, e.g.
-                bert_jax.data.batches.TrainBatches), the step compiled for each shape the
-                batches 0 .. config.total_steps - 1 come in (at most SCANNED_BATCHES of them
-                looked at: half a millisecond of host time each), before the first step:
+                bert_jax.data.batches.TrainBatches, or pre-training's one shape), the step
+                compiled for each shape the batches 0 .. config.total_steps - 1 come in (at
+                most SCANNED_BATCHES of them looked at: half a millisecond of host time each),
+                before the first step and in a second thread while the state is made or
+                restored (the first step waits for the longer of the two, not their sum):
                 jax.jit keeps the executables, so the training steps themselves never compile
                 (a batch of a shape not listed, possible past SCANNED_BATCHES, would still
                 compile when it comes; the log's `compilations` shows it).
@@ -41,6 +43,7 @@ model_config; seed, accumulation_steps, dropout_rng, fsdp_collectives, total_ste
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import time
 from typing import Any, Iterator, Mapping, Optional
@@ -68,7 +71,7 @@ class TrainProgram:
     shardings: steps.TrainState  # the NamedShardings of `state`, leaf for leaf
     batch_sharding: NamedSharding  # of a batch's rows: over (data, fsdp)
     train_step: Any  # the jitted (state, batch) -> (state, metrics); `state` is donated
-    compiled_shapes: tuple = ()  # the attention_mask shapes compiled by `build`, if any
+    compiled_shapes: tuple = ()  # the token shapes compiled by `build` (compile_shapes)
 
     def compile(self, batch: Any) -> jax.stages.Compiled:
         """The step lowered for this program's state and `batch` (global arrays, or
@@ -88,16 +91,8 @@ def build(task: Any, optimizer: optax.GradientTransformation, config: Any, mesh:
     """
     if abstract and manager is not None:
         raise ValueError("an abstract program restores nothing: pass a manager or abstract=True")
-    if manager is not None:
-        state, start_step, shardings = state_lib.create_or_restore(
-            task.init_fn, task.initial_params, optimizer, mesh, config.seed, manager,
-            task.model_config, train_iterator)
-    else:
-        target = state_lib.abstract_state(task.init_fn, optimizer, mesh, config.seed)
-        shardings = jax.tree.map(lambda a: a.sharding, target)
-        start_step = 0
-        state = target if abstract else state_lib.fresh_state(
-            task.init_fn, task.initial_params, optimizer, mesh, config.seed)
+    target = state_lib.abstract_state(task.init_fn, optimizer, mesh, config.seed)
+    shardings = jax.tree.map(lambda a: a.sharding, target)
     batch_sharding = sharding.batch_sharding(mesh)
     explicit_fsdp = (shardings.params if fsdp.uses_explicit(config.fsdp_collectives, mesh)
                      else None)
@@ -110,11 +105,27 @@ def build(task: Any, optimizer: optax.GradientTransformation, config: Any, mesh:
         out_shardings=(shardings, sharding.replicated(mesh)),
         donate_argnums=(0,),
         compiler_options=xla_options.compiler_options(platform.platform_of(mesh)))
-    compiled_shapes = ()
+    examples = []
     if train_iterator is not None and hasattr(train_iterator, "shape_examples"):
-        compiled_shapes = compile_shapes(train_step, state, batch_sharding,
-                                         train_iterator.shape_examples(
-                                             min(config.total_steps, SCANNED_BATCHES)))
+        examples = train_iterator.shape_examples(min(config.total_steps, SCANNED_BATCHES))
+    if abstract:
+        return TrainProgram(state=target, start_step=0, shardings=shardings,
+                            batch_sharding=batch_sharding, train_step=train_step,
+                            compiled_shapes=compile_shapes(train_step, target, batch_sharding,
+                                                           examples) if examples else ())
+    # The step compiles for the state's abstract twin in a second thread while the state is made
+    # or restored (XLA compiles outside Python's lock): the first step waits for the longer of
+    # the two, not their sum.
+    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="compile") as pool:
+        compiling = pool.submit(compile_shapes, train_step, target, batch_sharding, examples)
+        if manager is not None:
+            state, start_step, _ = state_lib.create_or_restore(
+                task.init_fn, task.initial_params, optimizer, mesh, config.seed, manager,
+                task.model_config, train_iterator)
+        else:
+            state, start_step = state_lib.fresh_state(
+                task.init_fn, task.initial_params, optimizer, mesh, config.seed), 0
+        compiled_shapes = compiling.result()
     return TrainProgram(state=state, start_step=start_step, shardings=shardings,
                         batch_sharding=batch_sharding, train_step=train_step,
                         compiled_shapes=compiled_shapes)
@@ -133,12 +144,15 @@ def abstract_batch(host_batch: Mapping[str, np.ndarray], batch_sharding: NamedSh
 def compile_shapes(train_step: Any, state: Any, batch_sharding: NamedSharding,
                    host_batches: list[Mapping[str, np.ndarray]]) -> tuple:
     """Compiles the jitted `train_step` for each host batch's shapes (nothing runs; jax.jit keeps
-    the executables for its calls); returns the attention_mask shapes compiled."""
+    the executables for its calls); returns the token shapes compiled (of each batch's
+    attention_mask, or its input_ids when it has no mask)."""
+    if not host_batches:
+        return ()
     start = time.perf_counter()
     for host_batch in host_batches:
         train_step.lower(state, abstract_batch(host_batch, batch_sharding)).compile()
-    shapes = tuple(tuple(b["attention_mask"].shape) for b in host_batches
-                   if "attention_mask" in b)
+    shapes = tuple(tuple(b[key].shape) for b in host_batches
+                   for key in [k for k in ("attention_mask", "input_ids") if k in b][:1])
     logging.info("train step compiled for %d batch shape(s) %s in %.1f s", len(host_batches),
                  list(shapes), time.perf_counter() - start)
     return shapes

@@ -122,47 +122,41 @@ def create_or_restore(init_fn: Callable[[jax.Array], Any], initial_params: Any,
 def fresh_state(init_fn: Callable[[jax.Array], Any], initial_params: Any,
                 optimizer: optax.GradientTransformation, mesh: Mesh, seed: int
                 ) -> steps.TrainState:
-    """A new train state, born sharded on `mesh` (create_or_restore's, without a checkpoint)."""
+    """A new train state, born sharded on `mesh` (create_or_restore's, without a checkpoint).
+
+    One jitted program makes the whole state: the model's initialisers, `initial_params`' leaves
+    put in where the paths match (overlay_params' contract and its shape errors, checked before
+    anything is computed), and the optimizer's state of those parameters. XLA drops the random
+    initialisers whose leaves are replaced as dead code, so a model started from a checkpoint
+    computes only its fresh leaves (a new head), and those are what a full initialisation gives
+    them, bit for bit (flax derives each leaf's key from init_rng and its path). The program is
+    dropped once it has run: XLA:CPU keeps an executable's scratch buffers for as long as it
+    lives (hundreds of MB for BERT-base's initialiser)."""
     init_rng, state_rng = jax.random.split(jax.random.PRNGKey(seed))
     abstract_boxed = jax.eval_shape(init_fn, init_rng)
     param_shardings, shardings = state_shardings(abstract_boxed, optimizer, mesh)
-    create = lambda p: steps.TrainState.create(p, optimizer, state_rng)
-    if initial_params is None:
-        params, _ = sharding.init_sharded(lambda: init_fn(init_rng), mesh)
-    else:
-        params = _initialized_over(init_fn, init_rng, initial_params, nn.meta.unbox(abstract_boxed),
-                                   param_shardings, mesh)
-    return jax.jit(create, in_shardings=(param_shardings,), out_shardings=shardings,
-                   donate_argnums=(0,))(params)
-
-
-def _initialized_over(init_fn: Callable[[jax.Array], Any], init_rng: jax.Array,
-                      initial_params: Any, abstract_params: Any, param_shardings: Any,
-                      mesh: Mesh) -> Any:
-    """init_fn(init_rng)'s parameters with initial_params' leaves in place where the paths match
-    (overlay_params' contract and its shape errors, checked before anything is computed).
-
-    One jitted program initialises the model and puts the given leaves in: XLA drops the random
-    initialisers whose leaves are replaced as dead code, so a model started from a checkpoint
-    computes only its fresh leaves (a new head), and those are what a full initialisation gives
-    them, bit for bit (flax derives each leaf's key from init_rng and its path)."""
-    placed, fresh, unused = overlay_params(abstract_params, initial_params, param_shardings)
-    logging.info("initial params loaded; kept fresh: %s; unused: %s", fresh, unused)
-    given = jax.tree.map(lambda leaf: None if isinstance(leaf, jax.ShapeDtypeStruct) else leaf,
-                         placed)
+    given = None
+    if initial_params is not None:
+        placed, fresh, unused = overlay_params(nn.meta.unbox(abstract_boxed), initial_params,
+                                               param_shardings)
+        logging.info("initial params loaded; kept fresh: %s; unused: %s", fresh, unused)
+        given = jax.tree.map(lambda leaf: None if isinstance(leaf, jax.ShapeDtypeStruct)
+                             else leaf, placed)
 
     def initialize(given):
         params = nn.meta.unbox(init_fn(init_rng))
-        return jax.tree.map(lambda g, p: p if g is None else g, given, params,
-                            is_leaf=lambda x: x is None)
+        if given is not None:
+            params = jax.tree.map(lambda g, p: p if g is None else g, given, params,
+                                  is_leaf=lambda x: x is None)
+        return steps.TrainState.create(params, optimizer, state_rng)
 
-    options = xla_options.compiler_options(platform.platform_of(mesh))
-    run = jax.jit(initialize, out_shardings=param_shardings, donate_argnums=(0,),
+    options = xla_options.one_off_options(platform.platform_of(mesh))
+    run = jax.jit(initialize, out_shardings=shardings, donate_argnums=(0,),
                   compiler_options=options)
-    params = jax.block_until_ready(run(given))
-    del run  # the one-off program's scratch buffers go with it (as in sharding.init_sharded)
+    state = jax.block_until_ready(run(given))
+    del run
     gc.collect()
-    return params
+    return state
 
 
 # ----- resuming from the newest readable step (module doc) -------------------------------------
