@@ -15,7 +15,11 @@ second_call_speedup = pass 2 / pass 1) and of the best later pass (warm), and th
 between the two implementations' vectors. Then, in a new process for each implementation, two
 batches of `batch_size` texts (the first `batch_size` sentences, then the next): the seconds of each
 (the first includes JAX's compilation of the batch's shape) and second_batch_speedup = first /
-second. Never run it beside another XLA or torch process.
+second. Two more figures of a one-off command: ours_cached, ours run twice with a compilation
+cache as embed.py keeps one (bert_jax.cli), the second process reported: its pass 1 loads the
+programs the first compiled (ratio_cold_cached: its cold sentences/s over torch's); and
+ratio_process, sentences/s of load + pass 1 (model loading included, Python start-up and imports
+not) ours over torch's, both cold. Never run it beside another XLA or torch process.
 """
 
 from __future__ import annotations
@@ -63,6 +67,12 @@ def _result(seconds: list[float], vectors, texts, spec: dict, load_seconds: floa
             "second_call_speedup": rates[1] / rates[0], "sentences": len(texts)}
 
 
+def _with_load(result: dict) -> float:
+    """Sentences/s of a process's load + first pass: what a one-off command waits for, past
+    starting Python and importing its framework."""
+    return result["sentences"] / (result["load_seconds"] + result["pass_seconds"][0])
+
+
 def _two_batches(embed_once, texts, batch_size: int) -> dict:
     """Seconds of a first and a second call on `batch_size` texts each (different texts)."""
     seconds = []
@@ -75,8 +85,15 @@ def _two_batches(embed_once, texts, batch_size: int) -> dict:
 
 
 def ours(spec: dict) -> dict:
-    """The worker job of bert_jax (worker.py protocol)."""
+    """The worker job of bert_jax (worker.py protocol); with spec["compilation_cache"], compiled
+    programs are kept in (and loaded from) that folder as embed.py keeps them."""
+    from bert_jax import cli
     from bert_jax import sentence_embeddings as se
+    if spec.get("compilation_cache"):
+        os.environ[cli.COMPILATION_CACHE_VARIABLE] = spec["compilation_cache"]
+        import jax
+        jax.config.update("jax_compilation_cache_dir", spec["compilation_cache"])
+        cli.use_compilation_cache()
     start = time.perf_counter()
     encoder = se.load_encoder(hf_dir=spec["hf_dir"])
     load_seconds = time.perf_counter() - start
@@ -129,18 +146,22 @@ def main(argv):
         raise app.UsageError(f"--batch_size={FLAGS.batch_size}: two batches of it must fit in "
                              f"the {len(polarity_sentences())} sentences")
     folder = tempfile.mkdtemp(prefix="compare_embed_")
+    cache = os.path.join(folder, "compilation_cache")  # empty until ours_cached's first run
     results, batches = {}, {}
-    for two_batches in (False, True):
-        for name in ("ours", "torch_transformers"):
-            tag = f"{name}_two_batches" if two_batches else name
-            spec = {"job": f"benchmarks.compare_embed:{name}", "hf_dir": hf_dir,
-                    "batch_size": FLAGS.batch_size, "repeats": FLAGS.repeats,
-                    "two_batches": two_batches,
-                    "result_path": os.path.join(folder, f"{tag}.json"),
-                    "vectors_path": os.path.join(folder, f"{name}.npy")}
-            (batches if two_batches else results)[name] = worker.run(
-                spec, os.path.join(folder, f"{tag}.spec.json"),
-                os.path.join(folder, f"{tag}.log"), tag)
+    runs = [("ours", "ours", False, ""), ("torch_transformers", "torch_transformers", False, ""),
+            ("ours_cached", "ours", False, cache), ("ours_cached", "ours", False, cache),
+            ("ours", "ours", True, ""), ("torch_transformers", "torch_transformers", True, "")]
+    for tag, name, two_batches, compilation_cache in runs:
+        label = f"{tag}_two_batches" if two_batches else tag
+        spec = {"job": f"benchmarks.compare_embed:{name}", "hf_dir": hf_dir,
+                "batch_size": FLAGS.batch_size, "repeats": FLAGS.repeats,
+                "two_batches": two_batches, "compilation_cache": compilation_cache,
+                "result_path": os.path.join(folder, f"{label}.json"),
+                "vectors_path": os.path.join(folder, f"{tag}.npy")}
+        # ours_cached runs twice: the first process fills the cache, the second is reported
+        (batches if two_batches else results)[tag] = worker.run(
+            spec, os.path.join(folder, f"{label}.spec.json"),
+            os.path.join(folder, f"{label}.log"), label)
     difference = float(np.abs(np.load(os.path.join(folder, "ours.npy"))
                               - np.load(os.path.join(folder, "torch_transformers.npy"))).max())
     report = {"hf_dir": hf_dir, "batch_size": FLAGS.batch_size, "results": results,
@@ -148,6 +169,10 @@ def main(argv):
               "max_abs_difference": difference,
               "ratio_cold": results["ours"]["sentences_per_second_cold"]
               / results["torch_transformers"]["sentences_per_second_cold"],
+              "ratio_cold_cached": results["ours_cached"]["sentences_per_second_cold"]
+              / results["torch_transformers"]["sentences_per_second_cold"],
+              "ratio_process": _with_load(results["ours"]) / _with_load(
+                  results["torch_transformers"]),
               "ratio_warm": results["ours"]["sentences_per_second_warm"]
               / results["torch_transformers"]["sentences_per_second_warm"]}
     text = json.dumps(report, indent=1)

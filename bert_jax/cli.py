@@ -28,7 +28,11 @@ the same shapes (a resume, the next fold or seed, evaluate.py after training) lo
 of compiling again: in $JAX_COMPILATION_CACHE_DIR when that is set (empty: no cache), else in
 $XDG_CACHE_HOME/bert_jax/xla (~/.cache/bert_jax/xla). A cached program is keyed by the program,
 the compiler options, the devices and the jax/jaxlib versions, so it computes what a fresh
-compilation would.
+compilation would. Every program that took CACHE_MIN_COMPILE_SECONDS or more to compile is kept
+(JAX's own threshold, 1 s, would leave out embed.py's and predict.py's programs of about half a
+second), and the folder is held under CACHE_MAX_BYTES, the least recently used programs
+dropped first; $JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS and $JAX_COMPILATION_CACHE_MAX_SIZE
+override the two.
 """
 
 from __future__ import annotations
@@ -322,6 +326,8 @@ def quiet_orbax_logs() -> None:
 
 
 COMPILATION_CACHE_VARIABLE = "JAX_COMPILATION_CACHE_DIR"
+CACHE_MIN_COMPILE_SECONDS = 0.2  # programs that compile faster are not kept (module docstring)
+CACHE_MAX_BYTES = 4 << 30
 
 
 def default_compilation_cache_dir() -> str:
@@ -337,6 +343,10 @@ def use_compilation_cache(enabled: bool = True) -> None:
     if not enabled:
         jax.config.update("jax_enable_compilation_cache", False)
         return
+    if "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS" not in os.environ:
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", CACHE_MIN_COMPILE_SECONDS)
+    if "JAX_COMPILATION_CACHE_MAX_SIZE" not in os.environ:
+        jax.config.update("jax_compilation_cache_max_size", CACHE_MAX_BYTES)
     if COMPILATION_CACHE_VARIABLE in os.environ:
         return
     folder = default_compilation_cache_dir()

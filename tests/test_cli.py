@@ -6,12 +6,16 @@ from bert_jax import cli
 
 
 def _cache_settings():
-    return jax.config.jax_compilation_cache_dir, jax.config.jax_enable_compilation_cache
+    return (jax.config.jax_compilation_cache_dir, jax.config.jax_enable_compilation_cache,
+            jax.config.jax_persistent_cache_min_compile_time_secs,
+            jax.config.jax_compilation_cache_max_size)
 
 
 def _restore(settings):
     jax.config.update("jax_compilation_cache_dir", settings[0])
     jax.config.update("jax_enable_compilation_cache", settings[1])
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", settings[2])
+    jax.config.update("jax_compilation_cache_max_size", settings[3])
 
 
 def test_scripts_keep_compiled_programs_in_the_user_cache_unless_told_otherwise(
@@ -20,8 +24,20 @@ def test_scripts_keep_compiled_programs_in_the_user_cache_unless_told_otherwise(
     try:
         monkeypatch.delenv(cli.COMPILATION_CACHE_VARIABLE, raising=False)
         monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+        monkeypatch.delenv("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", raising=False)
+        monkeypatch.delenv("JAX_COMPILATION_CACHE_MAX_SIZE", raising=False)
         cli.use_compilation_cache()
         assert jax.config.jax_compilation_cache_dir == str(tmp_path / "bert_jax" / "xla")
+        # programs of half a second (embed.py's, predict.py's) are kept; the folder is bounded
+        assert (jax.config.jax_persistent_cache_min_compile_time_secs
+                == cli.CACHE_MIN_COMPILE_SECONDS < 0.5)
+        assert jax.config.jax_compilation_cache_max_size == cli.CACHE_MAX_BYTES
+
+        # the user's own thresholds are JAX's to read
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 7.0)
+        monkeypatch.setenv("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "7")
+        cli.use_compilation_cache()
+        assert jax.config.jax_persistent_cache_min_compile_time_secs == 7.0
 
         # a cache folder that cannot be made: the run goes on without the cache
         jax.config.update("jax_compilation_cache_dir", None)
