@@ -4,8 +4,9 @@
         ...
 
 Used by corpus preparation (`bert_jax.data.corpora`), vocabulary training
-(`bert_jax.data.tokenizer.train_wordpiece`) and evaluation passes (`bert_jax.train.evaluation`);
-not by the training loop, whose log line every `log_every_steps` is its progress.
+(`bert_jax.data.wordpiece_training.train_wordpiece`) and evaluation passes
+(`bert_jax.train.evaluation`); not by the training loop, whose log line every
+`log_every_steps` is its progress.
 
 When a bar shows: only in process 0 of a job (`jax.process_index() == 0`), on stderr, and only
 when stderr is a terminal, so that log files and CI output stay clean. The environment variable

@@ -26,7 +26,7 @@ import sys
 from absl import app, flags, logging
 
 from bert_jax import cli
-from bert_jax.data import corpora, pretraining
+from bert_jax.data import corpora, pretraining, wordpiece_training
 from bert_jax.data import tokenizer as tok
 
 FLAGS = flags.FLAGS
@@ -68,7 +68,8 @@ def prepare() -> None:
         texts = corpora.SourceTexts(source, FLAGS.text_key, count)
         casing = "uncased" if FLAGS.lowercase else "cased"
         vocab_dir = FLAGS.vocab_dir or os.path.join(data_dir, f"vocab_{FLAGS.vocab_size}_{casing}")
-        vocab_path = tok.train_wordpiece(texts, FLAGS.vocab_size, vocab_dir, FLAGS.lowercase)
+        vocab_path = wordpiece_training.train_wordpiece(texts, FLAGS.vocab_size, vocab_dir,
+                                                        FLAGS.lowercase)
     builder = corpora.prepare(FLAGS.corpus, data_dir, **options)
     for split, info in builder.info.splits.items():
         logging.info("split %s: %d documents", split, info.num_examples)

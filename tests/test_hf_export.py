@@ -39,7 +39,15 @@ from bert_jax import (
 )
 from bert_jax.convert import hf
 from bert_jax.convert import runs as convert_runs
-from bert_jax.data import corpora, encoding, readers
+from bert_jax.data import (
+    corpora,
+    encoding,
+    hf_tokenizer,
+    readers,
+    subword_tokenizer,
+    wordpiece,
+    wordpiece_training,
+)
 from bert_jax.data import tokenizer as tok
 from bert_jax.recipes.finetune import recipe
 from bert_jax.train import checkpointing, params_loading
@@ -122,7 +130,8 @@ def tokenizers_to_check(tmp_path):
     lee = os.path.join(corpora.gensim_test_data(), "lee_background.cor")
     with open(lee, encoding="utf-8") as f:
         texts = [line for line in f if line.strip()][:200]
-    trained = tok.train_wordpiece(texts, 2000, str(tmp_path / "cased_vocab"), lowercase=False)
+    trained = wordpiece_training.train_wordpiece(texts, 2000, str(tmp_path / "cased_vocab"),
+                                                 lowercase=False)
     vocab_txt = os.path.join(MINILM, "vocab.txt")
     return [("minilm tokenizer.json", tok.load_tokenizer(MINILM)),
             ("vocab.txt lowercase", tok.load_tokenizer(vocab_txt, lowercase=True)),
@@ -167,11 +176,11 @@ def test_special_token_text_is_the_one_difference():
 
 
 def test_a_tokenizer_hf_bert_cannot_express_is_refused(tmp_path):
-    vocab = {t: i for i, t in enumerate([*tok.SPECIAL_TOKENS, "a", "##b"])}
-    backend = tokenizers.Tokenizer(tokenizers.models.WordPiece(vocab, unk_token=tok.UNK))
+    vocab = {t: i for i, t in enumerate([*wordpiece.SPECIAL_TOKENS, "a", "##b"])}
+    backend = tokenizers.Tokenizer(tokenizers.models.WordPiece(vocab, unk_token=wordpiece.UNK))
     backend.normalizer = tokenizers.normalizers.Lowercase()
     backend.pre_tokenizer = tokenizers.pre_tokenizers.Whitespace()
-    odd = tok.WordPieceTokenizer(backend, source="odd.json")
+    odd = subword_tokenizer.WordPieceTokenizer(backend, source="odd.json")
     cfg, params = small_model(16)
     with pytest.raises(ValueError) as error:
         hf.save(cfg, params, tmp_path / "out", tokenizer=odd)
@@ -273,7 +282,7 @@ def test_export_options_of_each_task_kind(tmp_path):
         assert options["problem_type"] == problem_type, kind
         assert options["label_map"] == (labels or None), kind
         assert options["tokenizer"].source.endswith("vocab.txt")
-        assert tok.hf_bert_settings(options["tokenizer"])["do_lower_case"] is False
+        assert hf_tokenizer.hf_bert_settings(options["tokenizer"])["do_lower_case"] is False
     assert convert_runs.find_workdir(str(tmp_path / "classification" / "checkpoints")) == \
         str(tmp_path / "classification")
     assert convert_runs.find_workdir(str(tmp_path / "classification" / "checkpoints" / "12")) \

@@ -24,8 +24,7 @@ import pytest
 import tensorflow_datasets as tfds
 import xla_flags
 
-from bert_jax.data import corpora, host_shards, pretraining
-from bert_jax.data import tokenizer as tok
+from bert_jax.data import corpora, host_shards, pretraining, wordpiece_training
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NUM_FILES = 8  # array_record files of the train split
@@ -52,7 +51,8 @@ def corpus(tmp_path_factory):
     builder.download_and_prepare(
         download_config=tfds.download.DownloadConfig(num_shards=NUM_FILES))
     source = corpora.load_source(glob, "train", data_dir)  # the prepared copy, as training reads
-    vocab = tok.train_wordpiece(corpora.SourceTexts(source), 200, str(root / "vocab"))
+    vocab = wordpiece_training.train_wordpiece(corpora.SourceTexts(source), 200,
+                                               str(root / "vocab"))
     shard_lengths = list(corpora.prepare(glob, data_dir).info.splits["train"].shard_lengths)
     assert len(shard_lengths) == NUM_FILES and sum(shard_lengths) == len(source)
     return {"glob": glob, "data_dir": data_dir, "vocab": vocab, "shard_lengths": shard_lengths}

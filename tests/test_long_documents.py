@@ -14,10 +14,11 @@ import numpy as np
 import pytest
 
 from benchmarks.first_batch import write_corpus
-from bert_jax.data import corpora, document_tokens, pretraining
+from bert_jax.data import corpora, document_tokens, pretraining, wordpiece_training
 from bert_jax.data import tokenizer as tok
 from bert_jax.data.document_packing import PackedRowsIterDataset, PackingSpec
 from bert_jax.data.document_tokens import DocumentTokens, window_end
+from bert_jax.data.subword_tokenizer import WordPieceTokenizer
 
 MIXED_TEXT = ("Élan vital\tand CAFÉ au lait. 東京は大きい都市です。 Don't stop-believing!\n"
               "naïve coöperation, résumé; x1y2z3 ##hash [MASK] tokens.\n  \n") * 40
@@ -31,7 +32,7 @@ def corpus(tmp_path_factory):
     paths = write_corpus(str(root / "txt"), files=2, megabytes=4.0)
     with open(paths[0], encoding="utf-8") as f:
         sample = f.read(200_000).split("\n")
-    vocab_path = tok.train_wordpiece(sample, 1000, str(root / "vocab"))
+    vocab_path = wordpiece_training.train_wordpiece(sample, 1000, str(root / "vocab"))
     glob = f"text:{root}/txt/*.txt"
     data_dir = str(root / "data")
     corpora.prepare(glob, data_dir)  # outside every clock below
@@ -99,10 +100,10 @@ def test_first_row_tokenizes_one_window_and_rows_keep_every_id(vocab):
 def count_tokenized(monkeypatch) -> list[int]:
     """The lengths of the texts handed to the tokenizer from now on, by any thread."""
     given = []
-    encode, encode_batch = tok.WordPieceTokenizer.encode, tok.WordPieceTokenizer.encode_batch
-    monkeypatch.setattr(tok.WordPieceTokenizer, "encode",
+    encode, encode_batch = WordPieceTokenizer.encode, WordPieceTokenizer.encode_batch
+    monkeypatch.setattr(WordPieceTokenizer, "encode",
                         lambda self, text: given.append(len(text)) or encode(self, text))
-    monkeypatch.setattr(tok.WordPieceTokenizer, "encode_batch", lambda self, texts: given.append(
+    monkeypatch.setattr(WordPieceTokenizer, "encode_batch", lambda self, texts: given.append(
         sum(map(len, texts))) or encode_batch(self, texts))
     return given
 
@@ -147,7 +148,7 @@ def test_resume_inside_a_long_document_starts_at_its_window(corpus, monkeypatch)
     assert window[0] > 0 and 0 < state["grain"]["offset"] - window[1] < 16 * 128 * 4
     old_state = json.loads(json.dumps(state))
     del old_state["grain"]["window"]  # as saved before documents were tokenized by windows
-    encode = tok.WordPieceTokenizer.encode
+    encode = WordPieceTokenizer.encode
     for saved in (state, old_state):
         by_packer = []  # characters the packer (this thread) tokenizes; read-ahead threads aside
 
@@ -156,7 +157,7 @@ def test_resume_inside_a_long_document_starts_at_its_window(corpus, monkeypatch)
                 by_packer.append(len(text))
             return encode(self, text)
 
-        monkeypatch.setattr(tok.WordPieceTokenizer, "encode", counting)
+        monkeypatch.setattr(WordPieceTokenizer, "encode", counting)
         resumed = pretraining.make_iterator(cfg, "train", global_batch_size=16)
         resumed.set_state(saved)
         batch = next(resumed)

@@ -115,14 +115,14 @@ def test_progress_bar_hidden_when_not_a_terminal_and_forced_by_env(monkeypatch, 
 
 
 def test_progress_bars_change_no_vocabulary(tmp_path, monkeypatch, capsys):
-    from bert_jax.data import tokenizer
+    from bert_jax.data import wordpiece_training
 
     texts = [f"the cat number {i} sat on the mat, said the dog {i % 7}." for i in range(40)]
     monkeypatch.setenv(progress.ENV_VAR, "1")
-    shown = tokenizer.train_wordpiece(texts, 60, str(tmp_path / "shown"))
+    shown = wordpiece_training.train_wordpiece(texts, 60, str(tmp_path / "shown"))
     assert "vocabulary 2/2" in capsys.readouterr().err
     monkeypatch.setenv(progress.ENV_VAR, "0")
-    quiet = tokenizer.train_wordpiece(texts, 60, str(tmp_path / "quiet"))
+    quiet = wordpiece_training.train_wordpiece(texts, 60, str(tmp_path / "quiet"))
     assert capsys.readouterr().err == ""
     with open(shown) as a, open(quiet) as b:
         assert a.read() == b.read()

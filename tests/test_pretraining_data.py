@@ -11,7 +11,7 @@ import grain
 import numpy as np
 import pytest
 
-from bert_jax.data import corpora, masking, pretraining
+from bert_jax.data import corpora, masking, pretraining, wordpiece_training
 from bert_jax.data import tokenizer as tok
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -157,7 +157,7 @@ def test_packing_demo_corpus_loses_nothing_and_pads_little(demo, demo_vocab):
 def test_long_document_is_split_at_word_starts(tmp_path):
     words = [f"w{i}x" if i % 3 else "unbelievably" for i in range(600)]
     (tmp_path / "docs.txt").write_text(" ".join(words) + "\n\nshort one\n\nshort two")
-    vocab_path = tok.train_wordpiece([" ".join(words)], 120, str(tmp_path / "vocab"))
+    vocab_path = wordpiece_training.train_wordpiece([" ".join(words)], 120, str(tmp_path / "vocab"))
     vocab = tok.load_tokenizer(vocab_path)
     cfg = pretraining.PretrainingDataConfig(corpus=f"text:{tmp_path}/*.txt",
                                             data_dir=str(tmp_path / "data"),

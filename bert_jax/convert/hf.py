@@ -404,9 +404,9 @@ def save(cfg, params: Mapping[str, Any], directory: str | os.PathLike, *, tokeni
         with open(path, "w", encoding="utf-8") as f:
             f.write(json.dumps(written, indent=2, sort_keys=True) + "\n")
     if tokenizer is not None:
-        from bert_jax.data import tokenizer as tokenizer_lib
-        tokenizer_lib.save_hf(tokenizer, os.fspath(directory),
-                              model_max_length=cfg.max_position_embeddings)
+        from bert_jax.data import hf_tokenizer
+        hf_tokenizer.save_hf(tokenizer, os.fspath(directory),
+                             model_max_length=cfg.max_position_embeddings)
 
 
 # ----- which model a tree fits ----------------------------------------------------------------

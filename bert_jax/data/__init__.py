@@ -1,7 +1,10 @@
 """Input pipelines.
 
-Pre-training: corpora (TFDS array_record), tokenizer (WordPiece), pretraining (the pipeline and its
-iterator) with document_packing, sentence_pairs and masking; synthetic (random-token batches).
+Pre-training: corpora (TFDS array_record), pretraining (the pipeline and its iterator) with
+document_packing, sentence_pairs and masking; synthetic (random-token batches).
+Tokenizers: tokenizer (load_tokenizer), subword_tokenizer (the classes), tokenizer_json (what a
+tokenizer.json says), wordpiece (BERT's pipeline and vocab.txt), wordpiece_training
+(train_wordpiece), hf_tokenizer (save_hf: the Hugging Face folder).
 Fine-tuning: readers (files -> examples), tfds_tasks (TFDS names -> examples), encoding
 (examples -> rows), squad (span-QA windows and answers), batches (rows -> batches),
 example_packing (a batch's examples packed into shared rows).

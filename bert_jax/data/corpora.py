@@ -85,8 +85,8 @@ def document_text(record: Any, text_key: str = "text") -> str:
 
 class SourceTexts:
     """The texts of source[0], ..., source[count - 1], in order; each iteration reads the source
-    anew, so a consumer that passes over the texts twice (`tokenizer.train_wordpiece`) needs no
-    copy of them in memory."""
+    anew, so a consumer that passes over the texts twice (`wordpiece_training.train_wordpiece`)
+    needs no copy of them in memory."""
 
     def __init__(self, source: TextSource, text_key: str = "text", count: int | None = None):
         self.source, self.text_key = source, text_key

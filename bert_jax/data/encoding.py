@@ -26,7 +26,7 @@ import numpy as np
 
 from bert_jax.data import windows
 from bert_jax.data.readers import DataError, TaggedSentence, TextExample
-from bert_jax.data.tokenizer import WordPieceTokenizer
+from bert_jax.data.subword_tokenizer import WordPieceTokenizer
 
 IGNORE = -100  # label of sub-words that carry no tag (not the first of their word), and padding
 

@@ -13,7 +13,7 @@ import dataclasses
 
 import numpy as np
 
-from bert_jax.data import tokenizer as tok
+from bert_jax.data.subword_tokenizer import WordPieceTokenizer
 
 
 @dataclasses.dataclass(frozen=True)
@@ -29,7 +29,7 @@ class MaskingSpec:
     whole_word: bool = False
 
     @classmethod
-    def from_tokenizer(cls, vocab: tok.WordPieceTokenizer, mask_rate: float, max_predictions: int,
+    def from_tokenizer(cls, vocab: WordPieceTokenizer, mask_rate: float, max_predictions: int,
                        whole_word: bool) -> MaskingSpec:
         special = np.asarray(vocab.special_ids, np.int32)
         replacement = np.flatnonzero(vocab.is_ordinary).astype(np.int32)

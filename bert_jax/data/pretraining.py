@@ -45,12 +45,13 @@ import grain
 import numpy as np
 from etils import epath
 
-from bert_jax.data import corpora, host_shards
+from bert_jax.data import corpora, host_shards, wordpiece_training
 from bert_jax.data import tokenizer as tok
 from bert_jax.data.document_packing import PackedRowsIterDataset, PackingSpec, empty_row
 from bert_jax.data.document_tokens import DocumentTokens
 from bert_jax.data.masking import MaskingSpec, mask_row
 from bert_jax.data.sentence_pairs import FlattenedIterDataset, PairRows, PairSpec
+from bert_jax.data.subword_tokenizer import WordPieceTokenizer
 
 _MASK_STREAM = 0x6D61736B  # "mask": separates the masking generator from other uses of the seed
 STATE_VERSION = 2
@@ -169,8 +170,8 @@ def _trained_once(corpus: str, data_dir: str, prefix: str, vocab_size: int, lowe
                 logging.info("training a %d-token vocabulary on the train split of %s "
                              "(config.tokenizer.path is empty) into %s", vocab_size, corpus,
                              vocab_dir)
-                tok.train_wordpiece(corpora.SourceTexts(source), vocab_size, vocab_dir,
-                                    lowercase)
+                wordpiece_training.train_wordpiece(corpora.SourceTexts(source), vocab_size,
+                                                   vocab_dir, lowercase)
     return vocab_path
 
 
@@ -198,7 +199,7 @@ class _Tokenize:
     window of longer ones; the packer tokenizes the rest of a long document as its rows need it
     (bert_jax.data.document_tokens), so no row waits for the whole of a long document."""
 
-    def __init__(self, vocab: tok.WordPieceTokenizer, text_key: str):
+    def __init__(self, vocab: WordPieceTokenizer, text_key: str):
         self.vocab, self.text_key = vocab, text_key
 
     def __call__(self, record) -> DocumentTokens:
@@ -208,7 +209,7 @@ class _Tokenize:
 
 
 def build_rows(cfg: PretrainingDataConfig, source: corpora.TextSource,
-               vocab: tok.WordPieceTokenizer, process_index: int, process_count: int,
+               vocab: WordPieceTokenizer, process_index: int, process_count: int,
                num_epochs: Optional[int], layout_changes: int = 0) -> grain.IterDataset:
     """The grain dataset of this host's unmasked rows (dicts of [seq_len] int32 arrays).
 

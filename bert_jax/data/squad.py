@@ -33,7 +33,7 @@ from typing import Mapping, Optional, Sequence
 import numpy as np
 
 from bert_jax.data.readers import DataError, QAExample
-from bert_jax.data.tokenizer import WordPieceTokenizer
+from bert_jax.data.subword_tokenizer import WordPieceTokenizer
 from bert_jax.data.windows import window_starts
 
 
