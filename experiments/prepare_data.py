@@ -26,7 +26,7 @@ import sys
 from absl import app, flags, logging
 
 from bert_jax import cli
-from bert_jax.data import corpora, pretraining, wordpiece_training
+from bert_jax.data import corpora, pretraining, text_corpus, wordpiece_training
 from bert_jax.data import tokenizer as tok
 
 FLAGS = flags.FLAGS
@@ -40,7 +40,7 @@ flags.DEFINE_bool("lowercase", True, "Lower-case and strip accents.")
 flags.DEFINE_integer("max_documents", 0, "Train the vocabulary on at most this many training "
                      "documents (0: all).")
 flags.DEFINE_string("text_key", "text", "Field holding the text in the corpus records.")
-flags.DEFINE_enum("document_delimiter", "blank_line", list(corpora.DOCUMENT_DELIMITERS),
+flags.DEFINE_enum("document_delimiter", "blank_line", list(text_corpus.DOCUMENT_DELIMITERS),
                   "text:GLOB corpora: what ends a document: a blank line (a file without one "
                   "is one document), a line end, or the file's end; the pre-training config's "
                   "data.document_delimiter.")

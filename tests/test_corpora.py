@@ -5,7 +5,7 @@ import logging
 
 import pytest
 
-from bert_jax.data import corpora
+from bert_jax.data import corpora, demo_corpus, text_corpus
 
 
 def texts_of(source):
@@ -56,13 +56,13 @@ def test_different_globs_and_options_do_not_collide(tmp_path):
         f"text:{tmp_path}/*.txt", "validation", data_dir, document_delimiter="file"))
     assert sorted(by_file_all) == ["four\nfive\nsix", "one\n\ntwo\n\nthree"]
     assert set(texts_of(x_only)) <= {"one", "two", "three"}
-    names = {corpora.text_files_config(f"{tmp_path}/*.txt").name,
-             corpora.text_files_config(f"{tmp_path}/*.txt", validation_fraction=0.1).name,
-             corpora.text_files_config(f"{tmp_path}/x.txt").name}
+    names = {text_corpus.text_files_config(f"{tmp_path}/*.txt").name,
+             text_corpus.text_files_config(f"{tmp_path}/*.txt", validation_fraction=0.1).name,
+             text_corpus.text_files_config(f"{tmp_path}/x.txt").name}
     assert len(names) == 3
     # The delimiter is not in the name: it is recorded with the one prepared copy and checked.
-    assert (corpora.text_files_config(f"{tmp_path}/*.txt", document_delimiter="line").name
-            == corpora.text_files_config(f"{tmp_path}/*.txt").name)
+    assert (text_corpus.text_files_config(f"{tmp_path}/*.txt", document_delimiter="line").name
+            == text_corpus.text_files_config(f"{tmp_path}/*.txt").name)
 
 
 def test_document_delimiter_is_recorded_and_a_different_one_refused(tmp_path):
@@ -87,13 +87,13 @@ def test_file_of_lines_without_blank_line_warns(tmp_path, caplog):
     write(tmp_path / "lines.txt", "".join(f"paragraph number {i}.\n" for i in range(150)))
     write(tmp_path / "short.txt", "one line\nand another")
     with caplog.at_level(logging.WARNING):
-        documents = corpora.read_text_documents(f"{tmp_path}/*.txt")
+        documents = text_corpus.read_text_documents(f"{tmp_path}/*.txt")
     assert len(documents) == 2
     assert "lines.txt holds no blank line" in caplog.text and "150 lines are ONE" in caplog.text
     assert "document_delimiter='line'" in caplog.text and "short.txt" not in caplog.text
     caplog.clear()
     with caplog.at_level(logging.WARNING):
-        assert len(corpora.read_text_documents(f"{tmp_path}/*.txt", "line")) == 152
+        assert len(text_corpus.read_text_documents(f"{tmp_path}/*.txt", "line")) == 152
     assert "blank line" not in caplog.text
 
 
@@ -179,7 +179,7 @@ def test_empty_file_is_skipped_with_warning(tmp_path, caplog):
     write(tmp_path / "empty.txt", "")
     write(tmp_path / "full.txt", "alpha beta\n\ngamma delta\n\nepsilon")
     with caplog.at_level(logging.WARNING):
-        documents = corpora.read_text_documents(f"{tmp_path}/*.txt")
+        documents = text_corpus.read_text_documents(f"{tmp_path}/*.txt")
     assert documents == ["alpha beta", "gamma delta", "epsilon"]
     assert "empty.txt" in caplog.text
 
@@ -202,7 +202,7 @@ def test_invalid_utf8_fails_naming_the_file_or_is_skipped(tmp_path, caplog):
     with pytest.raises(ValueError, match=r"bad\.txt is not valid UTF-8 \(byte 12"):
         corpora.load_source(f"text:{tmp_path}/*.txt", "train", str(tmp_path / "d"))
     with caplog.at_level(logging.WARNING):
-        documents = corpora.read_text_documents(f"{tmp_path}/*.txt", invalid_utf8="skip")
+        documents = text_corpus.read_text_documents(f"{tmp_path}/*.txt", invalid_utf8="skip")
     assert documents == ["fine text", "more fine text", "even more"]
     assert "bad.txt" in caplog.text
 
@@ -212,7 +212,7 @@ def test_unknown_split_and_bad_options(tmp_path):
     with pytest.raises(ValueError, match="has no split 'test'"):
         corpora.load_source(f"text:{tmp_path}/*.txt", "test", str(tmp_path / "d"))
     with pytest.raises(ValueError, match="document_delimiter='page'"):
-        corpora.read_text_documents(f"{tmp_path}/*.txt", document_delimiter="page")
+        text_corpus.read_text_documents(f"{tmp_path}/*.txt", document_delimiter="page")
 
 
 @pytest.mark.parametrize("name", ["wikipedia/20230601.en", "no_such_dataset_anywhere"])
@@ -244,12 +244,12 @@ def test_wiki_markup_is_stripped_and_redirects_skipped(tmp_path):
     from xml.sax.saxutils import escape
     path = tmp_path / "dump.xml.bz2"
     path.write_bytes(bz2.compress(DUMP.format(article=escape(WIKITEXT)).encode("utf-8")))
-    articles = list(corpora.wiki_articles(str(path)))
+    articles = list(demo_corpus.wiki_articles(str(path)))
     assert articles == ["Thing is a word used for objects.\nHistory\nThings were named in 1999."]
 
 
 def test_demo_corpus_files_are_found():
-    folder = corpora.gensim_test_data()
+    folder = demo_corpus.gensim_test_data()
     assert folder.endswith("test_data")
 
 

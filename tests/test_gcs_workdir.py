@@ -172,22 +172,22 @@ def test_creating_an_object_exclusively_is_decided_by_the_bucket(gcs):
 
 
 def test_data_preparation_on_a_bucket_is_one_process_at_a_time(gcs):
-    from bert_jax.data import corpora
+    from bert_jax.data import data_dir_lock
     data_dir = f"gs://{BUCKET}/data_test"
     entered = threading.Event()
 
     def second():
-        with corpora.exclusive(data_dir):
+        with data_dir_lock.exclusive(data_dir):
             entered.set()
 
-    with corpora.exclusive(data_dir):
-        assert corpora.LOCK_FILE in _objects("data_test")
+    with data_dir_lock.exclusive(data_dir):
+        assert data_dir_lock.LOCK_FILE in _objects("data_test")
         waiting = threading.Thread(target=second)
         waiting.start()
         assert not entered.wait(1.0), "a second holder got in while the lock was held"
     waiting.join(timeout=60)
     assert entered.is_set()
-    assert corpora.LOCK_FILE not in _objects("data_test")
+    assert data_dir_lock.LOCK_FILE not in _objects("data_test")
 
 
 def test_config_and_metrics_files_on_a_bucket(gcs):

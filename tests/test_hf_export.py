@@ -40,7 +40,7 @@ from bert_jax import (
 from bert_jax.convert import hf
 from bert_jax.convert import runs as convert_runs
 from bert_jax.data import (
-    corpora,
+    demo_corpus,
     encoding,
     hf_tokenizer,
     readers,
@@ -127,7 +127,7 @@ def small_model(vocab_size, max_position_embeddings=64):
 def tokenizers_to_check(tmp_path):
     """(name, tokenizer): uncased tokenizer.json (MiniLM), vocab.txt lower-cased and cased, and
     a cased vocabulary trained here on real text (its tokenizer.json)."""
-    lee = os.path.join(corpora.gensim_test_data(), "lee_background.cor")
+    lee = os.path.join(demo_corpus.gensim_test_data(), "lee_background.cor")
     with open(lee, encoding="utf-8") as f:
         texts = [line for line in f if line.strip()][:200]
     trained = wordpiece_training.train_wordpiece(texts, 2000, str(tmp_path / "cased_vocab"),
@@ -296,7 +296,7 @@ def test_export_options_of_each_task_kind(tmp_path):
 # ----- fine-tuned runs through transformers' pipelines ------------------------------------------
 
 def test_classification_run_in_the_text_classification_pipeline(tmp_path):
-    polarity = os.path.join(corpora.gensim_test_data(), "pang_lee_polarity.cor")
+    polarity = os.path.join(demo_corpus.gensim_test_data(), "pang_lee_polarity.cor")
     config = tiny_config("classification", total_steps=6, **{
         "data.train_path": polarity, "data.format": "fasttext", "data.encoding": "cp1252",
         "data.heldout_fraction": 0.25})
@@ -521,8 +521,8 @@ def test_pretraining_run_in_bert_for_masked_lm(tmp_path):
          "--config=" + os.path.join(ROOT, "experiments", "configs", "demo.py"),
          f"--workdir={workdir}", "--config.total_steps=10", "--config.eval_batches=2",
          # the demo corpus's news stories, one per line, without its Wikipedia sample
-         "--config.data.corpus=text:" + os.path.join(corpora.gensim_test_data(),
-                                                     corpora.LEE_CORPUS),
+         "--config.data.corpus=text:" + os.path.join(demo_corpus.gensim_test_data(),
+                                                     demo_corpus.LEE_CORPUS),
          "--config.data.document_delimiter=line",
          # a small model, a small batch: the export is the point, not the learning
          "--config.model.hidden_size=32", "--config.model.num_hidden_layers=1",

@@ -29,7 +29,7 @@ from tokenizers import decoders, models, normalizers, pre_tokenizers, processors
 
 from bert_jax import BertConfig, BertForPreTraining, BertModel, ConfigError, sentence_embeddings
 from bert_jax.convert import hf, runs
-from bert_jax.data import corpora, encoding, masking, readers, squad
+from bert_jax.data import demo_corpus, encoding, masking, readers, squad
 from bert_jax.data import tokenizer as tok
 from bert_jax.recipes.finetune import recipe
 from bert_jax.train import params_loading
@@ -427,7 +427,7 @@ def test_fine_tuning_a_roberta_folder_and_its_export_in_the_pipeline(tmp_path):
     """A RoBERTa folder (random weights saved by transformers, a byte-level BPE trained on the
     texts) fine-tuned by our recipe on real sentences, exported, and run by transformers'
     text-classification pipeline: the same labels and probabilities as our predictions."""
-    polarity = os.path.join(corpora.gensim_test_data(), "pang_lee_polarity.cor")
+    polarity = os.path.join(demo_corpus.gensim_test_data(), "pang_lee_polarity.cor")
     with open(polarity, encoding="cp1252") as f:
         texts = [line.split(" ", 1)[1] for line in f if " " in line]
     tokenizer = tokenizers.Tokenizer(models.BPE())

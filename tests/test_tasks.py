@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from bert_jax.convert import hf
-from bert_jax.data import batches, corpora, encoding, readers, row_layout, squad, tfds_tasks
+from bert_jax.data import batches, demo_corpus, encoding, readers, row_layout, squad, tfds_tasks
 from bert_jax.data import tokenizer as tok
 
 
@@ -40,7 +40,7 @@ def test_csv_tsv_jsonl_with_named_columns(tmp_path):
 
 
 def test_fasttext_polarity_file_reads_200_balanced():
-    path = os.path.join(corpora.gensim_test_data(), "pang_lee_polarity.cor")
+    path = os.path.join(demo_corpus.gensim_test_data(), "pang_lee_polarity.cor")
     with pytest.raises(readers.DataError,
                        match=r"pang_lee_polarity\.cor:\d+: not valid utf-8.*cp1252"):
         readers.read_text_examples(path)  # the file is cp1252 (em dashes, accents)

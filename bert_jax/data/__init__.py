@@ -1,6 +1,7 @@
 """Input pipelines.
 
-Pre-training: corpora (TFDS array_record), pretraining (the pipeline and its iterator) with
+Pre-training: corpora (a corpus by name -> TFDS array_record; with text_corpus, demo_corpus,
+corpus_splits, data_dir_lock), pretraining (the pipeline and its iterator) with
 document_packing, sentence_pairs and masking; synthetic (random-token batches).
 Tokenizers: tokenizer (load_tokenizer), subword_tokenizer (the classes), tokenizer_json (what a
 tokenizer.json says), wordpiece (BERT's pipeline and vocab.txt), wordpiece_training

@@ -45,7 +45,7 @@ import grain
 import numpy as np
 from etils import epath
 
-from bert_jax.data import corpora, host_shards, wordpiece_training
+from bert_jax.data import corpora, data_dir_lock, host_shards, text_corpus, wordpiece_training
 from bert_jax.data import tokenizer as tok
 from bert_jax.data.document_packing import PackedRowsIterDataset, PackingSpec, empty_row
 from bert_jax.data.document_tokens import DocumentTokens
@@ -115,9 +115,9 @@ class PretrainingDataConfig:
             raise ValueError(f"PretrainingDataConfig.seed={self.seed} must be in [0, 2**32)")
         if self.num_workers < 0:
             raise ValueError("PretrainingDataConfig.num_workers must be >= 0")
-        if self.document_delimiter not in corpora.DOCUMENT_DELIMITERS:
+        if self.document_delimiter not in text_corpus.DOCUMENT_DELIMITERS:
             raise ValueError(f"data.document_delimiter={self.document_delimiter!r}: choose one "
-                             f"of {', '.join(corpora.DOCUMENT_DELIMITERS)}")
+                             f"of {', '.join(text_corpus.DOCUMENT_DELIMITERS)}")
         expected = math.ceil((self.seq_len - 2) * self.mask_rate)
         if self.max_predictions < expected:
             logging.warning("max_predictions=%d < ceil((seq_len - 2) * mask_rate)=%d: rows of "
@@ -165,7 +165,7 @@ def _trained_once(corpus: str, data_dir: str, prefix: str, vocab_size: int, lowe
     vocab_path = os.path.join(vocab_dir, "vocab.txt")
     source = corpora.load_source(corpus, "train", data_dir, **text_options)
     if not epath.Path(vocab_path).is_file():  # data_dir: a local folder or gs://
-        with corpora.exclusive(data_dir):
+        with data_dir_lock.exclusive(data_dir):
             if not epath.Path(vocab_path).is_file():  # another process may have trained it
                 logging.info("training a %d-token vocabulary on the train split of %s "
                              "(config.tokenizer.path is empty) into %s", vocab_size, corpus,

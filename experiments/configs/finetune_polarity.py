@@ -20,13 +20,13 @@ import os
 
 from bert_jax import run_config
 from bert_jax.convert import hf
-from bert_jax.data import corpora
+from bert_jax.data import demo_corpus
 
 
 def get_config():
     config = run_config.finetune_config("classification")
     config.init.hf_dir = hf.packaged_minilm_dir()
-    config.data.train_path = os.path.join(corpora.gensim_test_data(), "pang_lee_polarity.cor")
+    config.data.train_path = os.path.join(demo_corpus.gensim_test_data(), "pang_lee_polarity.cor")
     config.data.format = "fasttext"
     config.data.encoding = "cp1252"
     config.data.heldout_fraction = 0.25

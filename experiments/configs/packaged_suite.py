@@ -25,7 +25,7 @@ import os
 import ml_collections
 
 from bert_jax import paths, run_config
-from bert_jax.data import corpora, readers
+from bert_jax.data import demo_corpus, readers
 from experiments.configs import common
 
 
@@ -36,7 +36,7 @@ def _write_tsv(path: str, header: list[str], rows: list[list]) -> None:
 
 def prepare(folder: str) -> str:
     """polarity/{train,dev}.tsv and simlex/{train,dev}.tsv under `folder` (kept if there)."""
-    source = corpora.gensim_test_data()
+    source = demo_corpus.gensim_test_data()
     if os.path.isfile(os.path.join(folder, "simlex", "dev.tsv")):
         return folder
     polarity = readers.read_fasttext(os.path.join(source, "pang_lee_polarity.cor"), "cp1252")
