@@ -26,7 +26,7 @@ import sys
 from absl import app, flags, logging
 
 from bert_jax import cli
-from bert_jax.data import corpora, pretraining, text_corpus, wordpiece_training
+from bert_jax.data import corpora, pretraining_vocab, text_corpus, wordpiece_training
 from bert_jax.data import tokenizer as tok
 
 FLAGS = flags.FLAGS
@@ -58,10 +58,11 @@ def prepare() -> None:
                        validation_fraction=FLAGS.validation_fraction)
     run_finds_it = not FLAGS.vocab_dir and not FLAGS.max_documents
     if FLAGS.corpus == corpora.DEMO and run_finds_it:
-        vocab_path = pretraining.prepare_demo(data_dir, FLAGS.vocab_size, FLAGS.lowercase)
+        vocab_path = pretraining_vocab.prepare_demo(data_dir, FLAGS.vocab_size, FLAGS.lowercase)
     elif FLAGS.corpus.startswith(corpora.TEXT_PREFIX) and run_finds_it:
-        vocab_path = pretraining.prepare_text_vocabulary(FLAGS.corpus, data_dir, FLAGS.vocab_size,
-                                                         FLAGS.lowercase, **options)
+        vocab_path = pretraining_vocab.prepare_text_vocabulary(FLAGS.corpus, data_dir,
+                                                               FLAGS.vocab_size, FLAGS.lowercase,
+                                                               **options)
     else:
         source = corpora.load_source(FLAGS.corpus, "train", data_dir, **options)
         count = FLAGS.max_documents or None

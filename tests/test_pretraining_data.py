@@ -11,7 +11,14 @@ import grain
 import numpy as np
 import pytest
 
-from bert_jax.data import corpora, masking, pretraining, wordpiece_training
+from bert_jax.data import (
+    corpora,
+    masking,
+    pretraining,
+    pretraining_rows,
+    pretraining_vocab,
+    wordpiece_training,
+)
 from bert_jax.data import tokenizer as tok
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -21,8 +28,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def demo(tmp_path_factory):
     """(data_dir, vocab_path) of the demo corpus with a 4096-token vocabulary, built once."""
     data_dir = str(tmp_path_factory.mktemp("demo_data"))
-    vocab_path = pretraining.prepare_demo(data_dir, vocab_size=4096)
-    assert pretraining.prepare_demo(data_dir, vocab_size=4096) == vocab_path  # idempotent
+    vocab_path = pretraining_vocab.prepare_demo(data_dir, vocab_size=4096)
+    assert pretraining_vocab.prepare_demo(data_dir, vocab_size=4096) == vocab_path  # idempotent
     return data_dir, vocab_path
 
 
@@ -38,7 +45,8 @@ def demo_config(demo, **overrides):
 
 def unmasked_rows(cfg, vocab, split="train", process_index=0, process_count=1, limit=None):
     source = corpora.load_source(cfg.corpus, split, cfg.data_dir)
-    rows = pretraining.build_rows(cfg, source, vocab, process_index, process_count, num_epochs=1)
+    rows = pretraining_rows.build_rows(cfg, source, vocab, process_index, process_count,
+                                       num_epochs=1)
     out = []
     for row in rows:
         out.append(row)

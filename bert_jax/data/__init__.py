@@ -1,8 +1,9 @@
 """Input pipelines.
 
 Pre-training: corpora (a corpus by name -> TFDS array_record; with text_corpus, demo_corpus,
-corpus_splits, data_dir_lock), pretraining (the pipeline and its iterator) with
-document_packing, sentence_pairs and masking; synthetic (random-token batches).
+corpus_splits, data_dir_lock), pretraining (make_iterator; with pretraining_config,
+pretraining_vocab, pretraining_rows, pretraining_iterator) with document_packing,
+sentence_pairs and masking; synthetic (random-token batches).
 Tokenizers: tokenizer (load_tokenizer), subword_tokenizer (the classes), tokenizer_json (what a
 tokenizer.json says), wordpiece (BERT's pipeline and vocab.txt), wordpiece_training
 (train_wordpiece), hf_tokenizer (save_hf: the Hugging Face folder).

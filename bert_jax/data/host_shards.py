@@ -12,7 +12,8 @@ A position in the data belongs to one host layout: it says where in *its* range 
 When a run resumes on another number of hosts, no such position exists in the new ranges, so the
 run starts a new pass over the data in a new order (`pass_seed`): the model state resumes
 exactly, the rest of the interrupted pass is not read, and every later resume on the same layout
-is exact again (bert_jax.data.pretraining.PretrainingIterator.set_state_of_other_layout).
+is exact again
+(bert_jax.data.pretraining_iterator.PretrainingIterator.set_state_of_other_layout).
 """
 
 from __future__ import annotations

@@ -93,8 +93,8 @@ def test_malformed_csv_quote_names_the_line(tmp_path):
 
 PREPARE_DEMO = """
 import sys
-from bert_jax.data import pretraining
-print(pretraining.prepare_demo(sys.argv[1], vocab_size=512))
+from bert_jax.data import pretraining_vocab
+print(pretraining_vocab.prepare_demo(sys.argv[1], vocab_size=512))
 """
 
 
