@@ -30,9 +30,10 @@ $XDG_CACHE_HOME/bert_jax/xla (~/.cache/bert_jax/xla). A cached program is keyed 
 the compiler options, the devices and the jax/jaxlib versions, so it computes what a fresh
 compilation would. Every program that took CACHE_MIN_COMPILE_SECONDS or more to compile is kept
 (JAX's own threshold, 1 s, would leave out embed.py's and predict.py's programs of about half a
-second), and the folder is held under CACHE_MAX_BYTES, the least recently used programs
-dropped first; $JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS and $JAX_COMPILATION_CACHE_MAX_SIZE
-override the two.
+second; $JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS overrides it). The folder is not bounded
+here: JAX's size bound (jax_compilation_cache_max_size) fails on a folder written without it
+(jax 0.10: every write then warns "Error writing persistent compilation cache entry"), so a
+folder grown too large is the user's to delete.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ import ast
 import contextlib
 import errno
 import json
+import logging as std_logging
 import os
 import re
 import signal
@@ -314,20 +316,36 @@ def check_text_encoding(name: str, what: str) -> None:
 
 # ----- start-up and the run --------------------------------------------------------------------
 
+# Orbax warnings that say nothing to a user: a read-only manager (evaluate.py, predict.py,
+# export) announcing the options it set itself, and our checksums folder inside a step, which
+# bert_jax.train.checksums reads, not Orbax.
+ORBAX_NOISE = ("CheckpointManagerOptions.read_only=True, setting",
+               "Given directory is read only=",
+               'Item "checksums" was found in the checkpoint, but could not be restored')
+
+
+class _DropOrbaxChatter(std_logging.Filter):
+    """Drops Orbax's records below WARNING and its ORBAX_NOISE warnings."""
+
+    def filter(self, record: std_logging.LogRecord) -> bool:
+        if "/orbax/" not in record.pathname.replace(os.sep, "/"):
+            return True
+        if record.levelno < std_logging.WARNING:
+            return False
+        message = record.getMessage()
+        return not any(noise in message for noise in ORBAX_NOISE)
+
+
 def quiet_orbax_logs() -> None:
-    """Keep Orbax's per-save INFO chatter out of the training log (its warnings still show)."""
-    import logging as std_logging
-
-    class _DropOrbaxInfo(std_logging.Filter):
-        def filter(self, record):
-            return record.levelno >= std_logging.WARNING or "/orbax/" not in record.pathname
-
-    logging.get_absl_handler().addFilter(_DropOrbaxInfo())
+    """Keep Orbax's per-save INFO chatter and its ORBAX_NOISE warnings out of the log (its other
+    warnings still show)."""
+    handler = logging.get_absl_handler()
+    if not any(isinstance(f, _DropOrbaxChatter) for f in handler.filters):
+        handler.addFilter(_DropOrbaxChatter())
 
 
 COMPILATION_CACHE_VARIABLE = "JAX_COMPILATION_CACHE_DIR"
 CACHE_MIN_COMPILE_SECONDS = 0.2  # programs that compile faster are not kept (module docstring)
-CACHE_MAX_BYTES = 4 << 30
 
 
 def default_compilation_cache_dir() -> str:
@@ -345,8 +363,6 @@ def use_compilation_cache(enabled: bool = True) -> None:
         return
     if "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS" not in os.environ:
         jax.config.update("jax_persistent_cache_min_compile_time_secs", CACHE_MIN_COMPILE_SECONDS)
-    if "JAX_COMPILATION_CACHE_MAX_SIZE" not in os.environ:
-        jax.config.update("jax_compilation_cache_max_size", CACHE_MAX_BYTES)
     if COMPILATION_CACHE_VARIABLE in os.environ:
         return
     folder = default_compilation_cache_dir()

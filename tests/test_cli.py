@@ -25,13 +25,11 @@ def test_scripts_keep_compiled_programs_in_the_user_cache_unless_told_otherwise(
         monkeypatch.delenv(cli.COMPILATION_CACHE_VARIABLE, raising=False)
         monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
         monkeypatch.delenv("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", raising=False)
-        monkeypatch.delenv("JAX_COMPILATION_CACHE_MAX_SIZE", raising=False)
         cli.use_compilation_cache()
         assert jax.config.jax_compilation_cache_dir == str(tmp_path / "bert_jax" / "xla")
-        # programs of half a second (embed.py's, predict.py's) are kept; the folder is bounded
+        # programs of half a second (embed.py's, predict.py's) are kept
         assert (jax.config.jax_persistent_cache_min_compile_time_secs
                 == cli.CACHE_MIN_COMPILE_SECONDS < 0.5)
-        assert jax.config.jax_compilation_cache_max_size == cli.CACHE_MAX_BYTES
 
         # the user's own thresholds are JAX's to read
         jax.config.update("jax_persistent_cache_min_compile_time_secs", 7.0)
@@ -58,3 +56,24 @@ def test_scripts_keep_compiled_programs_in_the_user_cache_unless_told_otherwise(
         assert jax.config.jax_enable_compilation_cache is False
     finally:
         _restore(before)
+
+
+def test_orbax_noise_is_dropped_and_its_other_warnings_kept():
+    import logging as std_logging
+
+    def record(path, level, message):
+        return std_logging.LogRecord("absl", level, path, 1, message, None, None)
+
+    orbax = "/site-packages/orbax/checkpoint/checkpoint_manager.py"
+    keep = cli._DropOrbaxChatter().filter
+    for noise in ("CheckpointManagerOptions.read_only=True, setting create=False.",
+                  "Given directory is read only=/tmp/run/checkpoints",
+                  'Item "checksums" was found in the checkpoint, but could not be restored. '
+                  "Please provide a `CheckpointHandlerRegistry`"):
+        assert not keep(record(orbax, std_logging.WARNING, noise))
+    assert not keep(record(orbax, std_logging.INFO, "Saving checkpoint at step 3"))
+    assert keep(record(orbax, std_logging.WARNING, 'Item "state" was found in the checkpoint, '
+                                                   "but could not be restored"))
+    assert keep(record("/work/bert_jax/train/loop.py", std_logging.INFO, "step 3"))
+    assert keep(record("/work/bert_jax/train/loop.py", std_logging.WARNING,
+                       "Given directory is read only="))
