@@ -388,3 +388,31 @@ def test_every_word_of_a_long_sentence_is_tagged_from_its_nearest_window(tmp_pat
         [label_map[i] for i in first_row[positions].argmax(-1)] + ["O"] * (len(long_words)
                                                                             - fits))
     assert [r for i, r in enumerate(cut) if i != 4] == [r for i, r in enumerate(mine) if i != 4]
+
+
+def test_the_long_inputs_benchmark_hides_its_sentences_past_the_first_row(tmp_path):
+    """benchmarks/long_inputs.py's data: training rows fit a row, every evaluation document's
+    first row is narrative only (truncation sees no sentence), and no sentence is in both."""
+    import csv
+
+    from benchmarks import long_inputs
+    from bert_jax.convert import hf
+    from bert_jax.data.tokenizer import load_tokenizer
+    counts = long_inputs.make_data(str(tmp_path), 128, variants=2, docs_per_sentence=1, seed=0)
+    assert counts == {"train_rows": 200, "eval_documents": 100}
+    tokenizer = load_tokenizer(hf.packaged_minilm_dir())
+
+    def read(name):
+        with open(tmp_path / name, encoding="utf-8", newline="") as f:
+            return list(csv.DictReader(f, dialect="excel-tab"))
+
+    sentences = long_inputs.polarity_rows()
+    train_sentences = {text for text, _ in sentences[0::2]}
+    eval_sentences = {text for text, _ in sentences[1::2]}
+    assert not train_sentences & eval_sentences
+    for row in read("train.tsv"):
+        assert len(tokenizer.encode(row["text"])) <= 126
+    for row in read("long_eval.tsv"):
+        first_row = tokenizer.decode(tokenizer.encode(row["text"])[:126])
+        assert not any(tokenizer.decode(tokenizer.encode(s)) in first_row for s in eval_sentences)
+        assert sum(s in row["text"] for s in eval_sentences) == 2
