@@ -30,3 +30,22 @@ def tiny_finetune_config(task, tokenizer_path, hidden_size=64, num_hidden_layers
     config.log_every_steps = 50
     config.async_checkpoints = False
     return set_keys(config, changes)
+
+
+# Random NER sentences over a tiny vocabulary (the words of each group are in the tests' vocabs).
+NER_GROUPS = ((("john", "mary"), "PER"), (("paris", "berlin"), "LOC"), (("acme", "globex"), "ORG"))
+NER_FILLER = ["visited", "met", "works", "at", "in", "the", "today", "and", "is", "old", "red"]
+
+
+def ner_sentence(rng):
+    """(words, BIO tags) of 3-6 words, each an entity (B-PER/LOC/ORG) with probability 0.4."""
+    words, tags = [], []
+    for _ in range(rng.integers(3, 7)):
+        if rng.random() < 0.4:
+            group, tag = NER_GROUPS[rng.integers(3)]
+            words.append(group[rng.integers(2)])
+            tags.append(f"B-{tag}")
+        else:
+            words.append(NER_FILLER[rng.integers(len(NER_FILLER))])
+            tags.append("O")
+    return words, tags

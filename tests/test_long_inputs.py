@@ -22,7 +22,7 @@ from bert_jax.data import encoding, readers, windows
 from bert_jax.recipes.finetune import kinds, predict, recipe, task_data
 from bert_jax.train import evaluation
 
-from finetune_runs import tiny_finetune_config
+from finetune_runs import ner_sentence, tiny_finetune_config
 
 WORDS = ["john", "mary", "paris", "berlin", "acme", "globex", "book", "car", "visited", "met",
          "works", "at", "in", "the", "today", "and", "is", "old", "red", "."]
@@ -294,19 +294,6 @@ def test_a_long_texts_logits_are_the_mean_of_its_windows(tmp_path):
     assert truncated.keys() == trained.keys() and "example_index" not in truncated
     for key in trained:
         np.testing.assert_array_equal(truncated[key], trained[key])
-
-
-def ner_sentence(rng):
-    words, tags = [], []
-    for _ in range(rng.integers(3, 7)):
-        if rng.random() < 0.4:
-            group, tag = [(NAMES, "PER"), (PLACES, "LOC"), (ORGS, "ORG")][rng.integers(3)]
-            words.append(group[rng.integers(2)])
-            tags.append(f"B-{tag}")
-        else:
-            words.append(FILLER[rng.integers(len(FILLER))])
-            tags.append("O")
-    return words, tags
 
 
 def conll(sentences):

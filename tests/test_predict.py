@@ -20,7 +20,7 @@ import pytest
 from bert_jax.data import readers, unlabelled
 from bert_jax.recipes.finetune import recipe
 
-from finetune_runs import tiny_finetune_config
+from finetune_runs import ner_sentence, tiny_finetune_config
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -181,19 +181,6 @@ def test_user_mistakes_are_one_line_errors(classification_run, tmp_path):
 
 
 # ----- token classification and span QA ------------------------------------------------------
-
-def ner_sentence(rng):
-    words, tags = [], []
-    for _ in range(rng.integers(3, 7)):
-        if rng.random() < 0.4:
-            group, tag = [(NAMES, "PER"), (PLACES, "LOC"), (ORGS, "ORG")][rng.integers(3)]
-            words.append(group[rng.integers(2)])
-            tags.append(f"B-{tag}")
-        else:
-            words.append(FILLER[rng.integers(len(FILLER))])
-            tags.append("O")
-    return words, tags
-
 
 def test_ner_tags_equal_the_runs_own_and_words_past_the_row_get_o(tmp_path):
     rng = np.random.default_rng(1)
