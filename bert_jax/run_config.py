@@ -68,9 +68,10 @@ LOOP_DEFAULTS: dict[str, Any] = dict(
     # last max_nonfinite_in_a_row steps were all such.
     nonfinite="stop",
     max_nonfinite_in_a_row=10,  # "skip": the run stops after this many non-finite steps in a row
-    # Dropout's random bits: "threefry" (the same on any mesh) or "rbg" (cheaper; the same for
-    # the same program, so resumes stay exact; bert_jax.train.steps.DROPOUT_RNGS).
-    dropout_rng="threefry",
+    # Dropout's random bits: "hash" (a counter hash: the cheapest, the same on any mesh),
+    # "threefry" (JAX's generator, the same on any mesh; what runs saved without this key used)
+    # or "rbg" (the same for the same program; bert_jax.train.steps.DROPOUT_RNGS).
+    dropout_rng="hash",
     # With mesh.fsdp > 1: "xla" leaves the fsdp collectives to the SPMD partitioner; "explicit"
     # writes them out (bert_jax.train.fsdp: one all-gather of each fsdp-split parameter, one
     # reduce-scatter of its gradient; XLA:TPU's own choice moves up to 2.8x those bytes).
@@ -256,10 +257,18 @@ def defaults_for(saved: Mapping[str, Any]) -> ml_collections.ConfigDict:
     return pretrain_config()
 
 
+# Keys whose default changed after runs were saved without them: such a run ran with this value,
+# not with today's default.
+RAN_WITH_WHEN_ABSENT = {"dropout_rng": "threefry"}
+
+
 def complete(saved: Mapping[str, Any]) -> dict[str, Any]:
     """A saved config (a plain dict, as config.json holds it) with every key of the schema that it
-    lacks set to its default (the behaviour it ran with); its own keys, known or not, kept."""
+    lacks set to the behaviour it ran with: the default, or RAN_WITH_WHEN_ABSENT's value for a key
+    whose default changed since; its own keys, known or not, kept."""
     merged = _plain(defaults_for(saved).to_dict())
+    merged.update({key: value for key, value in RAN_WITH_WHEN_ABSENT.items()
+                   if key in merged and key not in saved})
 
     def overlay(into: dict, values: Mapping[str, Any]) -> None:
         for key, value in values.items():

@@ -40,8 +40,11 @@ def test_a_saved_config_older_than_a_key_reads_as_the_default(tmp_path):
     assert loaded.dropout_rng == "threefry" and loaded.fsdp_collectives == "xla"
     assert loaded.data.pack_examples == 0 and loaded.data.a_key_of_its_own == 7
     assert loaded.learning_rate == 5e-5 and loaded.task == "classification"
-    # a rerun with the current config is the same run ...
+    # a rerun with the current config is the same run, but for a key whose default changed
+    # since: named, not switched silently (that run drew threefry's dropout bits) ...
     del saved["data"]["a_key_of_its_own"]
+    assert workdir_lib.config_differences(saved, config) == ["dropout_rng: 'threefry' -> 'hash'"]
+    config.dropout_rng = "threefry"
     assert workdir_lib.config_differences(saved, config) == []
     # ... unless it switches the new key on
     config.fsdp_collectives = "explicit"

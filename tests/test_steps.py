@@ -163,6 +163,37 @@ def test_dropout_depends_on_the_step(setup):
     assert float(first["loss"]) != float(later["loss"])  # next step: new masks
 
 
+def test_hash_dropout_bits_are_reproducible_uniform_and_the_same_on_any_mesh():
+    """dropout_rng="hash" (bert_jax.train.dropout_bits): the same base key and step give the same
+    mask, another step or key another; the bits look uniform (mean, variance, neighbours
+    uncorrelated, the rate of units dropped). On any mesh the same (the default generator:
+    tests/test_sharding.py's meshes of 8 devices log the one-device losses with dropout on)."""
+    from bert_jax.train import dropout_bits
+    base = jnp.asarray(jax.random.PRNGKey(3), jnp.uint32)
+    layer = nn.Dropout(0.25)
+
+    def mask(key):
+        return np.asarray(layer.apply({}, jnp.ones((64, 256)), False, rngs={"dropout": key}) == 0)
+
+    key = steps.dropout_key(base, jnp.int32(5), "hash")
+    assert jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key)
+    first = mask(key)
+    np.testing.assert_array_equal(first, mask(steps.dropout_key(base, jnp.int32(5), "hash")))
+    assert (first != mask(steps.dropout_key(base, jnp.int32(6), "hash"))).mean() > 0.3
+    other = jnp.asarray(jax.random.PRNGKey(4), jnp.uint32)
+    assert (first != mask(steps.dropout_key(other, jnp.int32(5), "hash"))).mean() > 0.3
+    assert abs(first.mean() - 0.25) < 0.01
+    uniform = np.asarray(jax.random.uniform(key, (1 << 20,)), np.float64)
+    assert abs(uniform.mean() - 0.5) < 0.002 and abs(uniform.var() - 1 / 12) < 0.001
+    assert abs(np.corrcoef(uniform[:-1], uniform[1:])[0, 1]) < 0.005
+    folded = [jax.random.key_data(jax.random.fold_in(key, d)) for d in range(3)]
+    assert len({tuple(np.asarray(k)) for k in folded}) == 3
+    assert np.asarray(jax.random.key_data(jax.random.split(key, 4))).shape == (4, 2)
+    bits = jax.random.bits(key, (4, 1000), jnp.uint32)
+    assert len(np.unique(np.asarray(bits))) == 4000  # a bijection of distinct counters
+    assert dropout_bits.hash_impl() is dropout_bits.hash_impl()
+
+
 def test_rbg_dropout_bits_are_reproducible_and_change_with_the_step():
     """dropout_rng="rbg": the same base key and step give the same mask (so a resumed run
     draws what an uninterrupted one does); another step or base key another one; about the

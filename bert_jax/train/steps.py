@@ -30,7 +30,7 @@ import numpy as np
 import optax
 from jax.sharding import NamedSharding
 
-from bert_jax.train import fsdp
+from bert_jax.train import dropout_bits, fsdp
 from bert_jax.train import optimizer as optimizer_lib
 
 Array = jax.Array
@@ -40,10 +40,12 @@ Weighted = tuple[Array, Array]  # (sum over the batch, weight it was summed over
 LossFn = Callable[[Params, Batch, Array, bool],
                   tuple[dict[str, Weighted], dict[str, Weighted]]]
 TrainStep = Callable[["TrainState", Batch], tuple["TrainState", dict[str, Array]]]
-# Random-bit generators for dropout: "threefry" (JAX's default: the same bits on any mesh and
-# backend) or "rbg" (XLA's RngBitGenerator: cheaper bits; the same bits for the same program,
-# so resumption stays exact, but not necessarily under another sharding or backend).
-DROPOUT_RNGS = ("threefry", "rbg")
+# Random-bit generators for dropout: "hash" (a counter hash, bert_jax.train.dropout_bits: the
+# cheapest to compile and run, the same bits on any mesh and backend), "threefry" (JAX's default
+# generator: the same on any mesh and backend) or "rbg" (XLA's RngBitGenerator: the same bits for
+# the same program, so resumption stays exact, but not necessarily under another sharding or
+# backend).
+DROPOUT_RNGS = ("hash", "threefry", "rbg")
 
 
 @flax.struct.dataclass
@@ -156,11 +158,15 @@ def _batch_gradients(loss_fn: LossFn, params: Params, batch: Batch, rng: Array,
 
 
 def dropout_key(base: Array, step: Array, dropout_rng: str = "threefry") -> Array:
-    """The dropout key of `step`: fold_in(base, step) (threefry, uint32[2]), or for "rbg" a
-    typed rbg key whose 4 words are drawn from that threefry key (see DROPOUT_RNGS)."""
+    """The dropout key of `step`: fold_in(base, step) (threefry, uint32[2]), or for "hash" and
+    "rbg" a typed key of that generator whose words are drawn from that threefry key (see
+    DROPOUT_RNGS)."""
     key = jax.random.fold_in(base, step)
     if dropout_rng == "threefry":
         return key
+    if dropout_rng == "hash":
+        return jax.random.wrap_key_data(jax.random.bits(key, (2,), jnp.uint32),
+                                        impl=dropout_bits.hash_impl())
     if dropout_rng == "rbg":
         return jax.random.wrap_key_data(jax.random.bits(key, (4,), jnp.uint32), impl="rbg")
     raise ValueError(f"dropout_rng={dropout_rng!r}: choose one of {DROPOUT_RNGS}")
