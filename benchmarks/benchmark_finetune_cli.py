@@ -79,6 +79,8 @@ def define_flags(flag_values: flags.FlagValues = FLAGS) -> None:
                         "default: gensim's 200 polarity sentences.", **fv)
     flags.DEFINE_string("texts_format", "auto", "Format of --texts (auto: by extension).", **fv)
     flags.DEFINE_string("texts_encoding", None, "Encoding of --texts (default utf-8).", **fv)
+    flags.DEFINE_enum("dropout_rng", "hash", ["hash", "rbg", "threefry"], "Ours: dropout's "
+                      "random bits (hash: the default, the polarity and CoNLL configs').", **fv)
     flags.DEFINE_integer("torch_threads", 0, "hf_torch: torch threads (0: torch's default).", **fv)
     flags.DEFINE_string("workdir", None, "Where the runs' files go (default: a temporary folder, "
                         "removed at the end).", **fv)
@@ -87,8 +89,9 @@ def define_flags(flag_values: flags.FlagValues = FLAGS) -> None:
 
 def case_settings(case: str, steps: int, warmup: int, texts: Optional[str] = None,
                   texts_format: str = "auto", texts_encoding: Optional[str] = None,
-                  torch_threads: int = 0) -> dict:
-    """The settings of a case, in the keys benchmarks/benchmark_finetune.py's peers read."""
+                  torch_threads: int = 0, dropout_rng: str = "hash") -> dict:
+    """The settings of a case, in the keys benchmarks/benchmark_finetune.py's peers read
+    (dropout_rng: ours; "hash", what the polarity and CoNLL configs run with)."""
     task, model, batch, length, dtype, pack, config_file = CASES[case]
     timed = -(-steps // warmup) * warmup  # ours logs every `warmup` steps
     return {"mode": "finetune", "case": case, "task": task,
@@ -97,7 +100,7 @@ def case_settings(case: str, steps: int, warmup: int, texts: Optional[str] = Non
             "max_seq_len": length, "dtype": dtype, "remat": "none", "steps": timed,
             "warmup": warmup, "texts": texts or "", "texts_format": texts_format,
             "texts_encoding": texts_encoding, "bucket_lengths": "auto", "group_by_length": 0,
-            "pack_examples": pack, "dropout_rng": "rbg", "torch_threads": torch_threads,
+            "pack_examples": pack, "dropout_rng": dropout_rng, "torch_threads": torch_threads,
             "dropout": None, "profile_dir": "", "config_file": config_file}
 
 
@@ -275,7 +278,7 @@ def main(argv):
         for case in FLAGS.cases:
             settings = case_settings(case, FLAGS.steps, FLAGS.warmup, FLAGS.texts,
                                      FLAGS.texts_format, FLAGS.texts_encoding,
-                                     FLAGS.torch_threads)
+                                     FLAGS.torch_threads, FLAGS.dropout_rng)
             for impl in FLAGS.impls:
                 folder = os.path.join(root, f"{case}_{impl}")
                 spec = {"job": "benchmarks.benchmark_finetune_cli:measure", "impl": impl,
