@@ -49,3 +49,15 @@ def ner_sentence(rng):
             words.append(NER_FILLER[rng.integers(len(NER_FILLER))])
             tags.append("O")
     return words, tags
+
+
+def text_rows(rng, count):
+    """(text, label) pairs: 2-5 filler words with one entity word among them, labelled by the
+    entity's kind (person, place, org)."""
+    rows = []
+    for _ in range(count):
+        kind = rng.integers(3)
+        words = list(rng.choice(NER_FILLER, rng.integers(2, 6)))
+        words.insert(rng.integers(len(words) + 1), NER_GROUPS[kind][0][rng.integers(2)])
+        rows.append((" ".join(words), ("person", "place", "org")[kind]))
+    return rows

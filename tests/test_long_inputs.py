@@ -22,11 +22,10 @@ from bert_jax.data import encoding, readers, windows
 from bert_jax.recipes.finetune import kinds, predict, recipe, task_data
 from bert_jax.train import evaluation
 
-from finetune_runs import ner_sentence, tiny_finetune_config
+from finetune_runs import ner_sentence, text_rows, tiny_finetune_config
 
 WORDS = ["john", "mary", "paris", "berlin", "acme", "globex", "book", "car", "visited", "met",
          "works", "at", "in", "the", "today", "and", "is", "old", "red", "."]
-NAMES, PLACES, ORGS = WORDS[:2], WORDS[2:4], WORDS[4:6]
 FILLER = ["visited", "met", "works", "at", "in", "the", "today", "and", "is", "old", "red"]
 MAX_SEQ_LEN = 16  # 14 text tokens a row; the default stride is 7
 
@@ -199,17 +198,6 @@ def row(tokenizer, ids):
     """[CLS] ids [SEP], padded to MAX_SEQ_LEN."""
     ids = [tokenizer.cls_id, *ids, tokenizer.sep_id]
     return ids + [tokenizer.pad_id] * (MAX_SEQ_LEN - len(ids))
-
-
-def text_rows(rng, count):
-    """(text, label): the label is the kind of the first entity word in the text."""
-    rows = []
-    for _ in range(count):
-        kind = rng.integers(3)
-        words = list(rng.choice(FILLER, rng.integers(2, 6)))
-        words.insert(rng.integers(len(words) + 1), (NAMES, PLACES, ORGS)[kind][rng.integers(2)])
-        rows.append((" ".join(words), ("person", "place", "org")[kind]))
-    return rows
 
 
 def softmax(logits):

@@ -20,14 +20,14 @@ import pytest
 from bert_jax.data import readers, unlabelled
 from bert_jax.recipes.finetune import recipe
 
-from finetune_runs import ner_sentence, tiny_finetune_config
+from finetune_runs import ner_sentence, text_rows, tiny_finetune_config
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 WORDS = ["john", "mary", "paris", "berlin", "acme", "globex", "book", "car", "visited", "met",
          "works", "at", "in", "the", "today", "and", "is", "old", "red", "?", "where", "who",
          "has", "."]
-NAMES, PLACES, ORGS = WORDS[:2], WORDS[2:4], WORDS[4:6]
+PLACES = WORDS[2:4]
 FILLER = ["visited", "met", "works", "at", "in", "the", "today", "and", "is", "old", "red"]
 
 
@@ -79,17 +79,6 @@ def run_outputs(workdir, name):
 
 
 # ----- classification ------------------------------------------------------------------------
-
-def text_rows(rng, count):
-    """(text, label): the label is the kind of the first entity word in the text."""
-    rows = []
-    for _ in range(count):
-        kind = rng.integers(3)
-        words = list(rng.choice(FILLER, rng.integers(2, 6)))
-        words.insert(rng.integers(len(words) + 1), (NAMES, PLACES, ORGS)[kind][rng.integers(2)])
-        rows.append((" ".join(words), ("person", "place", "org")[kind]))
-    return rows
-
 
 @pytest.fixture(scope="module")
 def classification_run(tmp_path_factory):

@@ -1,16 +1,10 @@
-"""The grain dataset of one host's unmasked pre-training rows: `build_rows`.
-
-    source (TFDS array_record, random access)
-      -> this host's documents: a contiguous range of the split, disjoint from the other hosts'
-         (`bert_jax.data.host_shards.shard_range`: a host opens about 1/N of the files)
-      -> shuffled by seed (a new order each epoch), repeated num_epochs times (None: forever)
-      -> tokenized (no special tokens), a window of a document's text at a time, as its rows
-         need it (`bert_jax.data.document_tokens`): a long document does not hold back a row
-      -> rows of exactly seq_len tokens:
-           MLM mode (default): documents packed into rows, several per row, each piece with its
-             own segment id and positions (`bert_jax.data.document_packing`).
-           sentence-pair mode (sentence_pairs=True): BERT's [CLS] A [SEP] B [SEP] with token types
-             0/1 and an NSP label, one pair per row (`bert_jax.data.sentence_pairs`).
+"""The grain dataset of one host's unmasked pre-training rows: `build_rows`, the pipeline's
+stages from the source to rows of exactly seq_len tokens (the diagram in
+bert_jax.data.pretraining's docstring): this host's contiguous range of documents
+(`host_shards.shard_range`), shuffled by seed each epoch and repeated num_epochs times (None:
+forever), tokenized a window at a time as the rows need it (`document_tokens`: a long document
+does not hold back a row), then packed into MLM rows (`document_packing`) or cut into sentence
+pairs with an NSP label (`sentence_pairs`).
 
 Rows are dicts of [seq_len] int32 arrays, read ahead by a few threads; masking and batching are
 the iterator's (`bert_jax.data.pretraining_iterator`).
