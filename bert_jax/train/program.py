@@ -112,7 +112,7 @@ def build(task: Any, optimizer: optax.GradientTransformation, config: Any, mesh:
         return TrainProgram(state=target, start_step=0, shardings=shardings,
                             batch_sharding=batch_sharding, train_step=train_step,
                             compiled_shapes=compile_shapes(train_step, target, batch_sharding,
-                                                           examples) if examples else ())
+                                                           examples))
     # The step compiles for the state's abstract twin in a second thread while the state is made
     # or restored (XLA compiles outside Python's lock): the first step waits for the longer of
     # the two, not their sum.
@@ -121,10 +121,10 @@ def build(task: Any, optimizer: optax.GradientTransformation, config: Any, mesh:
         if manager is not None:
             state, start_step, _ = state_lib.create_or_restore(
                 task.init_fn, task.initial_params, optimizer, mesh, config.seed, manager,
-                task.model_config, train_iterator)
+                task.model_config, train_iterator, target)
         else:
             state, start_step = state_lib.fresh_state(
-                task.init_fn, task.initial_params, optimizer, mesh, config.seed), 0
+                task.init_fn, task.initial_params, optimizer, mesh, config.seed, target), 0
         compiled_shapes = compiling.result()
     return TrainProgram(state=state, start_step=start_step, shardings=shardings,
                         batch_sharding=batch_sharding, train_step=train_step,
@@ -151,8 +151,8 @@ def compile_shapes(train_step: Any, state: Any, batch_sharding: NamedSharding,
     start = time.perf_counter()
     for host_batch in host_batches:
         train_step.lower(state, abstract_batch(host_batch, batch_sharding)).compile()
-    shapes = tuple(tuple(b[key].shape) for b in host_batches
-                   for key in [k for k in ("attention_mask", "input_ids") if k in b][:1])
+    shapes = tuple(tuple((b["attention_mask"] if "attention_mask" in b else b["input_ids"]).shape)
+                   for b in host_batches if "attention_mask" in b or "input_ids" in b)
     logging.info("train step compiled for %d batch shape(s) %s in %.1f s", len(host_batches),
                  list(shapes), time.perf_counter() - start)
     return shapes

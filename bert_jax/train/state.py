@@ -99,14 +99,16 @@ def abstract_state(init_fn: Callable[[jax.Array], Any], optimizer: optax.Gradien
 
 def create_or_restore(init_fn: Callable[[jax.Array], Any], initial_params: Any,
                       optimizer: optax.GradientTransformation, mesh: Mesh, seed: int,
-                      manager, model_config: BertConfig,
-                      train_iterator: Any) -> tuple[steps.TrainState, int, steps.TrainState]:
+                      manager, model_config: BertConfig, train_iterator: Any,
+                      target: Optional[steps.TrainState] = None
+                      ) -> tuple[steps.TrainState, int, steps.TrainState]:
     """(state, its step, state shardings): the newest checkpoint of `manager`, else a fresh state.
 
     A fresh state is born sharded: init_fn(rng) -> boxed params, overlaid with `initial_params`
-    where the paths match. Restoring also sets the train iterator's saved state.
+    where the paths match. Restoring also sets the train iterator's saved state. target: this
+    run's abstract_state, when the caller has it already (else traced here).
     """
-    target = abstract_state(init_fn, optimizer, mesh, seed)
+    target = abstract_state(init_fn, optimizer, mesh, seed) if target is None else target
     shardings = jax.tree.map(lambda a: a.sharding, target)
     if manager.latest_step() is not None:
         resumable = hasattr(train_iterator, "set_state")
@@ -116,12 +118,12 @@ def create_or_restore(init_fn: Callable[[jax.Array], Any], initial_params: Any,
         state = _restore_newest_readable(manager, target, model_config,
                                          train_iterator if resumable else None)
         return state, int(jax.device_get(state.step)), shardings
-    return fresh_state(init_fn, initial_params, optimizer, mesh, seed), 0, shardings
+    return fresh_state(init_fn, initial_params, optimizer, mesh, seed, target), 0, shardings
 
 
 def fresh_state(init_fn: Callable[[jax.Array], Any], initial_params: Any,
-                optimizer: optax.GradientTransformation, mesh: Mesh, seed: int
-                ) -> steps.TrainState:
+                optimizer: optax.GradientTransformation, mesh: Mesh, seed: int,
+                target: Optional[steps.TrainState] = None) -> steps.TrainState:
     """A new train state, born sharded on `mesh` (create_or_restore's, without a checkpoint).
 
     One jitted program makes the whole state: the model's initialisers, `initial_params`' leaves
@@ -131,14 +133,14 @@ def fresh_state(init_fn: Callable[[jax.Array], Any], initial_params: Any,
     computes only its fresh leaves (a new head), and those are what a full initialisation gives
     them, bit for bit (flax derives each leaf's key from init_rng and its path). The program is
     dropped once it has run: XLA:CPU keeps an executable's scratch buffers for as long as it
-    lives (hundreds of MB for BERT-base's initialiser)."""
+    lives (hundreds of MB for BERT-base's initialiser). target: this run's abstract_state, when
+    the caller has it already (else traced here)."""
     init_rng, state_rng = jax.random.split(jax.random.PRNGKey(seed))
-    abstract_boxed = jax.eval_shape(init_fn, init_rng)
-    param_shardings, shardings = state_shardings(abstract_boxed, optimizer, mesh)
+    target = abstract_state(init_fn, optimizer, mesh, seed) if target is None else target
+    shardings = jax.tree.map(lambda a: a.sharding, target)
     given = None
     if initial_params is not None:
-        placed, fresh, unused = overlay_params(nn.meta.unbox(abstract_boxed), initial_params,
-                                               param_shardings)
+        placed, fresh, unused = overlay_params(target.params, initial_params, shardings.params)
         logging.info("initial params loaded; kept fresh: %s; unused: %s", fresh, unused)
         given = jax.tree.map(lambda leaf: None if isinstance(leaf, jax.ShapeDtypeStruct)
                              else leaf, placed)
