@@ -99,7 +99,7 @@ class PretrainingIterator:
         real = len(mine)
         while len(mine) < self._batch_rows:
             mine.append(self._padding_row())
-        batch = {key: np.stack([row[key] for row in mine]) for key in mine[0]}
+        batch = _stacked(mine)
         if real < self._batch_rows:  # padding rows weigh 0 in every sum (NSP's too)
             batch["example_weights"] = (np.arange(self._batch_rows) < real).astype(np.float32)
         return batch
@@ -108,8 +108,7 @@ class PretrainingIterator:
         """One batch of the shape every batch of this iterator has (all-padding rows; reading
         nothing): what a run compiles before its first step (bert_jax.train.program)."""
         del num_batches  # every batch has the same shape
-        rows = [self._padding_row()] * self._batch_rows
-        return [{key: np.stack([row[key] for row in rows]) for key in rows[0]}]
+        return [_stacked([self._padding_row()] * self._batch_rows)]
 
     def _mask(self, row: dict[str, np.ndarray], row_number: int) -> dict[str, np.ndarray]:
         rng = np.random.default_rng([self._seed, _MASK_STREAM, self._stream_id, row_number])
@@ -213,3 +212,8 @@ def stream_identity(cfg: PretrainingDataConfig, split: str, process_index: int,
 
 def _digest(values: list[Any]) -> str:
     return hashlib.sha1(json.dumps(values).encode()).hexdigest()[:16]
+
+
+def _stacked(rows: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    """A batch of rows: each key's arrays stacked along a new first axis."""
+    return {key: np.stack([row[key] for row in rows]) for key in rows[0]}
