@@ -19,13 +19,26 @@ second. Two more figures of a one-off command: ours_cached, ours run twice with 
 cache as embed.py keeps one (bert_jax.cli), the second process reported: its pass 1 loads the
 programs the first compiled (ratio_cold_cached: its cold sentences/s over torch's); and
 ratio_process, sentences/s of load + pass 1 (model loading included, Python start-up and imports
-not) ours over torch's, both cold. Never run it beside another XLA or torch process.
+not) ours over torch's, both cold.
+
+Last, the whole commands, each in its own process from start to exit (`--command_repeats` rounds,
+alternating): experiments/embed.py (--normalize, --batch_size) with an empty compilation cache
+(a machine that has compiled nothing: ours_empty_cache) and with the cache its earlier run left
+(ours_cached: every run after the first on a machine), against benchmarks/peers/
+transformers_embed.py (the same job: the file of the 200 sentences in, a .npy out); wall
+seconds of each run, the median's sentences/s, ratio_command_empty_cache and ratio_command_cached
+(ours over torch's), and the largest difference between the two commands' vectors. Both run
+with JAX_PLATFORMS=cpu unless the environment sets it. Never run it beside another XLA or torch
+process.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import statistics
+import subprocess
+import sys
 import tempfile
 import time
 
@@ -135,6 +148,58 @@ def torch_transformers(spec: dict) -> dict:
     return _result(seconds, vectors, texts, spec, load_seconds)
 
 
+def _timed_command(argv: list[str], env: dict, log_path: str) -> float:
+    """Wall seconds of one command run to its end from the repository root (its output
+    appended to log_path); a non-zero exit raises RuntimeError naming the log."""
+    from benchmarks.worker import ROOT
+    with open(log_path, "a", encoding="utf-8") as log:
+        start = time.perf_counter()
+        done = subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
+        seconds = time.perf_counter() - start
+    if done.returncode:
+        raise RuntimeError(f"{argv[1]} exited {done.returncode}; see {log_path}")
+    return seconds
+
+
+def commands(hf_dir: str, folder: str, batch_size: int, repeats: int) -> dict:
+    """The whole-command figures (module docstring): `repeats` rounds of ours_empty_cache,
+    ours_cached, torch_transformers, one after another."""
+    import numpy as np
+    texts = polarity_sentences()
+    sentences = os.path.join(folder, "sentences.txt")
+    with open(sentences, "w", encoding="utf-8") as f:
+        f.write("".join(text + "\n" for text in texts))
+    env = {**os.environ, "JAX_PLATFORMS": os.environ.get("JAX_PLATFORMS", "cpu")}
+    ours = [sys.executable, "experiments/embed.py", f"--input={sentences}", f"--model={hf_dir}",
+            "--normalize", f"--batch_size={batch_size}"]
+    torch = [sys.executable, "benchmarks/peers/transformers_embed.py", f"--input={sentences}",
+             f"--model={hf_dir}", "--normalize", f"--batch_size={batch_size}"]
+    cached = os.path.join(folder, "commands_cache")
+    log = os.path.join(folder, "commands.log")
+    _timed_command(ours + [f"--output={folder}/command_warmup"],  # fills the cache, not reported
+                   {**env, "JAX_COMPILATION_CACHE_DIR": cached}, log)
+    seconds = {"ours_empty_cache": [], "ours_cached": [], "torch_transformers": []}
+    for round_ in range(repeats):
+        empty = os.path.join(folder, f"empty_cache_{round_}")
+        seconds["ours_empty_cache"].append(_timed_command(
+            ours + [f"--output={folder}/command_ours"], {**env, "JAX_COMPILATION_CACHE_DIR": empty}, log))
+        seconds["ours_cached"].append(_timed_command(
+            ours + [f"--output={folder}/command_ours_cached"],
+            {**env, "JAX_COMPILATION_CACHE_DIR": cached}, log))
+        seconds["torch_transformers"].append(_timed_command(
+            torch + [f"--output={folder}/command_torch.npy"], env, log))
+    rates = {name: len(texts) / statistics.median(values) for name, values in seconds.items()}
+    ours_vectors, torch_vectors = (np.load(os.path.join(folder, name))
+                                   for name in ("command_ours.npy", "command_torch.npy"))
+    if len(ours_vectors) != len(texts) or len(torch_vectors) != len(texts):
+        raise RuntimeError(f"{len(ours_vectors)} and {len(torch_vectors)} vectors for "
+                           f"{len(texts)} sentences")
+    return {"seconds": seconds, "sentences_per_second": rates,
+            "ratio_command_empty_cache": rates["ours_empty_cache"] / rates["torch_transformers"],
+            "ratio_command_cached": rates["ours_cached"] / rates["torch_transformers"],
+            "max_abs_difference": float(np.abs(ours_vectors - torch_vectors).max())}
+
+
 def main(argv):
     del argv
     import numpy as np
@@ -175,6 +240,8 @@ def main(argv):
                   results["torch_transformers"]),
               "ratio_warm": results["ours"]["sentences_per_second_warm"]
               / results["torch_transformers"]["sentences_per_second_warm"]}
+    if FLAGS.command_repeats:
+        report["commands"] = commands(hf_dir, folder, FLAGS.batch_size, FLAGS.command_repeats)
     text = json.dumps(report, indent=1)
     if FLAGS.json:
         with open(FLAGS.json, "w", encoding="utf-8") as f:
@@ -186,5 +253,7 @@ if __name__ == "__main__":
     flags.DEFINE_string("hf_dir", None, "Hugging Face BERT folder (default: packaged MiniLM).")
     flags.DEFINE_integer("batch_size", 32, "Texts per batch (32: embed.py's default on a CPU).")
     flags.DEFINE_integer("repeats", 3, "Passes over the texts in each process (>= 2).")
+    flags.DEFINE_integer("command_repeats", 3, "Rounds of the whole-command runs (0: none).",
+                         lower_bound=0)
     flags.DEFINE_string("json", None, "Also write the report here.")
     app.run(main)
