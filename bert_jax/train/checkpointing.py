@@ -24,6 +24,7 @@ bert_jax.train.params_loading (`load_params`, `load_model_config`, `resolve_step
 Errors (bert_jax.train.checkpoint_errors, importable from here too) say which step and which
 item: CheckpointMismatchError (readable, but does not fit this run), CheckpointUnreadableError
 (a truncated, missing or changed file), CheckpointWriteError (a save failed); all are ValueErrors.
+Whether a step fits the run (`check_compatible`) is bert_jax.train.checkpoint_fit's judgement.
 `check_readable` (a step's checksums, then its metadata files) and `restore` (the arrays, each
 process its own shards) read without any collective and without Orbax's restore barrier, so
 that an error on one process never leaves the others waiting: with several processes the caller
@@ -33,7 +34,6 @@ agrees on the outcome (see bert_jax.train.state, which falls back to the previou
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging as std_logging
 import os
@@ -44,10 +44,10 @@ import orbax.checkpoint as ocp
 from absl import logging
 from etils import epath
 
-from bert_jax import paths, pytree
+from bert_jax import paths
 from bert_jax.config import BertConfig
 from bert_jax.model import families
-from bert_jax.train import checksums
+from bert_jax.train import checkpoint_fit, checksums
 from bert_jax.train.checkpoint_errors import (
     CheckpointMismatchError,
     CheckpointWriteError,
@@ -322,57 +322,17 @@ def check_readable(manager: ocp.CheckpointManager, step: int, *,
     return verified
 
 
-def _shapes_by_path(tree: Any) -> dict[str, tuple[int, ...]]:
-    leaves = jax.tree_util.tree_flatten_with_path(tree)[0]
-    return {pytree.path_name(path): tuple(leaf.shape) for path, leaf in leaves}
-
-
 def check_compatible(manager: ocp.CheckpointManager, step: int, abstract_state: Any,
                      model_config: BertConfig) -> None:
     """Raise CheckpointMismatchError naming what differs between the checkpoint and this run
-    (CheckpointUnreadableError if what it compares cannot be read)."""
+    (bert_jax.train.checkpoint_fit; CheckpointUnreadableError if what it compares cannot be
+    read)."""
     where = step_name(manager, step)
     saved_config = read_metadata(manager, step).get("model_config", {})
-    ours = dataclasses.asdict(model_config)
-    saved_family = saved_config.get(families.FAMILY_KEY, families.BERT)
-    if saved_family != families.name_of(model_config):
-        raise CheckpointMismatchError(
-            f"the checkpoint {where} holds a {saved_family} model and this config a "
-            f"{families.name_of(model_config)} one (model.family). Use another --workdir.")
-    _check_same_layout(where, saved_config.get("scan_layers", False), model_config.scan_layers)
-    # A checkpoint written before a model option existed holds the option's default.
-    defaults = families.shape_defaults(model_config)
-    shape_fields = families.of(model_config).shape_fields
-    saved_config = {name: saved_config.get(name, defaults[name]) for name in shape_fields}
-    differing = [f"{name}: checkpoint {saved_config[name]!r} vs config {ours[name]!r}"
-                 for name in shape_fields if saved_config[name] != ours[name]]
-    if differing:
-        raise CheckpointMismatchError(
-            f"the checkpoint {where} holds a model of another shape ("
-            + "; ".join(differing) + "). Use another --workdir, or the model config it was "
-            "trained with.")
+    checkpoint_fit.check_model(where, saved_config, model_config)
     with Reading(where, STATE):
-        saved = _shapes_by_path(state_metadata(manager, step))
-    wanted = _shapes_by_path(abstract_state)
-    missing = sorted(set(wanted) - set(saved))
-    unexpected = sorted(set(saved) - set(wanted))
-    wrong = sorted(p for p in set(saved) & set(wanted) if saved[p] != wanted[p])
-    if missing or unexpected or wrong:
-        problems = ([f"shape of {p}: checkpoint {saved[p]} vs run {wanted[p]}" for p in wrong[:5]]
-                    + [f"missing in checkpoint: {p}" for p in missing[:5]]
-                    + [f"not in this run: {p}" for p in unexpected[:5]])
-        raise CheckpointMismatchError(
-            f"the train state in {where} does not match this run's ("
-            + "; ".join(problems) + "). Different model head or optimizer?")
-
-
-def _check_same_layout(where: str, saved: bool, ours: bool) -> None:
-    """A run resumes in the layer layout it was trained in: its optimizer state is laid out so."""
-    if saved != ours:
-        raise CheckpointMismatchError(
-            f"the checkpoint {where} was trained with model.scan_layers={saved}, and this config "
-            f"has {ours}: resume it with scan_layers={saved}, or start a new run from its weights "
-            "(config.init.checkpoint), which converts them to either layout.")
+        saved_state = state_metadata(manager, step)
+    checkpoint_fit.check_state(where, saved_state, abstract_state)
 
 
 def restore(manager: ocp.CheckpointManager, step: int, abstract_state: Any, *,
