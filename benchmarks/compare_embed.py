@@ -100,13 +100,13 @@ def _two_batches(embed_once, texts, batch_size: int) -> dict:
 def ours(spec: dict) -> dict:
     """The worker job of bert_jax (worker.py protocol); with spec["compilation_cache"], compiled
     programs are kept in (and loaded from) that folder as embed.py keeps them."""
-    from bert_jax import cli
+    from bert_jax import compilation_cache
     from bert_jax import sentence_embeddings as se
     if spec.get("compilation_cache"):
-        os.environ[cli.COMPILATION_CACHE_VARIABLE] = spec["compilation_cache"]
+        os.environ[compilation_cache.COMPILATION_CACHE_VARIABLE] = spec["compilation_cache"]
         import jax
         jax.config.update("jax_compilation_cache_dir", spec["compilation_cache"])
-        cli.use_compilation_cache()
+        compilation_cache.use_compilation_cache()
     start = time.perf_counter()
     encoder = se.load_encoder(hf_dir=spec["hf_dir"])
     load_seconds = time.perf_counter() - start
@@ -182,7 +182,8 @@ def commands(hf_dir: str, folder: str, batch_size: int, repeats: int) -> dict:
     for round_ in range(repeats):
         empty = os.path.join(folder, f"empty_cache_{round_}")
         seconds["ours_empty_cache"].append(_timed_command(
-            ours + [f"--output={folder}/command_ours"], {**env, "JAX_COMPILATION_CACHE_DIR": empty}, log))
+            ours + [f"--output={folder}/command_ours"],
+            {**env, "JAX_COMPILATION_CACHE_DIR": empty}, log))
         seconds["ours_cached"].append(_timed_command(
             ours + [f"--output={folder}/command_ours_cached"],
             {**env, "JAX_COMPILATION_CACHE_DIR": cached}, log))

@@ -23,17 +23,8 @@ script's own flags and, for a script with a run config, every key of the schema
 (bert_jax/run_config.py) with its default and meaning, and exits 0 (bert_jax.script_help);
 `--helpfull` lists every flag of every library.
 
-Compiled XLA programs are kept on disk (JAX's persistent compilation cache), so a second run of
-the same shapes (a resume, the next fold or seed, evaluate.py after training) loads them instead
-of compiling again: in $JAX_COMPILATION_CACHE_DIR when that is set (empty: no cache), else in
-$XDG_CACHE_HOME/bert_jax/xla (~/.cache/bert_jax/xla). A cached program is keyed by the program,
-the compiler options, the devices and the jax/jaxlib versions, so it computes what a fresh
-compilation would. Every program that took CACHE_MIN_COMPILE_SECONDS or more to compile is kept
-(JAX's own threshold, 1 s, would leave out embed.py's and predict.py's programs of about half a
-second; $JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS overrides it). The folder is not bounded
-here: JAX's size bound (jax_compilation_cache_max_size) fails on a folder written without it
-(jax 0.10: every write then warns "Error writing persistent compilation cache entry"), so a
-folder grown too large is the user's to delete.
+`start`, the first lines of a script's main, joins the job, keeps compiled programs on disk
+(bert_jax.compilation_cache) and keeps Orbax's chatter out of the log (bert_jax.orbax_logs).
 """
 
 from __future__ import annotations
@@ -42,7 +33,6 @@ import ast
 import contextlib
 import errno
 import json
-import logging as std_logging
 import os
 import re
 import signal
@@ -53,7 +43,8 @@ from typing import Callable, Iterator, Optional, TypeVar
 
 from absl import flags, logging
 
-from bert_jax import distributed, script_help
+from bert_jax import compilation_cache as compilation_cache_lib
+from bert_jax import distributed, orbax_logs, script_help
 
 FLAGS = flags.FLAGS
 # Bad input surfaces as these: ConfigError, DataError, CheckpointError, CheckpointMismatchError
@@ -316,76 +307,18 @@ def check_text_encoding(name: str, what: str) -> None:
 
 # ----- start-up and the run --------------------------------------------------------------------
 
-# Orbax warnings that say nothing to a user: a read-only manager (evaluate.py, predict.py,
-# export) announcing the options it set itself, and our checksums folder inside a step, which
-# bert_jax.train.checksums reads, not Orbax.
-ORBAX_NOISE = ("CheckpointManagerOptions.read_only=True, setting",
-               "Given directory is read only=",
-               'Item "checksums" was found in the checkpoint, but could not be restored')
-
-
-class _DropOrbaxChatter(std_logging.Filter):
-    """Drops Orbax's records below WARNING and its ORBAX_NOISE warnings."""
-
-    def filter(self, record: std_logging.LogRecord) -> bool:
-        if "/orbax/" not in record.pathname.replace(os.sep, "/"):
-            return True
-        if record.levelno < std_logging.WARNING:
-            return False
-        message = record.getMessage()
-        return not any(noise in message for noise in ORBAX_NOISE)
-
-
-def quiet_orbax_logs() -> None:
-    """Keep Orbax's per-save INFO chatter and its ORBAX_NOISE warnings out of the log (its other
-    warnings still show)."""
-    handler = logging.get_absl_handler()
-    if not any(isinstance(f, _DropOrbaxChatter) for f in handler.filters):
-        handler.addFilter(_DropOrbaxChatter())
-
-
-COMPILATION_CACHE_VARIABLE = "JAX_COMPILATION_CACHE_DIR"
-CACHE_MIN_COMPILE_SECONDS = 0.2  # programs that compile faster are not kept (module docstring)
-
-
-def default_compilation_cache_dir() -> str:
-    cache_home = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"),
-                                                                  ".cache")
-    return os.path.join(cache_home, "bert_jax", "xla")
-
-
-def use_compilation_cache(enabled: bool = True) -> None:
-    """Keep compiled programs on disk (module docstring; JAX reads the variable itself), or,
-    with enabled=False, compile every program afresh whatever the environment says."""
-    import jax
-    if not enabled:
-        jax.config.update("jax_enable_compilation_cache", False)
-        return
-    if "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS" not in os.environ:
-        jax.config.update("jax_persistent_cache_min_compile_time_secs", CACHE_MIN_COMPILE_SECONDS)
-    if COMPILATION_CACHE_VARIABLE in os.environ:
-        return
-    folder = default_compilation_cache_dir()
-    try:
-        os.makedirs(folder, exist_ok=True)
-    except OSError as e:  # a read-only home: run without the cache rather than fail
-        logging.warning("not keeping compiled programs: cannot create %s (%s)", folder, e)
-        return
-    jax.config.update("jax_compilation_cache_dir", folder)
-
-
 def start(argv: list[str], compilation_cache: bool = True) -> None:
     """First lines of a script's main: no stray arguments, join the job, quiet Orbax, keep
     compiled programs on disk (off for a script that measures compilation)."""
     script = os.path.basename(argv[0])
     if len(argv) > 1:
         fail(script, f"unexpected arguments {argv[1:]}")
-    use_compilation_cache(compilation_cache)
+    compilation_cache_lib.use_compilation_cache(compilation_cache)
     try:
         distributed.initialize_from_flags()
     except flags.ValidationError as e:
         fail(script, str(e))
-    quiet_orbax_logs()
+    orbax_logs.quiet_orbax_logs()
 
 
 def exit_interrupted(script: str) -> None:
