@@ -71,13 +71,13 @@ def help_text(script: str, flag_values: flags.FlagValues,
         recipe = getattr(flag_values[name], RECIPE_ATTRIBUTE, None)
         if recipe is None:
             continue
-        from bert_jax import run_config
+        from bert_jax import run_config_keys
         given = _load_for_help(value) if value else None
         source = value.split(":", 1)[0] if given is not None else None
         lines += ["", f"--{name}.<key>=<value>: the keys of the run config "
                   f"(bert_jax/run_config.py), with their defaults"
                   + (f" and the values of {source}" if source else "") + ":"]
-        lines += run_config.help_lines(recipe, given)
+        lines += run_config_keys.help_lines(recipe, given)
     return "\n".join(lines)
 
 

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 from absl import flags
 
-from bert_jax import BertConfig, BertModel, cli, run_config, sentence_embeddings
+from bert_jax import BertConfig, BertModel, cli, run_config, run_config_keys, sentence_embeddings
 from bert_jax.convert import hf
 from bert_jax.recipes import pretrain
 from bert_jax.recipes.finetune import predict as predict_lib
@@ -218,7 +218,7 @@ def test_the_shipped_configs_fit_the_schema(name):
     module, _, argument = name.partition(":")
     config = importlib.import_module(f"experiments.configs.{module}").get_config(
         *([argument] if argument else []))
-    run_config.check(config.run if "run" in config else config)  # a suite: its run config
+    run_config_keys.check(config.run if "run" in config else config)  # a suite: its run config
 
 
 def test_an_unknown_text_encoding_is_one_line(files, tmp_path):
@@ -421,7 +421,7 @@ def own_flag_names(script_module):
 def assert_help_names_everything(text, flag_names, schema):
     for name in flag_names:
         assert f"--{name}" in text or f"--[no]{name}" in text, name
-    for key, default in run_config.flat(schema).items():
+    for key, default in run_config_keys.flat(schema).items():
         assert f"  {key} = {default!r}" in text, key
     for theirs in ("--logtostderr", "--jax_platforms", "--only_check_args"):
         assert theirs not in text  # the libraries' flags: --helpfull
@@ -433,9 +433,9 @@ def test_pretrain_help_lists_its_flags_and_every_config_key(tmp_path, capsys):
     text = capsys.readouterr().out
     assert_help_names_everything(text, own_flag_names(pretrain_script),
                                  run_config.pretrain_config())
-    meanings = run_config.describe("pretrain")
+    meanings = run_config_keys.describe("pretrain")
     assert "  learning_rate = 0.0001  # the peak, after the warm-up" in text
-    assert all(meanings.get(key) for key in run_config.flat(run_config.pretrain_config()))
+    assert all(meanings.get(key) for key in run_config_keys.flat(run_config.pretrain_config()))
 
     # with a config file, its values beside the defaults
     code, _ = parse(pretrain_script, "--config=" + write_config(tmp_path, "c.py", GOOD_CONFIG),
@@ -454,4 +454,5 @@ def test_finetune_help_exits_0_and_lists_its_flags_and_every_config_key():
     assert done.returncode == 0, done.stderr[-3000:]
     schema = run_config.finetune_config("classification")
     assert_help_names_everything(done.stdout, own_flag_names(finetune_script), schema)
-    assert all(run_config.describe("finetune").get(key) for key in run_config.flat(schema))
+    meanings = run_config_keys.describe("finetune")
+    assert all(meanings.get(key) for key in run_config_keys.flat(schema))

@@ -16,7 +16,7 @@ import os
 import numpy as np
 import pytest
 
-from bert_jax import run_config
+from bert_jax import run_config, run_config_keys
 from bert_jax.config import ConfigError
 from bert_jax.data import encoding, readers, windows
 from bert_jax.recipes.finetune import kinds, predict, recipe, task_data
@@ -116,7 +116,7 @@ def test_bad_values_are_one_line_errors_naming_the_key(tmp_path):
     config = run_config.finetune_config("classification")
     config.data.long_inputs = "sliding"
     with pytest.raises(ConfigError) as error:
-        run_config.check(config)
+        run_config_keys.check(config)
     assert str(error.value) == ("config.data.long_inputs='sliding' must be one of truncate, "
                                 "slide")
     with pytest.raises(ConfigError, match=r"^config\.data\.long_inputs='sliding' must be one "
@@ -125,7 +125,7 @@ def test_bad_values_are_one_line_errors_naming_the_key(tmp_path):
     config.data.long_inputs, config.data.window_stride = "slide", -1
     with pytest.raises(ConfigError, match=r"^config\.data\.window_stride=-1 must be an "
                        r"integer >= 0"):
-        run_config.check(config)
+        run_config_keys.check(config)
     config.data.window_stride = 200
     with pytest.raises(ConfigError, match=r"^config\.data\.window_stride=200 must be in \[1, "
                        r"max_seq_len - 2 = 126\]"):
@@ -147,7 +147,7 @@ def test_bad_values_are_one_line_errors_naming_the_key(tmp_path):
     for value in run_config.LONG_INPUTS:  # the schema takes both values
         config = run_config.finetune_config("classification")
         config.data.long_inputs = value
-        run_config.check(config)
+        run_config_keys.check(config)
 
 
 # ----- tiny runs ------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ from typing import Any, Callable, Optional
 import jax
 from absl import logging
 
-from bert_jax import run_config, sharding
+from bert_jax import run_config, run_config_keys, sharding
 from bert_jax.config import BertConfig
 from bert_jax.model import families
 from bert_jax.train import checkpointing, loop, optimizer, params_loading, program, schedule_change
@@ -90,14 +90,14 @@ def check_token_ids(tokenizer_size: int, model_vocab_size: int, what: str) -> No
 
 
 def check_config(config: Config, recipe: str) -> None:
-    """The config of a new run of `recipe` against the schema (bert_jax.run_config.check):
+    """The config of a new run of `recipe` against the schema (bert_jax.run_config_keys.check):
     its recipe, unknown keys, types, the learning rate, the text encoding, values no run can
     use. Before anything of the run is written."""
     if config.get("recipe") != recipe:
         script = {"pretrain": "pretrain.py", "finetune": "finetune.py"}.get(config.get("recipe"))
         raise ValueError(f"config.recipe={config.get('recipe')!r}, but this is a {recipe!r} run"
                          + (f": train it with experiments/{script}" if script else ""))
-    run_config.check(config)
+    run_config_keys.check(config)
 
 
 def initial_weights(config: Config, workdir: Optional[str] = None
