@@ -81,8 +81,11 @@ class _StrayReadCallbacks(logging.Filter):
         error = record.exc_info[1] if record.exc_info else None
         if error is None or "exception was never retrieved" not in str(record.msg):
             return True
+        # The read's error, raised in Orbax's code, or tensorstore's own read future awaited
+        # straight from asyncio's task (no Orbax frame then; tensorstore names its spec).
         frames = traceback.extract_tb(error.__traceback__)
-        if not any(_is_orbax(frame.filename) for frame in frames):
+        if not (any(_is_orbax(frame.filename) for frame in frames)
+                or "tensorstore_spec=" in str(error)):
             return True
         self.last = time.monotonic()
         return False
