@@ -7,27 +7,31 @@ transformers + torch, each implementation in its own process (benchmarks/worker.
 Design: the same texts for both, real short sentences (gensim's 200 polarity sentences), the same
 encoder (default: the packaged MiniLM), mean pooling over real tokens, L2-normalised, fp32, batch 32
 (embed.py's default on a CPU; docs/results.md also gives both at 64), each text cut at the model's
-length. Each process loads the model, then embeds every text `repeats` times; per pass: seconds and
-sentences/s (pass 1 includes JAX's compilation of each length bucket; torch has none; later passes
-shuffle the texts, so their batches are new). What counts: sentences/s of pass 1 (a cold call), of
-pass 2 (the second call in the same process: sentences_per_second_second_call, and
-second_call_speedup = pass 2 / pass 1) and of the best later pass (warm), and the largest difference
-between the two implementations' vectors. Then, in a new process for each implementation, two
-batches of `batch_size` texts (the first `batch_size` sentences, then the next): the seconds of each
-(the first includes JAX's compilation of the batch's shape) and second_batch_speedup = first /
-second. Two more figures of a one-off command: ours_cached, ours run twice with a compilation
-cache as embed.py keeps one (bert_jax.cli), the second process reported: its pass 1 loads the
-programs the first compiled (ratio_cold_cached: its cold sentences/s over torch's); and
-ratio_process, sentences/s of load + pass 1 (model loading included, Python start-up and imports
-not) ours over torch's, both cold.
+length; torch's texts sorted longest first, each batch padded to its longest (sentence-transformers'
+`encode`; ours packs short texts into shared rows). Each process loads the model, then embeds every
+text `repeats` times; per pass: seconds and sentences/s (pass 1 includes JAX's compilation of each
+length bucket; torch has none; later passes shuffle the texts, so their batches are new). What
+counts: sentences/s of pass 1 (a cold call), of pass 2 (the second call in the same process:
+sentences_per_second_second_call, and second_call_speedup = pass 2 / pass 1) and of the best later
+pass (warm), and the largest difference between the two implementations' vectors. Then, in a new
+process for each implementation, two batches of `batch_size` texts (the first `batch_size`
+sentences, then the next): the seconds of each (the first includes JAX's compilation of the batch's
+shape) and second_batch_speedup = first / second. Two more figures of a one-off command:
+ours_cached, ours run twice with a compilation cache as embed.py keeps one
+(bert_jax.compilation_cache), the second process reported: its pass 1 loads the programs the first
+compiled (ratio_cold_cached: its cold sentences/s over torch's); and ratio_process, sentences/s of
+load + pass 1 (model loading included, Python start-up and imports not) ours over torch's, both
+cold.
 
-Last, the whole commands, each in its own process from start to exit (`--command_repeats` rounds,
-alternating): experiments/embed.py (--normalize, --batch_size) with an empty compilation cache
+Last, the whole commands, each in its own process from start to exit, Python's start-up and the
+imports included (after one unreported run of each, `--command_repeats` rounds, the order rotated
+each round): experiments/embed.py (--normalize, --batch_size) with an empty compilation cache
 (a machine that has compiled nothing: ours_empty_cache) and with the cache its earlier run left
 (ours_cached: every run after the first on a machine), against benchmarks/peers/
-transformers_embed.py (the same job: the file of the 200 sentences in, a .npy out); wall
+transformers_embed.py (the same job: the file of the 200 sentences in, a .npy out; texts sorted
+longest first as sentence-transformers sorts them, each batch padded to its longest); wall
 seconds of each run, the median's sentences/s, ratio_command_empty_cache and ratio_command_cached
-(ours over torch's), and the largest difference between the two commands' vectors. Both run
+(ours over torch's), and the largest difference between any run's vectors and torch's. Both run
 with JAX_PLATFORMS=cpu unless the environment sets it. Never run it beside another XLA or torch
 process.
 """
@@ -120,27 +124,18 @@ def ours(spec: dict) -> dict:
 
 
 def torch_transformers(spec: dict) -> dict:
-    """The worker job of transformers + torch: the same pooling, batches in the texts' order,
-    each padded to its longest text (the tokenizer's padding=True)."""
-    import torch
+    """The worker job of transformers + torch: the same pooling, the texts sorted longest first
+    and each batch padded to its longest (benchmarks/peers/transformers_embed.py's `embed`)."""
     import transformers
+
+    from benchmarks.peers import transformers_embed
     start = time.perf_counter()
     tokenizer = transformers.AutoTokenizer.from_pretrained(spec["hf_dir"])
     model = transformers.AutoModel.from_pretrained(spec["hf_dir"]).eval()
     load_seconds = time.perf_counter() - start
     texts = polarity_sentences()
-
-    def embed_once(batch_texts):
-        out = []
-        with torch.inference_mode():
-            for i in range(0, len(batch_texts), spec["batch_size"]):
-                inputs = tokenizer(batch_texts[i:i + spec["batch_size"]], padding=True,
-                                   truncation=True, return_tensors="pt")
-                hidden = model(**inputs).last_hidden_state
-                mask = inputs["attention_mask"].unsqueeze(-1).to(hidden.dtype)
-                mean = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1)
-                out.append(torch.nn.functional.normalize(mean, dim=-1))
-        return torch.cat(out).numpy()
+    embed_once = lambda t: transformers_embed.embed(tokenizer, model, t, spec["batch_size"],
+                                                    normalize=True)
 
     if spec.get("two_batches"):
         return _two_batches(embed_once, texts, spec["batch_size"])
@@ -162,43 +157,58 @@ def _timed_command(argv: list[str], env: dict, log_path: str) -> float:
 
 
 def commands(hf_dir: str, folder: str, batch_size: int, repeats: int) -> dict:
-    """The whole-command figures (module docstring): `repeats` rounds of ours_empty_cache,
-    ours_cached, torch_transformers, one after another."""
+    """The whole-command figures (module docstring): after one unreported run of each command
+    (ours filling the cache the cached runs read; both bringing their files into the page
+    cache), `repeats` rounds of ours_empty_cache, ours_cached and torch_transformers, the order
+    rotated by one each round; every run writes a file of its own, and each is checked against
+    torch's last."""
     import numpy as np
     texts = polarity_sentences()
     sentences = os.path.join(folder, "sentences.txt")
     with open(sentences, "w", encoding="utf-8") as f:
         f.write("".join(text + "\n" for text in texts))
     env = {**os.environ, "JAX_PLATFORMS": os.environ.get("JAX_PLATFORMS", "cpu")}
-    ours = [sys.executable, "experiments/embed.py", f"--input={sentences}", f"--model={hf_dir}",
-            "--normalize", f"--batch_size={batch_size}"]
-    torch = [sys.executable, "benchmarks/peers/transformers_embed.py", f"--input={sentences}",
-             f"--model={hf_dir}", "--normalize", f"--batch_size={batch_size}"]
     cached = os.path.join(folder, "commands_cache")
     log = os.path.join(folder, "commands.log")
-    _timed_command(ours + [f"--output={folder}/command_warmup"],  # fills the cache, not reported
-                   {**env, "JAX_COMPILATION_CACHE_DIR": cached}, log)
-    seconds = {"ours_empty_cache": [], "ours_cached": [], "torch_transformers": []}
+    embed_py = [sys.executable, "experiments/embed.py", f"--input={sentences}",
+                f"--model={hf_dir}", "--normalize", f"--batch_size={batch_size}"]
+    peer = [sys.executable, "benchmarks/peers/transformers_embed.py", f"--input={sentences}",
+            f"--model={hf_dir}", "--normalize", f"--batch_size={batch_size}"]
+
+    def run(name: str, tag: str) -> tuple[float, str]:
+        """(wall seconds, the .npy written) of one run of command `name`."""
+        output = os.path.join(folder, f"command_{name}_{tag}")
+        if name == "torch_transformers":
+            argv, run_env = peer + [f"--output={output}.npy"], env
+        else:
+            cache = cached if name == "ours_cached" else os.path.join(folder, f"empty_cache_{tag}")
+            argv = embed_py + [f"--output={output}"]
+            run_env = {**env, "JAX_COMPILATION_CACHE_DIR": cache}
+        return _timed_command(argv, run_env, log), f"{output}.npy"
+
+    names = ["ours_empty_cache", "ours_cached", "torch_transformers"]
+    run("ours_cached", "warmup")
+    run("torch_transformers", "warmup")
+    seconds = {name: [] for name in names}
+    outputs = {name: [] for name in names}
     for round_ in range(repeats):
-        empty = os.path.join(folder, f"empty_cache_{round_}")
-        seconds["ours_empty_cache"].append(_timed_command(
-            ours + [f"--output={folder}/command_ours"],
-            {**env, "JAX_COMPILATION_CACHE_DIR": empty}, log))
-        seconds["ours_cached"].append(_timed_command(
-            ours + [f"--output={folder}/command_ours_cached"],
-            {**env, "JAX_COMPILATION_CACHE_DIR": cached}, log))
-        seconds["torch_transformers"].append(_timed_command(
-            torch + [f"--output={folder}/command_torch.npy"], env, log))
+        for name in names[round_ % 3:] + names[:round_ % 3]:
+            took, output = run(name, str(round_))
+            seconds[name].append(took)
+            outputs[name].append(output)
     rates = {name: len(texts) / statistics.median(values) for name, values in seconds.items()}
-    ours_vectors, torch_vectors = (np.load(os.path.join(folder, name))
-                                   for name in ("command_ours.npy", "command_torch.npy"))
-    if len(ours_vectors) != len(texts) or len(torch_vectors) != len(texts):
-        raise RuntimeError(f"{len(ours_vectors)} and {len(torch_vectors)} vectors for "
-                           f"{len(texts)} sentences")
+    reference = np.load(outputs["torch_transformers"][-1])
+    difference = 0.0
+    for output in outputs["ours_empty_cache"] + outputs["ours_cached"]:
+        vectors = np.load(output)
+        if vectors.shape != reference.shape or len(vectors) != len(texts):
+            raise RuntimeError(f"{output}: {vectors.shape} vectors for {len(texts)} sentences, "
+                               f"torch's {reference.shape}")
+        difference = max(difference, float(np.abs(vectors - reference).max()))
     return {"seconds": seconds, "sentences_per_second": rates,
             "ratio_command_empty_cache": rates["ours_empty_cache"] / rates["torch_transformers"],
             "ratio_command_cached": rates["ours_cached"] / rates["torch_transformers"],
-            "max_abs_difference": float(np.abs(ours_vectors - torch_vectors).max())}
+            "max_abs_difference": difference}
 
 
 def main(argv):

@@ -18,6 +18,8 @@ def test_a_failed_read_names_the_step_item_and_root_cause():
                 raise ValueError("wrapped") from e
     assert str(raised.value) == ("checkpoint /w/checkpoints/20 cannot be read: state: OSError: "
                                  "Error decoding manifest")
+    strays = checkpoint_errors._stray_read_callbacks
+    assert strays.reading == 0 and strays.failed  # the read is over, and it failed
 
 
 def test_only_the_closed_loop_error_of_stray_reads_is_dropped(monkeypatch):
@@ -58,7 +60,13 @@ def test_asyncio_drops_only_orbax_reads_never_retrieved(monkeypatch):
     assert not strays.filter(record("Future exception was never retrieved", orbax))
     assert strays.filter(record("Future exception was never retrieved", "/ours/read.py"))
     assert strays.filter(record("Task was destroyed but it is pending!", orbax))
-    # tensorstore's read future awaited by asyncio's task itself: no Orbax frame, its spec named
+    # tensorstore's read future awaited by asyncio's task itself: no Orbax frame, its spec named;
+    # a stray read only while a read runs or after one failed
     tensorstore = "DATA_LOSS: Error opening \"zarr\" driver [tensorstore_spec='{}']"
-    assert not strays.filter(record("Task exception was never retrieved",
-                                    "/lib/python3.11/asyncio/tasks.py", tensorstore))
+    asyncio_task = "/lib/python3.11/asyncio/tasks.py"
+    never_retrieved = "Task exception was never retrieved"
+    assert strays.filter(record(never_retrieved, asyncio_task, tensorstore))
+    strays.reading = 1
+    assert not strays.filter(record(never_retrieved, asyncio_task, tensorstore))
+    strays.reading, strays.failed = 0, True
+    assert not strays.filter(record(never_retrieved, asyncio_task, tensorstore))

@@ -1,14 +1,17 @@
-"""The sentence-embedding peer of experiments/embed.py as a command: transformers + torch, the
-same job from a text file to a .npy file, for benchmarks/compare_embed.py's whole-command figure.
+"""The sentence-embedding peer of experiments/embed.py: transformers + torch, the same job from a
+text file to a .npy file (benchmarks/compare_embed.py times it as a whole command, and calls
+`embed` in-process).
 
     python benchmarks/peers/transformers_embed.py --input=sentences.txt --model=HF_FOLDER \
         --output=out.npy [--batch_size=32] [--normalize]
 
---input: one text per non-blank line (stripped), as embed.py reads a text file. Each batch of
---batch_size texts, in file order, is tokenized with the folder's tokenizer (padding=True: to the
-batch's longest text; truncation at the model's length), run through AutoModel in inference mode,
-mean-pooled over the real tokens (the attention mask) and, with --normalize, scaled to unit L2
-norm (sentence-transformers' mean pooling). Writes float32 [N, hidden] to --output.
+--input: one text per non-blank line (stripped), as embed.py reads a text file. The texts are
+embedded as sentence-transformers' `encode` does, at its best: sorted longest first (here by
+their token count, which the tokenizer gives exactly), cut into batches of --batch_size texts,
+each tokenized with the folder's tokenizer padded to its longest text (truncation at the
+model's length), run through AutoModel in inference mode, mean-pooled over the real tokens
+(the attention mask) and, with --normalize, scaled to unit L2 norm; the vectors come back in
+input order. Writes float32 [N, hidden] to --output.
 """
 
 from __future__ import annotations
@@ -18,27 +21,38 @@ from absl import app, flags
 FLAGS = flags.FLAGS
 
 
+def embed(tokenizer, model, texts: list[str], batch_size: int, normalize: bool):
+    """float32 numpy [len(texts), hidden]: the texts' vectors in their order (module docstring)."""
+    import numpy as np
+    import torch
+
+    lengths = [len(ids) for ids in tokenizer(texts, truncation=True)["input_ids"]]
+    order = np.argsort(-np.asarray(lengths), kind="stable")
+    vectors = np.zeros((len(texts), model.config.hidden_size), np.float32)
+    with torch.inference_mode():
+        for start in range(0, len(texts), batch_size):
+            batch = order[start:start + batch_size]
+            inputs = tokenizer([texts[i] for i in batch], padding=True, truncation=True,
+                               return_tensors="pt")
+            hidden = model(**inputs).last_hidden_state
+            mask = inputs["attention_mask"].unsqueeze(-1).to(hidden.dtype)
+            mean = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1)
+            if normalize:
+                mean = torch.nn.functional.normalize(mean, dim=-1)
+            vectors[batch] = mean.numpy()
+    return vectors
+
+
 def main(argv):
     del argv
     import numpy as np
-    import torch
     import transformers
 
     with open(FLAGS.input, encoding="utf-8") as f:
         texts = [line.strip() for line in f if line.strip()]
     tokenizer = transformers.AutoTokenizer.from_pretrained(FLAGS.model)
     model = transformers.AutoModel.from_pretrained(FLAGS.model).eval()
-    vectors = []
-    with torch.inference_mode():
-        for start in range(0, len(texts), FLAGS.batch_size):
-            inputs = tokenizer(texts[start:start + FLAGS.batch_size], padding=True,
-                               truncation=True, return_tensors="pt")
-            hidden = model(**inputs).last_hidden_state
-            mask = inputs["attention_mask"].unsqueeze(-1).to(hidden.dtype)
-            mean = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1)
-            vectors.append(torch.nn.functional.normalize(mean, dim=-1) if FLAGS.normalize
-                           else mean)
-    np.save(FLAGS.output, torch.cat(vectors).numpy().astype(np.float32))
+    np.save(FLAGS.output, embed(tokenizer, model, texts, FLAGS.batch_size, FLAGS.normalize))
 
 
 if __name__ == "__main__":

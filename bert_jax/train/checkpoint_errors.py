@@ -60,7 +60,10 @@ class _StrayReadCallbacks(logging.Filter):
     ones at interpreter exit. Those reads belong to a step being reported unreadable, so these
     three are dropped (through sys.unraisablehook and a filter on the `asyncio` logger; every
     other report goes where it went), and `settle` waits, after a failed read, until they have
-    stopped arriving."""
+    stopped arriving. A read's error is known by an Orbax frame in its traceback, or, for a
+    tensorstore read future that asyncio's task awaited itself (no Orbax frame), by the
+    tensorstore spec its message names, while a read runs or once one has failed: a tensorstore
+    error at any other time (a save's, say) is reported as it was."""
 
     QUIET_SECONDS = 0.3  # no stray callback for this long: the other reads have finished
     MOST_SECONDS = 5.0
@@ -68,6 +71,7 @@ class _StrayReadCallbacks(logging.Filter):
     def __init__(self):
         super().__init__()
         self.previous, self.last = None, 0.0
+        self.reading, self.failed = 0, False  # reads under way; whether one has failed
 
     def install(self) -> None:
         if sys.unraisablehook != self.hook:  # bound methods compare equal, never identical
@@ -77,15 +81,13 @@ class _StrayReadCallbacks(logging.Filter):
             asyncio_logger.addFilter(self)
 
     def filter(self, record: logging.LogRecord) -> bool:
-        """False (drop) for asyncio's report of an Orbax read's error never retrieved."""
+        """False (drop) for asyncio's report of a read's error never retrieved (class docstring)."""
         error = record.exc_info[1] if record.exc_info else None
         if error is None or "exception was never retrieved" not in str(record.msg):
             return True
-        # The read's error, raised in Orbax's code, or tensorstore's own read future awaited
-        # straight from asyncio's task (no Orbax frame then; tensorstore names its spec).
         frames = traceback.extract_tb(error.__traceback__)
-        if not (any(_is_orbax(frame.filename) for frame in frames)
-                or "tensorstore_spec=" in str(error)):
+        tensorstore_read = "tensorstore_spec=" in str(error) and (self.reading or self.failed)
+        if not (any(_is_orbax(frame.filename) for frame in frames) or tensorstore_read):
             return True
         self.last = time.monotonic()
         return False
@@ -129,12 +131,15 @@ class Reading:
 
     def __enter__(self):
         _stray_read_callbacks.install()  # before the read: its loop may close before __exit__
+        _stray_read_callbacks.reading += 1
         return self
 
     def __exit__(self, kind, error, traceback):
+        _stray_read_callbacks.reading -= 1
         if error is None or not isinstance(error, Exception) or isinstance(
                 error, (CheckpointMismatchError, CheckpointUnreadableError)):
             return False
+        _stray_read_callbacks.failed = True
         _stray_read_callbacks.settle()
         raise CheckpointUnreadableError(
             f"checkpoint {self.where} cannot be read: {self.item}: {describe(error)}") from error
