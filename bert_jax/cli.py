@@ -44,7 +44,7 @@ from typing import Callable, Iterator, Optional, TypeVar
 from absl import flags, logging
 
 from bert_jax import compilation_cache as compilation_cache_lib
-from bert_jax import distributed, orbax_logs, script_help
+from bert_jax import distributed, orbax_logs, platform, script_help
 
 FLAGS = flags.FLAGS
 # Bad input surfaces as these: ConfigError, DataError, CheckpointError, CheckpointMismatchError
@@ -308,11 +308,13 @@ def check_text_encoding(name: str, what: str) -> None:
 # ----- start-up and the run --------------------------------------------------------------------
 
 def start(argv: list[str], compilation_cache: bool = True) -> None:
-    """First lines of a script's main: no stray arguments, join the job, quiet Orbax, keep
-    compiled programs on disk (off for a script that measures compilation)."""
+    """First lines of a script's main: no stray arguments, no libtpu start-up on a host without
+    a TPU (`platform.skip_absent_tpu`), join the job, quiet Orbax, keep compiled programs on disk
+    (off for a script that measures compilation)."""
     script = os.path.basename(argv[0])
     if len(argv) > 1:
         fail(script, f"unexpected arguments {argv[1:]}")
+    platform.skip_absent_tpu()
     compilation_cache_lib.use_compilation_cache(compilation_cache)
     try:
         distributed.initialize_from_flags()

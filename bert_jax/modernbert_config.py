@@ -231,6 +231,10 @@ class ModernBertConfig:
             kwargs["global_rope_theta"] = hf["rope_theta"]  # transformers' alias
         if hf.get("local_rope_theta", 0) is None:  # transformers: local layers use the global base
             kwargs["local_rope_theta"] = kwargs.get("global_rope_theta", cls.global_rope_theta)
+        try:
+            kwargs.update(_v5_layout(hf))
+        except ConfigError as e:
+            raise ConfigError(f"{source}: {e}") from None
         kwargs.update(overrides)
         try:
             return cls(**kwargs)
@@ -252,3 +256,42 @@ class ModernBertConfig:
         if not isinstance(hf, dict):
             raise ConfigError(f"{path}: expected a JSON object, got {type(hf).__name__}")
         return cls.from_hf_dict(hf, source=path, **overrides)
+
+
+# transformers 5 writes a layer's kind per layer and one RoPE setting per kind (what 4.x wrote as
+# global_attn_every_n_layers, global_rope_theta and local_rope_theta); a folder saved by either
+# reads as the same model.
+_V5_KINDS = {"full_attention": "global_rope_theta", "sliding_attention": "local_rope_theta"}
+
+
+def _v5_layout(hf: Mapping[str, Any]) -> dict[str, Any]:
+    """ModernBertConfig fields from transformers 5's `layer_types` and `rope_parameters` (where
+    present, they decide, as in transformers 5). ConfigError for a layer pattern that is not
+    "global every n-th layer from layer 0" or a RoPE that is not plain."""
+    out: dict[str, Any] = {}
+    layer_types = hf.get("layer_types")
+    if layer_types is not None:
+        if (not isinstance(layer_types, list) or not layer_types
+                or any(kind not in _V5_KINDS for kind in layer_types)):
+            raise ConfigError(f"layer_types={layer_types!r}: expected a list of "
+                              f"{sorted(_V5_KINDS)}")
+        full = [i for i, kind in enumerate(layer_types) if kind == "full_attention"]
+        every = full[1] if len(full) > 1 else len(layer_types)
+        if full[:1] != [0] or any((i % every == 0) != (kind == "full_attention")
+                                  for i, kind in enumerate(layer_types)):
+            raise ConfigError(f"layer_types={layer_types!r}: only full attention in every n-th "
+                              "layer from layer 0, sliding windows between, is supported")
+        out["global_attn_every_n_layers"] = every
+    rope = hf.get("rope_parameters")
+    if rope is not None:
+        if not isinstance(rope, Mapping) or set(rope) - set(_V5_KINDS):
+            raise ConfigError(f"rope_parameters={rope!r}: expected an object keyed by "
+                              f"{sorted(_V5_KINDS)}")
+        for kind, field in _V5_KINDS.items():
+            setting = rope.get(kind) or {}
+            if setting.get("rope_type", "default") != "default":
+                raise ConfigError(f"rope_parameters[{kind!r}]={setting!r} is not supported "
+                                  "(only plain RoPE, as ModernBERT was trained)")
+            if setting.get("rope_theta") is not None:
+                out[field] = setting["rope_theta"]
+    return out

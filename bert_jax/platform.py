@@ -14,7 +14,11 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-from typing import Iterator, Optional
+import glob
+import importlib.metadata
+import importlib.util
+import os
+from typing import Iterator, Mapping, MutableMapping, Optional
 
 import jax
 
@@ -54,3 +58,52 @@ def compiling_for(platform: str) -> Iterator[None]:
         yield
     finally:
         _TARGET.reset(token)
+
+
+# Google's PCI vendor id: every Cloud TPU chip shows up under it in /sys/bus/pci/devices.
+_GOOGLE_PCI_VENDOR = "0x1ae0"
+# JAX's GPU plugins, by the platform name JAX_PLATFORMS gives them.
+_GPU_PLUGINS = {"cuda": "jax-cuda", "rocm": "jax-rocm"}
+
+
+def _has_google_pci_device(pattern: str = "/sys/bus/pci/devices/*/vendor") -> bool:
+    for path in glob.glob(pattern):
+        try:
+            with open(path, encoding="ascii") as f:
+                if f.read().strip() == _GOOGLE_PCI_VENDOR:
+                    return True
+        except OSError:
+            continue
+    return False
+
+
+def platforms_without_absent_tpu(environ: Mapping[str, str] = os.environ) -> Optional[str]:
+    """The JAX_PLATFORMS that keeps JAX from starting libtpu on a host with no TPU, or None to
+    leave JAX's own choice.
+
+    libtpu (installed with jax[tpu], e.g. for compiling TPU programs on a CPU host) is started by
+    JAX whenever it is installed; on a host without a TPU chip it then prints half a dozen lines
+    of errors to stderr, and two processes at once add advice to delete its lock file. None when
+    JAX_PLATFORMS is already set (the user's choice stands), when libtpu is not installed, or when
+    a Google PCI device is present (a TPU VM). Else the installed GPU plugins' platforms and
+    "cpu", in JAX's order of preference (JAX skips "cuda" by itself where no NVIDIA GPU is
+    visible).
+    """
+    if environ.get("JAX_PLATFORMS") or importlib.util.find_spec("libtpu") is None:
+        return None
+    if _has_google_pci_device():
+        return None
+    installed = {dist.metadata["Name"].lower().replace("_", "-")
+                 for dist in importlib.metadata.distributions()}
+    gpus = [name for name, prefix in _GPU_PLUGINS.items()
+            if any(dist.startswith(prefix) and dist.endswith("-plugin") for dist in installed)]
+    return ",".join([*gpus, "cpu"])
+
+
+def skip_absent_tpu(environ: MutableMapping[str, str] = os.environ) -> None:
+    """Sets JAX_PLATFORMS to `platforms_without_absent_tpu()` where that is not None; call it
+    before anything starts JAX's backends (the scripts' first step, `bert_jax.cli.start`)."""
+    platforms = platforms_without_absent_tpu(environ)
+    if platforms is not None:
+        environ["JAX_PLATFORMS"] = platforms
+        jax.config.update("jax_platforms", platforms)

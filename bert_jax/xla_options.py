@@ -23,7 +23,12 @@ s to 1.6-2.2 s compiling and running; BERT-base's 2.7 s to 2.3 s; docs/results.m
 
 from __future__ import annotations
 
+import functools
 from typing import Optional
+
+import jax
+import numpy as np
+from absl import logging
 
 from bert_jax import platform
 
@@ -35,14 +40,43 @@ ONE_OFF_OPTIONS = {"cpu": {"xla_backend_optimization_level": "0"}}
 
 def compiler_options(backend: Optional[str] = None) -> Optional[dict[str, str]]:
     """`compiler_options` for jax.jit of a program for `backend` (default: the platform in
-    context, `bert_jax.platform.current()`: pass the mesh's platform when compiling for one)."""
+    context, `bert_jax.platform.current()`: pass the mesh's platform when compiling for one),
+    less any that the installed jaxlib does not know (`known`)."""
     backend = platform.normalise(backend) if backend else platform.current()
-    return dict(OPTIONS[backend]) if backend in OPTIONS else None
+    return known(backend, OPTIONS.get(backend, {}))
 
 
 def one_off_options(backend: Optional[str] = None) -> Optional[dict[str, str]]:
     """compiler_options for a program run once (module docstring): the backend's options and,
     on CPU, LLVM's optimisation off."""
     backend = platform.normalise(backend) if backend else platform.current()
-    options = {**(compiler_options(backend) or {}), **ONE_OFF_OPTIONS.get(backend, {})}
-    return options or None
+    return known(backend, {**OPTIONS.get(backend, {}), **ONE_OFF_OPTIONS.get(backend, {})})
+
+
+def known(backend: str, options: dict[str, str]) -> Optional[dict[str, str]]:
+    """`options` less those that the installed jaxlib refuses for `backend` (None if none is
+    left). XLA's options come and go between jaxlib releases, and jax.jit fails on one it does
+    not know ("No such compile option"), so each is tried once per process on a one-line program
+    for this host's own backend (milliseconds), and one left out is logged. Options for another
+    platform (a TPU program compiled on a CPU host) cannot be tried here and are kept: the TPU
+    compile tests check them on every jaxlib that CI installs."""
+    kept = {name: value for name, value in options.items()
+            if backend != _host_backend() or _accepted(backend, name, value)}
+    return kept or None
+
+
+def _host_backend() -> str:
+    return platform.normalise(jax.default_backend())
+
+
+@functools.cache
+def _accepted(backend: str, name: str, value: str) -> bool:
+    try:
+        jax.jit(lambda x: x + 1, compiler_options={name: value}).lower(np.float32(0)).compile()
+    except Exception as e:  # jaxlib's error class differs between releases: match the message
+        if "No such compile option" not in str(e):
+            raise
+        logging.warning("XLA compiler option %s=%s is unknown to the jaxlib of jax %s (%s): "
+                        "left out", name, value, jax.__version__, backend)
+        return False
+    return True

@@ -22,7 +22,10 @@ label2id) and problem_type: classification -> BertForSequenceClassification
 "single_label_classification", regression -> "regression", multi_label ->
 "multi_label_classification"; token_classification -> BertForTokenClassification with its tags;
 span_qa -> BertForQuestionAnswering. A checkpoint with no run beside it (e.g. one written by
-hf_to_ours) gives the weights and config.json only.
+hf_to_ours) needs --tokenizer=PATH (a tokenizer.json, vocab.txt or Hugging Face folder), or
+--tokenizer=none for the weights and config.json alone; --tokenizer=PATH also replaces a run's
+own. No folder is written without a tokenizer unless asked: from such a folder transformers 5's
+AutoTokenizer builds an empty tokenizer without an error.
 
 Exit status: 0 done; 1 with one line `convert.py: error: <what, naming the file>` for a user's
 mistake (a missing folder, a damaged weights file, a bad config.json, an output folder that
@@ -47,7 +50,8 @@ def main(argv):
                                                         FLAGS.encoder_only))
     else:
         cli.run_or_exit(SCRIPT, lambda: runs.ours_to_hf(
-            FLAGS.checkpoint_dir, FLAGS.hf_dir, FLAGS.step, FLAGS.encoder_only, FLAGS.workdir))
+            FLAGS.checkpoint_dir, FLAGS.hf_dir, FLAGS.step, FLAGS.encoder_only, FLAGS.workdir,
+            FLAGS.tokenizer))
 
 
 if __name__ == "__main__":
@@ -62,6 +66,10 @@ if __name__ == "__main__":
     flags.DEFINE_string("workdir", None,
                         "ours_to_hf: the training run whose config.json / task.json give the "
                         "tokenizer and labels (default: the folder above --checkpoint_dir).")
+    flags.DEFINE_string("tokenizer", None,
+                        "ours_to_hf: the tokenizer to write (tokenizer.json, vocab.txt or a "
+                        "Hugging Face folder; default: the run's), or 'none' for the weights "
+                        "alone.")
     flags.mark_flags_as_required(["direction", "hf_dir", "checkpoint_dir"])
     distributed.define_flags()
     app.run(main, flags_parser=cli.parse_flags)

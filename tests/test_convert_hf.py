@@ -474,7 +474,7 @@ def test_convert_script_both_directions(tmp_path):
     run_convert_script("--direction=hf_to_ours", f"--hf_dir={tmp_path / 'hf_in'}",
                        f"--checkpoint_dir={tmp_path / 'ours'}")
     run_convert_script("--direction=ours_to_hf", f"--checkpoint_dir={tmp_path / 'ours'}",
-                       f"--hf_dir={tmp_path / 'hf_out'}")
+                       f"--hf_dir={tmp_path / 'hf_out'}", "--tokenizer=none")
     batch, _ = small_batch(6)
     reloaded = transformers.BertForPreTraining.from_pretrained(tmp_path / "hf_out").eval()
     expected, again = torch_outputs(reference, batch), torch_outputs(reloaded, batch)
@@ -540,3 +540,30 @@ def test_one_table_names_the_architecture_both_ways(tmp_path):
     hf.save(cfg, nsp_only, tmp_path / "nsp")
     config = json.loads((tmp_path / "nsp" / "config.json").read_text())
     assert config["architectures"] == ["BertForNextSentencePrediction"]
+
+
+def test_an_export_without_a_tokenizer_is_refused_unless_one_is_named(tmp_path):
+    """A checkpoint with no run beside it: ours_to_hf writes nothing and names --tokenizer (from
+    a folder without one, transformers 5's AutoTokenizer builds an empty tokenizer silently);
+    with --tokenizer=MiniLM's folder the export tokenizes as MiniLM does; with 'none' it holds
+    the weights alone."""
+    from bert_jax.convert import runs
+    from bert_jax.data import tokenizer as tok
+
+    runs.hf_to_ours(minilm_dir(), str(tmp_path / "ours"), encoder_only=True)
+    with pytest.raises(ValueError, match="no tokenizer to write beside the weights: no run's "
+                                         "config.json beside the checkpoint") as refusal:
+        runs.ours_to_hf(str(tmp_path / "ours"), str(tmp_path / "refused"), None, False)
+    assert "--tokenizer=PATH" in str(refusal.value) and "--tokenizer=none" in str(refusal.value)
+    assert not (tmp_path / "refused").exists()
+
+    runs.ours_to_hf(str(tmp_path / "ours"), str(tmp_path / "named"), None, False,
+                    tokenizer=minilm_dir())
+    theirs = transformers.AutoTokenizer.from_pretrained(tmp_path / "named")
+    ours = tok.load_tokenizer(minilm_dir())
+    text = "Ampère's café served crème brûlée; 東京 was far."
+    assert theirs(text)["input_ids"] == [ours.cls_id, *ours.encode(text), ours.sep_id]
+    assert theirs.vocab_size == ours.vocab_size == 30522
+
+    runs.ours_to_hf(str(tmp_path / "ours"), str(tmp_path / "bare"), None, False, tokenizer="none")
+    assert sorted(os.listdir(tmp_path / "bare")) == ["config.json", "model.safetensors"]

@@ -8,6 +8,7 @@ Measured on this machine: max |ours - reference| 1.5e-7 over 10 sentences (bound
 the cosine similarities of 6 sentence pairs rank the same.
 """
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -328,3 +329,25 @@ def test_a_second_call_on_new_texts_compiles_nothing(minilm):
     assert compiled_first >= 1  # the listener sees compilations
     assert len(compiled) == compiled_first  # none in the second call
     assert first.shape == (5, minilm.cfg.hidden_size) and second.shape[0] == len(SENTENCES) - 5
+
+
+def test_the_script_starts_no_libtpu_on_a_host_without_a_tpu(tmp_path):
+    """libtpu is installed (the test extra brings it, for the TPU compile tests) and this host
+    has no TPU: with JAX_PLATFORMS unset, as a user runs it, the script keeps JAX from starting
+    libtpu (bert_jax.platform.skip_absent_tpu), so none of libtpu's start-up errors or lock-file
+    advice reach stderr, and it runs on the CPU."""
+    from bert_jax import platform
+
+    assert importlib.util.find_spec("libtpu") is not None
+    assert platform.platforms_without_absent_tpu({}) == "cpu"  # no GPU plugin here either
+    assert platform.platforms_without_absent_tpu({"JAX_PLATFORMS": "tpu"}) is None
+    (tmp_path / "in.txt").write_text("A sentence.\nAnother one.\n", encoding="utf-8")
+    env = {k: v for k, v in os.environ.items() if k != "JAX_PLATFORMS"}
+    done = subprocess.run([sys.executable, os.path.join(ROOT, "experiments", "embed.py"),
+                           f"--input={tmp_path / 'in.txt'}", f"--output={tmp_path / 'emb'}",
+                           f"--model={hf.packaged_minilm_dir()}"],
+                          capture_output=True, text=True, timeout=300, cwd=ROOT, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    for noise in ("TPU", "libtpu", "InitGoogle", "lockfile"):
+        assert noise not in done.stderr, done.stderr[-3000:]
+    assert np.load(tmp_path / "emb.npy").shape == (2, 384)

@@ -28,6 +28,8 @@ from bert_jax.convert.hf_layout import CheckpointError
 from bert_jax.model import modernbert, modernbert_scan
 from bert_jax.modernbert_config import PRESETS, ModernBertConfig
 
+import hf_peer
+
 TOL = 1e-5  # fp32
 VOCAB = 97
 BATCH, SEQ = 3, 20
@@ -53,8 +55,8 @@ def hf_config(**overrides) -> transformers.ModernBertConfig:
                     num_attention_heads=4, max_position_embeddings=64,
                     global_attn_every_n_layers=3, local_attention=8, global_rope_theta=160000.0,
                     local_rope_theta=10000.0, pad_token_id=0, bos_token_id=1, eos_token_id=2,
-                    cls_token_id=1, sep_token_id=2, reference_compile=False,
-                    attn_implementation="eager")
+                    cls_token_id=1, sep_token_id=2, attn_implementation="eager",
+                    **hf_peer.EAGER_MODERNBERT)
     settings.update(overrides)
     return transformers.ModernBertConfig(**settings)
 
@@ -124,9 +126,43 @@ def test_config_round_trip_through_transformers():
                    "torch_dtype", "dtype", "reference_compile"):
             continue
         assert back.to_dict()[key] == value, key
-    # transformers' None for local_rope_theta: local layers use the global base
-    none = ModernBertConfig.from_hf_dict({**theirs.to_dict(), "local_rope_theta": None})
+    # transformers 4's None for local_rope_theta: local layers use the global base
+    legacy = {k: v for k, v in theirs.to_dict().items()
+              if k not in ("layer_types", "rope_parameters")}  # transformers 5's layout
+    none = ModernBertConfig.from_hf_dict({**legacy, "local_rope_theta": None})
     assert none.local_rope_theta == none.global_rope_theta == 160000.0
+
+
+def test_both_config_layouts_read_as_one_model():
+    """transformers 4 writes global_attn_every_n_layers and two RoPE bases; transformers 5 a kind
+    per layer and RoPE settings per kind. Either reads as the same config, whichever transformers
+    is installed; where both are present, 5's decide (as in transformers 5)."""
+    v4 = {"model_type": "modernbert", "num_hidden_layers": 5, "global_attn_every_n_layers": 2,
+          "global_rope_theta": 80000.0, "local_rope_theta": 5000.0}
+    v5 = {"model_type": "modernbert", "num_hidden_layers": 5,
+          "layer_types": ["full_attention", "sliding_attention"] * 2 + ["full_attention"],
+          "rope_parameters": {"full_attention": {"rope_type": "default", "rope_theta": 80000.0},
+                              "sliding_attention": {"rope_type": "default",
+                                                    "rope_theta": 5000.0}}}
+    expected = ModernBertConfig.from_hf_dict(v4)
+    assert (expected.global_attn_every_n_layers, expected.local_rope_theta) == (2, 5000.0)
+    assert ModernBertConfig.from_hf_dict(v5) == expected
+    assert ModernBertConfig.from_hf_dict({**v4, **v5, "global_attn_every_n_layers": 3,
+                                          "local_rope_theta": 1.0}) == expected
+    one_global = {**v5, "layer_types": ["full_attention"] + ["sliding_attention"] * 4}
+    assert ModernBertConfig.from_hf_dict(one_global).global_attn_every_n_layers == 5
+    for bad, message in (
+            ({"layer_types": ["sliding_attention", "full_attention"]}, "only full attention in "
+             "every n-th layer from layer 0"),
+            ({"layer_types": ["full_attention", "sliding_attention", "full_attention",
+                              "full_attention"]}, "only full attention"),
+            ({"layer_types": ["full_attention", "chunked"]}, "expected a list of"),
+            ({"rope_parameters": {"full_attention": {"rope_type": "yarn", "factor": 4.0}}},
+             "is not supported"),
+            ({"rope_parameters": {"rope_type": "default", "rope_theta": 1.0}},
+             "expected an object keyed by")):
+        with pytest.raises(ConfigError, match=f"cfg.json: .*{message}"):
+            ModernBertConfig.from_hf_dict({**v5, **bad}, source="cfg.json")
 
 
 def test_published_base_config_reads_as_the_base_preset():
@@ -158,7 +194,7 @@ def test_num_params_is_transformers_count(name):
     cfg = ModernBertConfig.preset(name, pad_token_id=0)
     with torch.device("meta"):
         model = transformers.ModernBertModel(transformers.ModernBertConfig(
-            **cfg.to_hf_dict(), reference_compile=False))
+            **cfg.to_hf_dict(), **hf_peer.EAGER_MODERNBERT))
     assert cfg.num_params() == sum(p.numel() for p in model.parameters())
     if name == "base":
         assert round(cfg.num_params() / 1e6) == 149  # ModernBERT-base's published size
@@ -341,7 +377,8 @@ def test_hugging_face_round_trip(cls, tmp_path_factory):
     assert not os.path.exists(os.path.join(out, "pytorch_model.bin"))
     with open(os.path.join(out, "config.json")) as f:
         assert json.load(f)["architectures"] == [cls.__name__]
-    back = cls.from_pretrained(out, attn_implementation="eager", reference_compile=False).eval()
+    back = cls.from_pretrained(out, attn_implementation="eager",
+                               **hf_peer.EAGER_MODERNBERT).eval()
     ids, mask = batch()
     diff = float(np.abs(torch_outputs(back, ids, mask) - torch_outputs(theirs, ids, mask)).max())
     report(f"round trip {cls.__name__}", diff)
@@ -384,7 +421,7 @@ def test_model_init_tree_is_what_the_converter_writes(tmp_path):
     params = jax.tree.map(lambda s: np.zeros(s.shape, s.dtype), nn.meta.unbox(shapes))
     convert.save(cfg, params, tmp_path)
     _, info = transformers.ModernBertForMaskedLM.from_pretrained(
-        tmp_path, output_loading_info=True, reference_compile=False)
+        tmp_path, output_loading_info=True, **hf_peer.EAGER_MODERNBERT)
     assert not info["missing_keys"] and not info["unexpected_keys"]
 
 

