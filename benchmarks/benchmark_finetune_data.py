@@ -72,8 +72,8 @@ def tokenizer_dir(settings: dict) -> str:
 
 
 def finetune_config(settings: dict):
-    """The fine-tuning config of these settings (bert_jax/run_config.py)."""
-    from bert_jax import run_config
+    """The fine-tuning config of these settings (bert_jax/config/run.py)."""
+    from bert_jax.config import run as run_config
     config = run_config.finetune_config(settings["task"])
     config.init.hf_dir = settings["hf_dir"]
     config.tokenizer.path = tokenizer_dir(settings)

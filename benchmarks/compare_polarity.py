@@ -109,9 +109,9 @@ def run_torch(config, train, evaluation, model=None) -> dict:
     import transformers
 
     from benchmarks.peers import recipe
+    from bert_jax.config import settings
     from bert_jax.data import batches, encoding
     from bert_jax.recipes.finetune import metrics
-    from bert_jax.train import loop
 
     # One thread: with few cores torch's OpenMP threads spin against each other and slow the
     # run several times over. The results do not depend on it.
@@ -128,7 +128,7 @@ def run_torch(config, train, evaluation, model=None) -> dict:
         return batch
 
     train_batch, eval_batch = encode(train), encode(evaluation)
-    total = loop.steps_for_epochs(len(train), config.batch_size, config.epochs)
+    total = settings.steps_for_epochs(len(train), config.batch_size, config.epochs)
     trainer = recipe.TorchTrainer(model, recipe.Recipe.of(
         config.learning_rate, config.warmup_fraction, total, config.optimizer))
     order = batches.train_batches({"row": np.arange(len(train))}, config.batch_size, config.seed)

@@ -24,7 +24,7 @@ from absl import app, flags
 
 from benchmarks import pretrain_step
 from bert_jax import cli, distributed, sharding
-from bert_jax.config import PRESETS
+from bert_jax.config.bert import PRESETS
 
 FLAGS = flags.FLAGS
 LAYOUTS = {"unrolled": False, "scanned": True}

@@ -20,7 +20,7 @@ Config files (`--config=FILE`, any flag of config_flags.DEFINE_config_file) are 
 named), a file without get_config(), an error raised while it runs (file and line) or a
 get_config() that returns no config are each one line. `--help` (-h, --helpshort) prints the
 script's own flags and, for a script with a run config, every key of the schema
-(bert_jax/run_config.py) with its default and meaning, and exits 0 (bert_jax.script_help);
+(bert_jax/config/run.py) with its default and meaning, and exits 0 (bert_jax.config.help);
 `--helpfull` lists every flag of every library.
 
 `start`, the first lines of a script's main, joins the job, keeps compiled programs on disk
@@ -44,7 +44,8 @@ from typing import Callable, Iterator, Optional, TypeVar
 from absl import flags, logging
 
 from bert_jax import compilation_cache as compilation_cache_lib
-from bert_jax import distributed, orbax_logs, script_help
+from bert_jax import distributed, orbax_logs
+from bert_jax.config import help as script_help
 
 FLAGS = flags.FLAGS
 # Bad input surfaces as these: ConfigError, DataError, CheckpointError, CheckpointMismatchError

@@ -53,7 +53,7 @@ from absl import logging
 from etils import epath
 
 from bert_jax import paths, platform, progress
-from bert_jax.config import BertConfig
+from bert_jax.config.bert import BertConfig
 from bert_jax.data import example_packing, unlabelled
 from bert_jax.data import tokenizer as tokenizer_lib
 from bert_jax.data.textfiles import DataError

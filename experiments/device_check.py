@@ -58,7 +58,7 @@ ATTENTION = {"full": dict(batch=8, seq_len=512, heads=12, head_dim=64),
 
 
 def model_config(sizes, vocab_size: int, max_len: int):
-    from bert_jax.config import BertConfig
+    from bert_jax.config.bert import BertConfig
     fields = dict(vocab_size=vocab_size, max_position_embeddings=max(512, max_len),
                   dtype="bfloat16")
     if isinstance(sizes, str):
@@ -176,11 +176,12 @@ def run_step(task, batches, mesh, steps: int, rows: int, tokens: int) -> dict:
     import jax
 
     from bert_jax import sharding
-    from bert_jax.train import flops, loop, program
+    from bert_jax.config import settings
+    from bert_jax.train import flops, program
     from bert_jax.train import optimizer as optimizer_lib
-    opt_config = optimizer_lib.OptimizerConfig(total_steps=1000, warmup_steps=10)
+    opt_config = settings.OptimizerConfig(total_steps=1000, warmup_steps=10)
     built = program.build(task, optimizer_lib.make_optimizer(opt_config),
-                          loop.LoopConfig(total_steps=1000, global_batch_size=rows), mesh,
+                          settings.LoopConfig(total_steps=1000, global_batch_size=rows), mesh,
                           learning_rate_fn=optimizer_lib.learning_rate_schedule(opt_config))
     device_batches = [sharding.device_put_batch(b, mesh) for b in batches]
     first, seconds, _ = _timed(built.train_step, built.state, device_batches, steps)

@@ -22,7 +22,7 @@ count, and never touches the run's own `evaluation/step_<N>*`.
 
 --long_inputs=truncate|slide (fine-tuning runs; default: the run's config.data.long_inputs)
 says how inputs longer than a row are evaluated: truncated, or read in sliding windows
-(bert_jax/run_config.py's data.long_inputs says how the windows are folded).
+(bert_jax/config/run.py's data.long_inputs says how the windows are folded).
 """
 
 import json
@@ -34,7 +34,7 @@ import jax
 from absl import app, flags, logging
 
 from bert_jax import cli, distributed, paths, recipes
-from bert_jax.recipes import common
+from bert_jax.config import settings
 from bert_jax.train import checkpointing, params_loading
 from bert_jax.train import workdir as workdir_lib
 
@@ -67,7 +67,7 @@ def evaluate_run(workdir: str, step: Optional[int], input_path: Optional[str],
                  ) -> tuple[int, dict, dict]:
     """(step, metrics, what the evaluation JSON adds: the input, its rows, the tables)."""
     config = workdir_lib.load_config(workdir)
-    common.fit_mesh_to_devices(config)
+    settings.fit_mesh_to_devices(config)
     if long_inputs is not None:
         if config.recipe != "finetune":
             raise ValueError(f"--long_inputs is for fine-tuning runs; {workdir} holds a "

@@ -66,8 +66,8 @@ def _run_for_tpu() -> None:
 
 
 def _config(mesh_shape: tuple[int, int, int], batch_size: int):
-    """The config of the flags (bert_jax/run_config.py)."""
-    from bert_jax import run_config
+    """The config of the flags (bert_jax/config/run.py)."""
+    from bert_jax.config import run as run_config
     config = (run_config.pretrain_config() if FLAGS.recipe == "pretrain"
               else run_config.finetune_config("classification"))
     config.model.preset = FLAGS.preset

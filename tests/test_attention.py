@@ -23,7 +23,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from bert_jax import BertConfig, BertModel, platform, sharding
-from bert_jax.config import ConfigError
+from bert_jax.config.bert import ConfigError
 from bert_jax.model import attention
 from bert_jax.model.attention import Mask
 

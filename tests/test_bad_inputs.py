@@ -20,7 +20,9 @@ import numpy as np
 import pytest
 from absl import flags
 
-from bert_jax import BertConfig, BertModel, cli, run_config, run_config_keys, sentence_embeddings
+from bert_jax import BertConfig, BertModel, cli, sentence_embeddings
+from bert_jax.config import run as run_config
+from bert_jax.config import run_keys as run_config_keys
 from bert_jax.convert import hf
 from bert_jax.recipes import pretrain
 from bert_jax.recipes.finetune import predict as predict_lib
@@ -104,7 +106,7 @@ def write_config(folder, name, body):
     return str(path)
 
 
-GOOD_CONFIG = ("from bert_jax import run_config\n\n\ndef get_config():\n"
+GOOD_CONFIG = ("from bert_jax.config import run as run_config\n\n\ndef get_config():\n"
                "    config = run_config.pretrain_config()\n"
                "    config.total_steps = 10\n    return config\n")
 

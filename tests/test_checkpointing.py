@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from bert_jax import BertConfig
+from bert_jax.config import settings
 from bert_jax.model import BertForPreTraining
 from bert_jax.train import checkpointing, optimizer, params_loading, steps
 from bert_jax.train import state as state_lib
@@ -39,7 +40,7 @@ def tiny_config(**overrides):
 
 def make_state(cfg, with_nsp=False):
     model = BertForPreTraining(cfg, with_nsp=with_nsp)
-    tx = optimizer.make_optimizer(optimizer.OptimizerConfig(total_steps=10, warmup_steps=1))
+    tx = optimizer.make_optimizer(settings.OptimizerConfig(total_steps=10, warmup_steps=1))
 
     def init_fn(rng):
         return model.init(rng, jnp.zeros((1, 8), jnp.int32), jnp.zeros((1, 2), jnp.int32))["params"]
@@ -157,7 +158,7 @@ def test_a_state_from_given_params_is_the_fresh_state_with_them_in_place():
 
     cfg = tiny_config()
     model = BertForPreTraining(cfg, with_nsp=True)
-    tx = optimizer.make_optimizer(optimizer.OptimizerConfig(total_steps=10, warmup_steps=1))
+    tx = optimizer.make_optimizer(settings.OptimizerConfig(total_steps=10, warmup_steps=1))
 
     def init_fn(rng):
         return model.init(rng, jnp.zeros((1, 8), jnp.int32), jnp.zeros((1, 2), jnp.int32))["params"]

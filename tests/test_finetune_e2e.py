@@ -15,7 +15,7 @@ import sys
 import numpy as np
 import pytest
 
-from bert_jax import run_config
+from bert_jax.config import run as run_config
 from bert_jax.data import encoding, readers
 from bert_jax.recipes import common as recipe_common
 from bert_jax.recipes.finetune import kinds, recipe
@@ -250,6 +250,7 @@ def test_init_from_a_pretraining_checkpoint_keeps_only_the_head_fresh(tmp_path):
     import jax.numpy as jnp
 
     from bert_jax import BertConfig, sharding
+    from bert_jax.config import settings
     from bert_jax.data.synthetic import RandomTokenBatches
     from bert_jax.model import BertForPreTraining
     from bert_jax.recipes import pretrain
@@ -263,11 +264,11 @@ def test_init_from_a_pretraining_checkpoint_keeps_only_the_head_fresh(tmp_path):
     positions = jnp.zeros((1, 2), jnp.int32)
     task = loop.Task(cfg, lambda r: pretraining.init(r, ids, positions)["params"],
                      pretrain.make_loss(pretraining))
-    opt = optimizer.OptimizerConfig(learning_rate=1e-3, total_steps=1, warmup_steps=0)
+    opt = settings.OptimizerConfig(learning_rate=1e-3, total_steps=1, warmup_steps=0)
     pre_dir = str(tmp_path / "pretrain")
     loop.train(task, optimizer.make_optimizer(opt), RandomTokenBatches(4, 16, 2, 100, seed=0),
                pre_dir,
-               loop.LoopConfig(total_steps=1, global_batch_size=4, async_checkpoints=False),
+               settings.LoopConfig(total_steps=1, global_batch_size=4, async_checkpoints=False),
                sharding.make_mesh())
 
     vocab = write_vocab(tmp_path / "vocab.txt")

@@ -193,7 +193,7 @@ def test_data_preparation_on_a_bucket_is_one_process_at_a_time(gcs):
 def test_config_and_metrics_files_on_a_bucket(gcs):
     import ml_collections
 
-    from bert_jax import run_config
+    from bert_jax.config import run as run_config
     from bert_jax.train import metrics_writer
     from bert_jax.train import workdir as workdir_lib
     workdir = f"gs://{BUCKET}/files_test"
@@ -224,7 +224,7 @@ def test_a_vocabulary_and_a_hugging_face_folder_on_a_bucket(gcs, tmp_path):
     import numpy as np
     from flax import linen as nn
 
-    from bert_jax.config import BertConfig
+    from bert_jax.config.bert import BertConfig
     from bert_jax.convert import hf
     from bert_jax.data import tokenizer as tokenizer_lib
     from bert_jax.model import BertModel
@@ -328,7 +328,7 @@ def test_evaluate_reads_the_bucket_in_a_new_process(gcs, bucket_run):
         assert saved["metrics"][key] == final[key]
 
 
-FINETUNE_CONFIG = """from bert_jax import run_config
+FINETUNE_CONFIG = """from bert_jax.config import run as run_config
 
 
 def get_config():

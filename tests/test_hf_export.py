@@ -35,8 +35,8 @@ from bert_jax import (
     BertForSequenceClassification,
     BertForTokenClassification,
     BertModel,
-    run_config,
 )
+from bert_jax.config import run as run_config
 from bert_jax.convert import hf
 from bert_jax.convert import runs as convert_runs
 from bert_jax.data import (

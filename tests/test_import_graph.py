@@ -107,8 +107,8 @@ def test_graph_has_the_edges_it_should():
     assert len(graph) > 50 and sum(map(len, graph.values())) > 100
     # `from bert_jax.train import steps`: the submodule, not the package.
     assert "bert_jax.train.steps" in graph["bert_jax.train.loop"]
-    # A package's __init__.py is the package: `from bert_jax.config import BertConfig`.
-    assert "bert_jax.config" in graph["bert_jax"]
+    # A package's __init__.py is the package: `from bert_jax.model import BertModel, ...`.
+    assert "bert_jax.model" in graph["bert_jax"]
     # Inside a function: `from bert_jax import model` (a package).
     assert "bert_jax.model" in graph["bert_jax.convert.hf"]
     # Under `if TYPE_CHECKING:`: `from bert_jax.data.subword_tokenizer import SubwordTokenizer`.

@@ -241,7 +241,7 @@ def test_checkpoint_of_two_processes_starts_a_new_pass_or_is_refused(corpus, tmp
     (`process_<i>-of-2.json`, the states of hosts 0 and 1 of 2)."""
     import jax.numpy as jnp
 
-    from bert_jax.config import BertConfig
+    from bert_jax.config.bert import BertConfig
     from bert_jax.train import checkpointing
 
     cfg = data_config(corpus, seed=5)

@@ -16,8 +16,9 @@ import os
 import numpy as np
 import pytest
 
-from bert_jax import run_config, run_config_keys
-from bert_jax.config import ConfigError
+from bert_jax.config import run as run_config
+from bert_jax.config import run_keys as run_config_keys
+from bert_jax.config.bert import ConfigError
 from bert_jax.data import encoding, readers, windows
 from bert_jax.recipes.finetune import kinds, predict, recipe, task_data
 from bert_jax.train import evaluation

@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 
 from benchmarks import long_rows_memory as bench
+from bert_jax.config.modernbert import ModernBertConfig
 from bert_jax.model import modernbert
 from bert_jax.model.attention import Mask
 from bert_jax.model.encoder import positions_from_segments
 from bert_jax.model.layers import rotary_angles
-from bert_jax.modernbert_config import ModernBertConfig
 
 TINY = {"batch": 1, "seq_len": 256, "hidden": 32, "heads": 2, "intermediate": 48, "layers": 3,
         "window": 32, "steps": 2, "max_temp_gib": 1.0}

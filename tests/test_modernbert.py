@@ -22,11 +22,11 @@ from jax.sharding import PartitionSpec as P
 from safetensors import numpy as safetensors_numpy
 
 from bert_jax import sharding
-from bert_jax.config import ConfigError
+from bert_jax.config.bert import ConfigError
+from bert_jax.config.modernbert import PRESETS, ModernBertConfig
 from bert_jax.convert import modernbert as convert
 from bert_jax.convert.hf_layout import CheckpointError
 from bert_jax.model import modernbert, modernbert_scan
-from bert_jax.modernbert_config import PRESETS, ModernBertConfig
 
 TOL = 1e-5  # fp32
 VOCAB = 97

@@ -134,7 +134,7 @@ WORDS = ["john", "mary", "paris", "berlin", "acme", "globex", "visited", "met", 
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 LABELS = ("person", "place", "org")
 
-FINETUNE_CONFIG = """from bert_jax import run_config
+FINETUNE_CONFIG = """from bert_jax.config import run as run_config
 
 
 def get_config():
@@ -302,7 +302,7 @@ def test_sentence_embeddings_of_a_modernbert_folder_are_transformers_mean_pooled
 # ----- the family in a checkpoint --------------------------------------------------------------
 
 def test_family_saved_with_the_checkpoint_and_a_bert_dict_still_reads_as_bert():
-    from bert_jax.config import BertConfig
+    from bert_jax.config.bert import BertConfig
     from bert_jax.model import families
     from bert_jax.train import checkpointing
 
@@ -363,10 +363,11 @@ def _eight_device_side(out_dir):
     from ml_collections import ConfigDict
 
     from bert_jax import sharding
+    from bert_jax.config import settings
     from bert_jax.data.synthetic import RandomTokenBatches
     from bert_jax.model import families
     from bert_jax.recipes import pretrain
-    from bert_jax.train import loop, optimizer, program
+    from bert_jax.train import optimizer, program
 
     import eight_devices
 
@@ -376,13 +377,13 @@ def _eight_device_side(out_dir):
     config = ConfigDict({"max_seq_len": SEQ, "batch_size": BATCH,
                          "data": {"max_predictions": PREDICTIONS, "sentence_pairs": False}})
     task = pretrain.make_task(config, cfg)
-    opt_config = optimizer.OptimizerConfig(learning_rate=1e-3, total_steps=STEPS, warmup_steps=0)
+    opt_config = settings.OptimizerConfig(learning_rate=1e-3, total_steps=STEPS, warmup_steps=0)
     results = {}
     for name, shape in (("one_device", None), ("2x2x2", (2, 2, 2))):
         mesh = (sharding.make_mesh(1, 1, 1, devices=jax.devices()[:1]) if shape is None
                 else sharding.make_mesh(*shape))
         built = program.build(task, optimizer.make_optimizer(opt_config),
-                              loop.LoopConfig(total_steps=STEPS, global_batch_size=BATCH), mesh)
+                              settings.LoopConfig(total_steps=STEPS, global_batch_size=BATCH), mesh)
         batches = RandomTokenBatches(BATCH, SEQ, PREDICTIONS, cfg.vocab_size, seed=0)
         state, losses = built.state, []
         for _ in range(STEPS):

@@ -276,7 +276,7 @@ def test_held_out_rows_mask_at_eval_mask_rate(demo, tmp_path):
     """Training at 30% keeps the held-out rows at 15% (eval_mask_rate), so runs that train at
     different rates are compared on the same kind of rows. (The demo corpus and vocabulary of
     this module, given as tokenizer.path: the recipe reads them as it would its own.)"""
-    from bert_jax import run_config
+    from bert_jax.config import run as run_config
     from bert_jax.recipes import pretrain
     config = run_config.pretrain_config()
     config.data.data_dir = demo[0]
@@ -299,7 +299,8 @@ def test_the_step_compiles_before_the_first_step(demo, tmp_path):
     iterator's shape_examples): the first step itself compiles nothing."""
     import jax
 
-    from bert_jax import run_config, sharding
+    from bert_jax import sharding
+    from bert_jax.config import run as run_config
     from bert_jax.recipes import pretrain
 
     from test_bucketing import CompileCounter

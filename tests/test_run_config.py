@@ -1,4 +1,4 @@
-"""The run config's schema (bert_jax/run_config.py): the loop's defaults come from it, and a saved
+"""The run config's schema (bert_jax/config/run.py): the loop's defaults come from it, and a saved
 config that predates a key reads as the schema's default."""
 
 import json
@@ -6,20 +6,19 @@ import json
 import ml_collections
 import pytest
 
-from bert_jax import run_config
-from bert_jax.recipes import common
-from bert_jax.train import loop
+from bert_jax.config import run as run_config
+from bert_jax.config import settings
 from bert_jax.train import workdir as workdir_lib
 
 
 def test_the_loop_defaults_are_the_schema_defaults():
-    plain = loop.LoopConfig(total_steps=5, global_batch_size=32)
+    plain = settings.LoopConfig(total_steps=5, global_batch_size=32)
     assert {key: getattr(plain, key) for key in run_config.LOOP_DEFAULTS} == \
         run_config.LOOP_DEFAULTS
     config = run_config.pretrain_config()
-    assert common.loop_config(config, total_steps=5) == plain
+    assert settings.loop_config(config, total_steps=5) == plain
     config.nonfinite, config.seed = "skip", 3
-    built = common.loop_config(config, total_steps=5)
+    built = settings.loop_config(config, total_steps=5)
     assert (built.nonfinite, built.seed, built.global_batch_size) == ("skip", 3, 32)
 
 

@@ -252,7 +252,7 @@ def test_step_time_bounds():
 # ----- the compiled pre-training step on 8 devices ---------------------------------------------
 
 def _config(mesh_shape, accumulation_steps):
-    from bert_jax import run_config
+    from bert_jax.config import run as run_config
     config = run_config.pretrain_config()
     config.model.preset = "tiny"
     config.model.num_hidden_layers = 1  # what moves per layer is the same in every layer

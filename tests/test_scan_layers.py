@@ -25,7 +25,9 @@ import safetensors.numpy
 import torch
 import transformers
 
-from bert_jax import BertConfig, BertModel, run_config, sharding
+from bert_jax import BertConfig, BertModel, sharding
+from bert_jax.config import run as run_config
+from bert_jax.config import settings
 from bert_jax.convert import hf
 from bert_jax.data.synthetic import RandomTokenBatches
 from bert_jax.model import BertForPreTraining, scan
@@ -62,7 +64,7 @@ def train(cfg: BertConfig, params):
     """(losses, final params) of STEPS AdamW steps of the masked-LM loss on random tokens."""
     model = BertForPreTraining(cfg, with_nsp=False)
     opt = optimizer.make_optimizer(
-        optimizer.OptimizerConfig(learning_rate=1e-3, total_steps=STEPS, warmup_steps=2))
+        settings.OptimizerConfig(learning_rate=1e-3, total_steps=STEPS, warmup_steps=2))
     train_step = jax.jit(steps.make_train_step(pretrain.make_loss(model), opt))
     state = steps.TrainState.create(params, opt, jax.random.PRNGKey(1))
     batches = RandomTokenBatches(ROWS, SEQ, PREDICTIONS, cfg.vocab_size, seed=0)

@@ -7,8 +7,8 @@ import json
 import pytest
 from absl import logging as absl_logging
 
-from bert_jax import run_config
-from bert_jax.recipes import common
+from bert_jax.config import run as run_config
+from bert_jax.config import settings
 from bert_jax.train import optimizer, schedule_change
 from bert_jax.train import workdir as workdir_lib
 
@@ -37,8 +37,8 @@ def test_restart_line_names_totals_and_rates():
 
 
 def test_warmup_steps_key_sets_the_optimizer_warmup():
-    assert common.optimizer_config(_config(600), 600).warmup_steps == 60
-    extended = common.optimizer_config(_config(600, warmup_steps=30), 600)
+    assert settings.optimizer_config(_config(600), 600).warmup_steps == 60
+    extended = settings.optimizer_config(_config(600, warmup_steps=30), 600)
     assert extended.warmup_steps == 30
     rate = optimizer.learning_rate_schedule(extended)
     assert float(rate(30)) == pytest.approx(4e-4) and float(rate(600)) == pytest.approx(0.0)

@@ -173,7 +173,7 @@ def write_vocab(path):
 
 
 TINY_SUITE = """
-from bert_jax import run_config
+from bert_jax.config import run as run_config
 from experiments.configs import glue
 
 

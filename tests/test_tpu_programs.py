@@ -18,7 +18,8 @@ import re
 import jax
 import pytest
 
-from bert_jax import platform, run_config, sharding, xla_options
+from bert_jax import platform, sharding, xla_options
+from bert_jax.config import run as run_config
 from bert_jax.scaling import chips, program, report, roofline, topology
 
 

@@ -48,7 +48,7 @@ from etils import epath
 from safetensors import numpy as safetensors_numpy
 from safetensors import safe_open
 
-from bert_jax.config import BertConfig, ConfigError
+from bert_jax.config.bert import BertConfig, ConfigError
 
 # Re-exported: the names below are part of this module's interface (see __all__).
 from bert_jax.convert.hf_export import (

@@ -26,7 +26,7 @@ import numpy as np
 from etils import epath
 from safetensors import numpy as safetensors_numpy
 
-from bert_jax.config import OFFSET_MODEL_TYPES, BertConfig
+from bert_jax.config.bert import OFFSET_MODEL_TYPES, BertConfig
 from bert_jax.convert.hf_layout import (
     CONFIG,
     SAFETENSORS,

@@ -42,7 +42,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from bert_jax import platform as platform_lib
-from bert_jax.config import ATTENTION_IMPLEMENTATIONS
+from bert_jax.config.bert import ATTENTION_IMPLEMENTATIONS
 from bert_jax.model import local_attention
 from bert_jax.sharding import LOGICAL_AXIS_RULES, mesh_axes_for
 

@@ -23,7 +23,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from bert_jax.config import BertConfig
+from bert_jax.config.bert import BertConfig
 from bert_jax.model.attention import Mask
 from bert_jax.model.layers import Embeddings, EncoderLayer, dense, layer_norm, rotary_angles
 from bert_jax.model.scan import LAYERS, layer_name

@@ -15,7 +15,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from bert_jax.config import BertConfig
+from bert_jax.config.bert import BertConfig
 from bert_jax.model.activations import ACTIVATION_FNS
 from bert_jax.model.encoder import BertModel
 from bert_jax.model.layers import dense, layer_norm, zeros_init

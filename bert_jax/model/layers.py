@@ -18,7 +18,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from bert_jax.config import BertConfig
+from bert_jax.config.bert import BertConfig
 from bert_jax.model import attention
 from bert_jax.model.activations import ACTIVATION_FNS
 from bert_jax.model.precision import Dense, matmul_transposed

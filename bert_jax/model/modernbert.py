@@ -37,6 +37,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from bert_jax.config.modernbert import ModernBertConfig
 from bert_jax.model import attention
 from bert_jax.model.activations import ACTIVATION_FNS
 from bert_jax.model.attention import Mask
@@ -53,7 +54,6 @@ from bert_jax.model.layers import (
 )
 from bert_jax.model.modernbert_scan import LAYERS, layer_name, member_name, scan_plan
 from bert_jax.model.precision import Dense, matmul_transposed
-from bert_jax.modernbert_config import ModernBertConfig
 from bert_jax.sharding import constrain
 
 Array = jax.Array

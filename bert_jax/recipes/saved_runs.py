@@ -11,11 +11,12 @@ from __future__ import annotations
 
 from typing import Optional
 
+from bert_jax.config import settings
 from bert_jax.recipes import common, pretrain
 from bert_jax.train import workdir as workdir_lib
 
 
-def run_tokenizer(workdir: str, config: Optional[common.Config] = None):
+def run_tokenizer(workdir: str, config: Optional[settings.Config] = None):
     """The WordPiece tokenizer a training run used, built from <workdir>/config.json (or
     `config`) as the run built it; None for a pre-training run on the synthetic corpus (random
     token ids, no vocabulary). A config without `recipe` is a pre-training run's."""

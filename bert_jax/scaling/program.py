@@ -21,7 +21,8 @@ import ml_collections
 from jax.sharding import Mesh, NamedSharding
 
 from bert_jax import sharding
-from bert_jax.config import BertConfig
+from bert_jax.config import settings
+from bert_jax.config.bert import BertConfig
 from bert_jax.data.synthetic import RandomTokenBatches
 from bert_jax.recipes import common, pretrain
 from bert_jax.train import loop
@@ -107,7 +108,7 @@ def _compile(config: ml_collections.ConfigDict, mesh: Mesh, cfg: BertConfig, tas
     """The loop's program of `task` (recipes.common.train_program: bert_jax.train.program),
     abstract, lowered for `batch` and compiled for `mesh`."""
     total_steps = max(int(config.total_steps), 1)  # only the schedule's constants depend on it
-    common.check_run(config, mesh, total_steps, cfg)
+    settings.check_run(config, mesh, total_steps, cfg)
     train = common.train_program(config, mesh, task, total_steps, abstract=True)
     return CompiledStep(
         compiled=train.compile(batch), mesh=mesh, model_config=cfg,

@@ -35,9 +35,9 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from bert_jax import platform
+from bert_jax.config.settings import CHOICES
 
 BATCH_AXES = ("data", "fsdp")  # the manual axes: the batch's rows are split over both
-CHOICES = ("xla", "explicit")  # config.fsdp_collectives
 # fsdp axes of more devices than TWO_LEVEL_ABOVE that span a whole slice of these platforms run
 # their collectives in two levels (two_level_mesh).
 TWO_LEVEL_ABOVE, TWO_LEVEL_PLATFORMS = 8, ("tpu",)

@@ -37,7 +37,7 @@ What `build` makes:
                 compile when it comes; the log's `compilations` shows it).
 
 This module sits below loop.py in the import graph (loop imports it): `task` is a loop.Task and
-`config` a loop.LoopConfig, read by their fields (init_fn, loss_fn, initial_params,
+`config` a settings.LoopConfig, read by their fields (init_fn, loss_fn, initial_params,
 model_config; seed, accumulation_steps, dropout_rng, fsdp_collectives, total_steps).
 """
 

@@ -13,23 +13,16 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Optional
 
+from bert_jax.config.settings import OptimizerConfig, warmup_steps
 from bert_jax.train import optimizer
-
-
-def warmup_steps(config: Mapping[str, Any], total_steps: int) -> int:
-    """config.warmup_steps when > 0 (at most total_steps), else warmup_fraction x total_steps."""
-    fixed = int(config.get("warmup_steps", 0) or 0)
-    if fixed > 0:
-        return min(fixed, total_steps)
-    return round(float(config.get("warmup_fraction", 0.0)) * total_steps)
 
 
 def rate_at(config: Mapping[str, Any], total_steps: int, step: int) -> float:
     """The learning rate `config`'s schedule over total_steps gives at `step`."""
     options = dict(config.get("optimizer", {}) or {})
-    opt = optimizer.OptimizerConfig(learning_rate=float(config["learning_rate"]),
-                                    total_steps=total_steps,
-                                    warmup_steps=warmup_steps(config, total_steps), **options)
+    opt = OptimizerConfig(learning_rate=float(config["learning_rate"]),
+                          total_steps=total_steps,
+                          warmup_steps=warmup_steps(config, total_steps), **options)
     return float(optimizer.learning_rate_schedule(opt)(step))
 
 

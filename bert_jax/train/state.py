@@ -37,7 +37,7 @@ from absl import logging
 from jax.sharding import Mesh, NamedSharding
 
 from bert_jax import platform, pytree, sharding, xla_options
-from bert_jax.config import BertConfig
+from bert_jax.config.bert import BertConfig
 from bert_jax.train import checkpointing, steps
 
 

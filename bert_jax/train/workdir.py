@@ -50,7 +50,7 @@ RUN_NEUTRAL_KEYS = frozenset({
     "mesh.tensor", "allow_config_change", "nonfinite", "max_nonfinite_in_a_row",
     "data.seconds_per_batch", "data.eval_mask_rate", "data.bucket_lengths"})
 # A key the saved config lacks (it was written before the key existed) reads as the schema's
-# default (bert_jax.run_config.complete); one outside the schema that the new config sets to one
+# default (bert_jax.config.run.complete); one outside the schema that the new config sets to one
 # of these "off" values keeps the behaviour the run had without it.
 OFF_VALUES = (None, False, 0, "")
 
@@ -86,7 +86,7 @@ def _flat(config: Any) -> dict[str, Any]:
 
 def config_differences(saved: dict, config: ml_collections.ConfigDict) -> list[str]:
     """'key: saved -> new' for every key (but the run-neutral ones) that differs."""
-    from bert_jax import run_config
+    from bert_jax.config import run as run_config
     old = _flat(run_config.complete(saved))
     new = _flat(run_config.complete(json.loads(json.dumps(config.to_dict()))))
     keys = sorted((set(old) | set(new)) - RUN_NEUTRAL_KEYS)
@@ -205,7 +205,7 @@ def _warn_if_schedule_restarts(old: dict, config: ml_collections.ConfigDict,
 
 def load_config(workdir: str) -> ml_collections.ConfigDict:
     """<workdir>/config.json as a ConfigDict: every key of the run's resolved config, and the
-    schema's default for a key added after the run was started (bert_jax.run_config.complete)."""
+    schema's default for a key added after the run was started (bert_jax.config.run.complete)."""
     config_path = epath.Path(workdir) / CONFIG_FILE
     if not config_path.exists():
         raise FileNotFoundError(f"{config_path} not found: --workdir must be the workdir of a "
@@ -213,7 +213,7 @@ def load_config(workdir: str) -> ml_collections.ConfigDict:
                                 "there)")
     import ml_collections  # only where a saved config is read back
 
-    from bert_jax import run_config
+    from bert_jax.config import run as run_config
     return ml_collections.ConfigDict(run_config.complete(read_json(config_path)))
 
 

@@ -24,7 +24,8 @@ import os
 
 import ml_collections
 
-from bert_jax import paths, run_config
+from bert_jax import paths
+from bert_jax.config import run as run_config
 from bert_jax.data import demo_corpus, readers
 from experiments.configs import common
 

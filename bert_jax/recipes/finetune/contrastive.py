@@ -38,7 +38,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from bert_jax import sentence_embeddings
-from bert_jax.config import BertConfig
+from bert_jax.config.bert import BertConfig
 from bert_jax.data import textfiles
 from bert_jax.data.textfiles import DataError
 from bert_jax.model import families

@@ -32,7 +32,7 @@ import numpy as np
 from etils import epath
 
 from bert_jax import paths
-from bert_jax.config import ConfigError
+from bert_jax.config.bert import ConfigError
 from bert_jax.data import batches, example_packing, readers, tfds_tasks
 from bert_jax.recipes.finetune import kinds
 

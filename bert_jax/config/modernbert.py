@@ -4,7 +4,7 @@ ModernBERT (Warner et al., 2024, "Smarter, Better, Faster, Longer") is a pre-nor
 rotary positions, a GeGLU feed-forward, no biases, and attention that alternates between global
 layers (every `global_attn_every_n_layers`-th, from layer 0) and layers that see a window of
 `local_attention` tokens around each query. It is a family of its own beside BERT
-(bert_jax.config.BertConfig): the two share no config, only building blocks.
+(bert_jax.config.bert.BertConfig): the two share no config, only building blocks.
 
 Field names are those of ModernBERT's Hugging Face `config.json` (transformers'
 `ModernBertConfig`), so a config converts both ways without a renaming table; the fields after
@@ -21,7 +21,7 @@ import json
 import os
 from typing import Any, ClassVar, Mapping
 
-from bert_jax.config import (
+from bert_jax.config.bert import (
     ACTIVATIONS,
     ATTENTION_IMPLEMENTATIONS,
     DTYPES,

@@ -1,6 +1,6 @@
 """`--help` of the scripts in experiments/: what the script does (its docstring), its own flags
 (those of the script and of bert_jax, not the libraries' ~190: `--helpfull` lists those), and for
-a script with a run config every key of the schema (bert_jax/run_config.py) with its default and
+a script with a run config every key of the schema (bert_jax/config/run.py) with its default and
 meaning, beside the values of the config file given with `--config`, if any.
 
 bert_jax.cli.parse_flags prints `help_text` and exits 0 when the command line asks for help.
@@ -71,11 +71,11 @@ def help_text(script: str, flag_values: flags.FlagValues,
         recipe = getattr(flag_values[name], RECIPE_ATTRIBUTE, None)
         if recipe is None:
             continue
-        from bert_jax import run_config_keys
+        from bert_jax.config import run_keys as run_config_keys
         given = _load_for_help(value) if value else None
         source = value.split(":", 1)[0] if given is not None else None
         lines += ["", f"--{name}.<key>=<value>: the keys of the run config "
-                  f"(bert_jax/run_config.py), with their defaults"
+                  f"(bert_jax/config/run.py), with their defaults"
                   + (f" and the values of {source}" if source else "") + ":"]
         lines += run_config_keys.help_lines(recipe, given)
     return "\n".join(lines)

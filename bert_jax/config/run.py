@@ -6,15 +6,16 @@
 
 A run's config is an `ml_collections.ConfigDict` built from these functions (the files under
 experiments/configs/ start from them, and every `--config.<key>=...` flag names one of these keys).
-The loop's settings (`LOOP_DEFAULTS`) are also the defaults of `bert_jax.train.loop.LoopConfig`.
+The loop's settings (`LOOP_DEFAULTS`) are also the defaults of
+`bert_jax.config.settings.LoopConfig`.
 A key added later must default to the behaviour runs had before it existed: a saved config.json
 that lacks it is read with the default (`complete`), so old workdirs resume and evaluate as they
 ran.
 
 Every key has a comment here, on its line or the lines just above it: `--help` shows it as the
-key's meaning (bert_jax.run_config_keys.describe reads this file's source, so the schema is
+key's meaning (bert_jax.config.run_keys.describe reads this file's source, so the schema is
 written once: keys are set as `config.<key> = ...`, `dict(<key>=...)` or `{"<key>": ...}` in the
-functions and module-level dicts it names), and bert_jax.run_config_keys.check holds a new run's
+functions and module-level dicts it names), and bert_jax.config.run_keys.check holds a new run's
 config to the schema before anything of the run is written.
 """
 
@@ -26,8 +27,9 @@ from typing import TYPE_CHECKING, Any, Mapping
 if TYPE_CHECKING:  # ml_collections loads where a config is built: the train loop imports
     import ml_collections  # LOOP_DEFAULTS on images without it
 
-# BertConfig fields a config may override, with their types (bert_jax.config.BertConfig says what
-# each means; placeholders keep them typed, None keeps the preset's or the init weights' value).
+# BertConfig fields a config may override, with their types (bert_jax.config.bert.BertConfig says
+# what each means; placeholders keep them typed, None keeps the preset's or the init weights'
+# value).
 MODEL_FIELDS = {
     "vocab_size": int,  # embedding rows (None: the tokenizer's size); token ids must be below it
     "hidden_size": int,  # width of every layer
@@ -52,7 +54,7 @@ MODEL_FIELDS = {
     "attention": str,
 }
 
-# The training loop's keys (bert_jax.train.loop.LoopConfig takes its defaults from here).
+# The training loop's keys (bert_jax.config.settings.LoopConfig takes its defaults from here).
 LOOP_DEFAULTS: dict[str, Any] = dict(
     log_every_steps=100,  # a metrics line (metrics.jsonl, TensorBoard, the log) every N steps
     eval_every_steps=0,  # 0: evaluate only at the end
@@ -69,7 +71,7 @@ LOOP_DEFAULTS: dict[str, Any] = dict(
     max_nonfinite_in_a_row=10,  # "skip": the run stops after this many non-finite steps in a row
     # Dropout's random bits: "hash" (a counter hash: the cheapest, the same on any mesh),
     # "threefry" (JAX's generator, the same on any mesh; what runs saved without this key used)
-    # or "rbg" (the same for the same program; bert_jax.train.steps.DROPOUT_RNGS).
+    # or "rbg" (the same for the same program; bert_jax.config.settings.DROPOUT_RNGS).
     dropout_rng="hash",
     # With mesh.fsdp > 1: "xla" leaves the fsdp collectives to the SPMD partitioner; "explicit"
     # writes them out (bert_jax.train.fsdp: one all-gather of each fsdp-split parameter, one
@@ -89,14 +91,14 @@ def model_block(preset: str = "tiny", family: str = "bert", **overrides
         raise ValueError(f"model_block: unknown BertConfig fields {unknown}")
     block = {name: config_dict.placeholder(kind) for name, kind in MODEL_FIELDS.items()}
     block.update(overrides)
-    # preset: tiny | mini | small | medium | base | large (bert_jax.config.BertConfig.preset)
+    # preset: tiny | mini | small | medium | base | large (bert_jax.config.bert.BertConfig.preset)
     return ml_collections.ConfigDict({"preset": preset,
                                       "family": family,  # bert | modernbert (model.families)
                                       **block})
 
 
 def optimizer_block(**overrides) -> ml_collections.ConfigDict:
-    """The optimizer (bert_jax.train.optimizer.OptimizerConfig): AdamW with BERT's settings."""
+    """The optimizer (bert_jax.config.settings.OptimizerConfig): AdamW with BERT's settings."""
     import ml_collections
     block = dict(
         name="adamw",  # adamw | lamb

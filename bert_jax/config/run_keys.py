@@ -5,10 +5,10 @@
     run_config_keys.help_lines("finetune", given)   # --help's lines, one per key
     run_config_keys.check(config)              # ConfigError for a key or value outside the schema
 
-The schema is bert_jax/run_config.py, written once: its defaults are read by building its configs,
+The schema is bert_jax/config/run.py, written once: its defaults are read by building its configs,
 and a key's meaning is the comment on (or just above) the line that sets it there, read from that
 file's source (`describe`), so no second list of keys or meanings exists to fall out of step.
-Importing this module imports no ml_collections (bert_jax.run_config loads it where a config is
+Importing this module imports no ml_collections (bert_jax.config.run loads it where a config is
 built).
 """
 
@@ -17,9 +17,9 @@ from __future__ import annotations
 import math
 from typing import Any, Mapping
 
-from bert_jax import run_config
+from bert_jax.config import run as run_config
 
-# Where each recipe's keys are defined in bert_jax/run_config.py, most specific first: a key's
+# Where each recipe's keys are defined in bert_jax/config/run.py, most specific first: a key's
 # meaning is the first comment found along this chain (finetune_config's total_steps says
 # "0: from epochs").
 _DEFINED_IN = {
@@ -47,7 +47,7 @@ def flat(config: Any) -> dict[str, Any]:
 
 
 def describe(recipe: str) -> dict[str, str]:
-    """{dotted key: its comment in bert_jax/run_config.py} for the keys of `recipe` (pretrain |
+    """{dotted key: its comment in bert_jax/config/run.py} for the keys of `recipe` (pretrain |
     finetune)."""
     import ast
     import io
@@ -155,7 +155,7 @@ def check(config: Any) -> None:
     anything of the run is written."""
     import difflib
 
-    from bert_jax.config import ConfigError
+    from bert_jax.config.bert import ConfigError
     saved = config.to_dict() if hasattr(config, "to_dict") else dict(config)
     schema = run_config.defaults_for(saved)
     defaults, values = flat(schema), flat(config)
@@ -163,7 +163,7 @@ def check(config: Any) -> None:
         if key not in defaults:
             close = difflib.get_close_matches(key, list(defaults), n=1)
             hint = f"; did you mean {close[0]}?" if close else ""
-            raise ConfigError(f"config key {key} is not in the schema (bert_jax/run_config.py; "
+            raise ConfigError(f"config key {key} is not in the schema (bert_jax/config/run.py; "
                               f"--help lists the keys){hint}")
         expected = _schema_type(key, defaults[key])
         if not _fits(value, expected, nullable=defaults[key] is None):
