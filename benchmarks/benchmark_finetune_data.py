@@ -23,7 +23,7 @@ def texts_path(settings: dict) -> tuple[str, str]:
     """(path, encoding) of the texts: --texts, or the polarity sentences."""
     if settings["texts"]:
         return settings["texts"], settings["texts_encoding"] or "utf-8"
-    from bert_jax.data import corpora
+    from bert_jax.data.corpora import catalog as corpora
     return os.path.join(corpora.gensim_test_data(), DEFAULT_TEXTS), "cp1252"
 
 

@@ -5,7 +5,9 @@ import logging
 
 import pytest
 
-from bert_jax.data import corpora, demo_corpus, text_corpus
+from bert_jax.data.corpora import catalog as corpora
+from bert_jax.data.corpora import demo as demo_corpus
+from bert_jax.data.corpora import text_files as text_corpus
 
 
 def texts_of(source):

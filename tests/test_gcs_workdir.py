@@ -172,7 +172,7 @@ def test_creating_an_object_exclusively_is_decided_by_the_bucket(gcs):
 
 
 def test_data_preparation_on_a_bucket_is_one_process_at_a_time(gcs):
-    from bert_jax.data import data_dir_lock
+    from bert_jax.data.corpora import data_dir_lock
     data_dir = f"gs://{BUCKET}/data_test"
     entered = threading.Event()
 

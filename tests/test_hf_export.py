@@ -40,7 +40,6 @@ from bert_jax.config import run as run_config
 from bert_jax.convert import hf
 from bert_jax.convert import runs as convert_runs
 from bert_jax.data import (
-    demo_corpus,
     encoding,
     hf_tokenizer,
     readers,
@@ -49,6 +48,7 @@ from bert_jax.data import (
     wordpiece_training,
 )
 from bert_jax.data import tokenizer as tok
+from bert_jax.data.corpora import demo as demo_corpus
 from bert_jax.recipes.finetune import recipe
 from bert_jax.train import checkpointing, params_loading
 

@@ -24,7 +24,8 @@ import pytest
 import tensorflow_datasets as tfds
 import xla_flags
 
-from bert_jax.data import corpora, host_shards, pretraining, wordpiece_training
+from bert_jax.data import host_shards, pretraining, wordpiece_training
+from bert_jax.data.corpora import catalog as corpora
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NUM_FILES = 8  # array_record files of the train split
@@ -73,7 +74,8 @@ def file_name(index: int) -> str:
 
 READ_SCRIPT = """
 import json, os, sys
-from bert_jax.data import corpora, pretraining
+from bert_jax.data.corpora import catalog as corpora
+from bert_jax.data import pretraining
 
 config, index, count, out = json.loads(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 

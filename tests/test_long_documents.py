@@ -14,8 +14,9 @@ import numpy as np
 import pytest
 
 from benchmarks.first_batch import write_corpus
-from bert_jax.data import corpora, document_tokens, pretraining, wordpiece_training
+from bert_jax.data import document_tokens, pretraining, wordpiece_training
 from bert_jax.data import tokenizer as tok
+from bert_jax.data.corpora import catalog as corpora
 from bert_jax.data.document_packing import PackedRowsIterDataset, PackingSpec
 from bert_jax.data.document_tokens import DocumentTokens, window_end
 from bert_jax.data.subword_tokenizer import WordPieceTokenizer

@@ -12,7 +12,6 @@ import numpy as np
 import pytest
 
 from bert_jax.data import (
-    corpora,
     masking,
     pretraining,
     pretraining_rows,
@@ -20,6 +19,7 @@ from bert_jax.data import (
     wordpiece_training,
 )
 from bert_jax.data import tokenizer as tok
+from bert_jax.data.corpora import catalog as corpora
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

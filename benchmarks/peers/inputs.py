@@ -1,7 +1,8 @@
 """What every implementation shares, made once per comparison before any worker starts.
 
-    prepare_vocabulary   the corpus prepared (bert_jax.data.corpora) and a WordPiece vocabulary
-                         trained on its train split by bert_jax's trainer, cached under data_dir
+    prepare_vocabulary   the corpus prepared (bert_jax.data.corpora.catalog) and a WordPiece
+                         vocabulary trained on its train split by bert_jax's trainer, cached
+                         under data_dir
     write_heldout        the held-out rows (benchmarks/peers/heldout.py): bert_jax's pipeline on
                          the held-out split, masked once with HELDOUT_SEED at 15%
     write_blocks         the peers' 128-token training blocks (benchmarks/peers/mlm_blocks.py)
@@ -35,7 +36,7 @@ def data_config(corpus: str, data_dir: str, vocab_path: str):
 
 
 def _text_options(corpus: str) -> dict:
-    from bert_jax.data import corpora  # pylint: disable=import-outside-toplevel
+    from bert_jax.data.corpora import catalog as corpora  # pylint: disable=import-outside-toplevel
     if not corpus.startswith(corpora.TEXT_PREFIX):
         return {}
     return data_config(corpus, "", "").text_options()
@@ -44,11 +45,8 @@ def _text_options(corpus: str) -> dict:
 def prepare_vocabulary(corpus: str, data_dir: str, vocab_size: int) -> str:
     """vocab.txt of a vocabulary of at most vocab_size pieces trained on the train split (once:
     a folder keyed by the prepared corpus and the size is reused)."""
-    from bert_jax.data import (  # pylint: disable=import-outside-toplevel
-        corpora,
-        pretraining,
-        tokenizer,  # pylint: disable=import-outside-toplevel
-    )
+    from bert_jax.data import pretraining, tokenizer  # pylint: disable=import-outside-toplevel
+    from bert_jax.data.corpora import catalog as corpora
 
     if corpus == corpora.DEMO:
         return pretraining.prepare_demo(data_dir, vocab_size)
@@ -106,7 +104,7 @@ def mask_fraction(rows: heldout_lib.Heldout, vocab_path: str) -> float:
 
 def write_blocks(corpus: str, data_dir: str, vocab_path: str, path: str) -> dict:
     """Writes the peers' training blocks [N, SEQ_LEN] int32 (.npy); returns {"path", "blocks"}."""
-    from bert_jax.data import corpora  # pylint: disable=import-outside-toplevel
+    from bert_jax.data.corpora import catalog as corpora  # pylint: disable=import-outside-toplevel
 
     source = corpora.load_source(corpus, "train", data_dir, **_text_options(corpus))
     blocks = mlm_blocks.make_blocks(corpora.SourceTexts(source), vocab_path, SEQ_LEN)

@@ -41,8 +41,8 @@ from typing import Optional
 
 import grain
 
-from bert_jax.data import corpora
 from bert_jax.data import tokenizer as tok
+from bert_jax.data.corpora import catalog as corpora
 from bert_jax.data.masking import MaskingSpec
 from bert_jax.data.pretraining_config import PretrainingDataConfig
 from bert_jax.data.pretraining_iterator import PretrainingIterator, stream_identity

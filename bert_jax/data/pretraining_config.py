@@ -13,14 +13,14 @@ import logging
 import math
 from typing import Any
 
-from bert_jax.data import text_corpus
+from bert_jax.data.corpora import text_files as text_corpus
 
 
 @dataclasses.dataclass(frozen=True)
 class PretrainingDataConfig:
     """Everything that decides the batches; the same config and seed give the same batches.
 
-    corpus: "demo", "text:GLOB" or a TFDS catalog name (see bert_jax.data.corpora).
+    corpus: "demo", "text:GLOB" or a TFDS catalog name (see bert_jax.data.corpora.catalog).
     vocab_path: vocab.txt / tokenizer.json; empty with corpus "demo" or "text:GLOB" means a
       vocabulary of demo_vocab_size trained on the corpus on first use (`prepare_demo`,
       `prepare_text_vocabulary`).
@@ -31,7 +31,8 @@ class PretrainingDataConfig:
       benchmarks/data_throughput.py for when they pay off). num_workers > 0 needs parsed absl
       flags (module docstring).
     document_delimiter, invalid_utf8, validation_fraction: options of "text:GLOB" corpora
-      (bert_jax.data.corpora); document_delimiter is the run config's data.document_delimiter.
+      (bert_jax.data.corpora.catalog); document_delimiter is the run config's
+      data.document_delimiter.
     """
 
     corpus: str = "demo"

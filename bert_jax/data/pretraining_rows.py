@@ -17,7 +17,8 @@ from typing import Optional
 
 import grain
 
-from bert_jax.data import corpora, host_shards
+from bert_jax.data import host_shards
+from bert_jax.data.corpora import catalog as corpora
 from bert_jax.data.document_packing import PackedRowsIterDataset, PackingSpec
 from bert_jax.data.document_tokens import DocumentTokens
 from bert_jax.data.pretraining_config import PretrainingDataConfig

@@ -3,8 +3,8 @@
 `resolve_vocab_path(cfg)`: cfg.vocab_path when set; else, for the "demo" and "text:GLOB"
 corpora, a WordPiece vocabulary of cfg.demo_vocab_size trained on the corpus's train split on first
 use (`prepare_demo`, `prepare_text_vocabulary`) and kept in data_dir, trained by one process
-under the data dir's lock (`bert_jax.data.data_dir_lock`) while the others wait and read it. The
-same corpus gives the same vocab.txt, byte for byte. Any other corpus needs a vocabulary named
+under the data dir's lock (`bert_jax.data.corpora.data_dir_lock`) while the others wait and read it.
+The same corpus gives the same vocab.txt, byte for byte. Any other corpus needs a vocabulary named
 (ValueError).
 """
 
@@ -15,7 +15,9 @@ import os
 
 from etils import epath
 
-from bert_jax.data import corpora, data_dir_lock, wordpiece_training
+from bert_jax.data import wordpiece_training
+from bert_jax.data.corpora import catalog as corpora
+from bert_jax.data.corpora import data_dir_lock
 from bert_jax.data.pretraining_config import PretrainingDataConfig
 
 

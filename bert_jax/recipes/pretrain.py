@@ -115,7 +115,7 @@ def checked_vocab_size(config: settings.Config) -> int:
     corpus = config.data.corpus
     if corpus == SYNTHETIC:
         return config.tokenizer.vocab_size
-    from bert_jax.data import corpora
+    from bert_jax.data.corpora import catalog as corpora
     if corpus.startswith(corpora.TEXT_PREFIX):
         corpora.matched_files(corpus[len(corpora.TEXT_PREFIX):])
     if config.tokenizer.path:

@@ -6,8 +6,8 @@ uniform in [0, 1)) falls below `validation_fraction`, so adding documents never 
 ones between splits; validation always gets at least one document, and a corpus of fewer than two
 documents, or one the fraction leaves no training document, is a ValueError naming it.
 `keyed_examples` yields the (key, {"text": document}) examples of a split with a progress bar;
-`text_features` is their TFDS feature spec. Used by the builders of `bert_jax.data.text_corpus`
-and `bert_jax.data.demo_corpus`.
+`text_features` is their TFDS feature spec. Used by the builders of
+`bert_jax.data.corpora.text_files` and `bert_jax.data.corpora.demo`.
 """
 
 from __future__ import annotations

@@ -5,27 +5,28 @@ Three kinds of corpus, named by one string (`load_source(corpus, split, data_dir
 
   "demo"                 real English text shipped by the `gensim` wheel: Wikipedia sample
                          articles and the Lee news stories, about 3 MB
-                         (`bert_jax.data.demo_corpus`).
+                         (`bert_jax.data.corpora.demo`).
   "text:GLOB"            local UTF-8 plain-text files matched by GLOB ("text:/data/books/*.txt"),
                          documents separated by blank lines (default), or one per file or one per
                          line; a changed file set is prepared anew, and a copy prepared with another
-                         document delimiter is an error naming both (`bert_jax.data.text_corpus`,
-                         which also says what bad input is refused or skipped).
+                         document delimiter is an error naming both
+                         (`bert_jax.data.corpora.text_files`, which also says what bad input is
+                         refused or skipped).
   any other name         a TFDS catalog name ("wikipedia/20230601.en") passed through to TFDS, which
                          downloads and prepares it (network needed; field "text" by default).
 
 Each corpus is prepared once under `data_dir` (`prepare`: idempotent, under the data dir's lock,
-`bert_jax.data.data_dir_lock`) and then read with `as_data_source()`, which needs no TensorFlow.
-Every example is a dict with a "text" field (bytes): `document_text` reads it, `SourceTexts`
-iterates over a source's texts. The split into "train" and "validation" is stable: a document goes
-to validation when a hash of its text falls below `validation_fraction`, so adding files never
-moves existing documents between splits (`bert_jax.data.corpus_splits`).
+`bert_jax.data.corpora.data_dir_lock`) and then read with `as_data_source()`, which needs no
+TensorFlow. Every example is a dict with a "text" field (bytes): `document_text` reads it,
+`SourceTexts` iterates over a source's texts. The split into "train" and "validation" is stable: a
+document goes to validation when a hash of its text falls below `validation_fraction`, so adding
+files never moves existing documents between splits (`bert_jax.data.corpora.splits`).
 
 Preparing shows progress bars (files read, articles parsed, documents written per split; TFDS's
 own bars for a catalog dataset's download) under the rules of `bert_jax.progress`: process 0, on a
 terminal or with BERT_JAX_PROGRESS=1.
 
-`matched_files` (text_corpus) and `gensim_test_data` (demo_corpus) are re-exported here, where
+`matched_files` (text_files.py) and `gensim_test_data` (demo.py) are re-exported here, where
 callers have always found them.
 """
 
@@ -37,9 +38,9 @@ from typing import Any, Iterator, Protocol
 import tensorflow_datasets as tfds
 
 from bert_jax import progress
-from bert_jax.data.data_dir_lock import exclusive
-from bert_jax.data.demo_corpus import DemoCorpus, gensim_test_data
-from bert_jax.data.text_corpus import (
+from bert_jax.data.corpora.data_dir_lock import exclusive
+from bert_jax.data.corpora.demo import DemoCorpus, gensim_test_data
+from bert_jax.data.corpora.text_files import (
     TextFiles,
     check_document_delimiter,
     matched_files,

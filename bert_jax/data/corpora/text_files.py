@@ -6,7 +6,7 @@ blank lines (default), or are one per file or one per line (DOCUMENT_DELIMITERS,
 files' sizes and times (`text_files_config`): adding or editing a file prepares a new copy, never
 a stale one. The document delimiter is recorded with the copy and checked: asking for another one
 is an error naming both (`check_document_delimiter`), not a second copy prepared without a word.
-The train/validation split is `bert_jax.data.corpus_splits`'.
+The train/validation split is `bert_jax.data.corpora.splits`'.
 
 Bad input (decided at preparation time, before any training starts):
   - a glob matching no file, or files holding no document at all: ValueError naming the glob;
@@ -29,7 +29,7 @@ import os
 import tensorflow_datasets as tfds
 
 from bert_jax import progress
-from bert_jax.data.corpus_splits import keyed_examples, split_documents, text_features
+from bert_jax.data.corpora.splits import keyed_examples, split_documents, text_features
 
 DOCUMENT_DELIMITERS = ("blank_line", "file", "line")
 # A file of at least this many lines that is one document under "blank_line" gets a warning.

@@ -4,7 +4,7 @@
 106 Wikipedia articles of a shortened 2017 dump (gensim/test/test_data/; wiki markup stripped
 with mwparserfromhell, redirects and non-article pages skipped: `wiki_articles`) and the 300 news
 stories of the Lee corpus (one per line); about 3 MB of text, prepared in ~10 s, 5% held out
-(`bert_jax.data.corpus_splits`). `gensim_test_data` finds that folder without importing gensim
+(`bert_jax.data.corpora.splits`). `gensim_test_data` finds that folder without importing gensim
 (a FileNotFoundError saying what to install when the wheel or a file is missing); it also holds
 the polarity sentences of experiments/configs/finetune_polarity.py.
 """
@@ -20,8 +20,8 @@ from typing import Iterator
 import tensorflow_datasets as tfds
 
 from bert_jax import progress
-from bert_jax.data.corpus_splits import keyed_examples, split_documents, text_features
-from bert_jax.data.text_corpus import documents_in
+from bert_jax.data.corpora.splits import keyed_examples, split_documents, text_features
+from bert_jax.data.corpora.text_files import documents_in
 
 WIKI_SAMPLE = "enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2"
 LEE_CORPUS = "lee_background.cor"
