@@ -29,7 +29,7 @@ def texts_path(settings: dict) -> tuple[str, str]:
 
 def read_texts(settings: dict) -> list[str]:
     """The good rows' texts (DataError naming the file for an unreadable one or none)."""
-    from bert_jax.data import readers, unlabelled
+    from bert_jax.data.finetuning import readers, unlabelled
     path, encoding = texts_path(settings)
     rows = unlabelled.read_unlabelled_text(path, settings["texts_format"], encoding=encoding)
     if not rows.examples:
@@ -39,7 +39,7 @@ def read_texts(settings: dict) -> list[str]:
 
 def make_examples(task: str, texts: list[str]) -> list:
     """Examples of `task` made from the texts (benchmarks/benchmark_finetune.py)."""
-    from bert_jax.data import readers
+    from bert_jax.data.finetuning import readers
     if task == "classification":
         return [readers.TextExample(t, label="ab"[i % 2]) for i, t in enumerate(texts)]
     if task == "token_classification":

@@ -52,8 +52,8 @@ FLAGS = flags.FLAGS
 
 
 def polarity_sentences() -> list[str]:
-    from bert_jax.data import readers
     from bert_jax.data.corpora import catalog as corpora
+    from bert_jax.data.finetuning import readers
     path = os.path.join(corpora.gensim_test_data(), "pang_lee_polarity.cor")
     return [example.text for example in readers.read_fasttext(path, "cp1252")]
 

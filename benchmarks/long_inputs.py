@@ -49,8 +49,8 @@ def narrative_words() -> list[str]:
 
 
 def polarity_rows() -> list[tuple[str, str]]:
-    from bert_jax.data import readers
     from bert_jax.data.corpora import catalog as corpora
+    from bert_jax.data.finetuning import readers
     path = os.path.join(corpora.gensim_test_data(), "pang_lee_polarity.cor")
     return [(example.text, example.label) for example in readers.read_fasttext(path, "cp1252")]
 

@@ -29,8 +29,8 @@ encoder's parameters are put on the device once, when it is loaded: a process co
 programs per row length whatever the number of texts or calls, and a second call on new texts of the
 same lengths compiles nothing. The vectors come back in input order.
 
-Inputs (`read_rows`) are read by `bert_jax.data.unlabelled.read_unlabelled_text`, one text
-column: text files (every non-blank line one text, stripped: format `lines`), JSONL (an object
+Inputs (`read_rows`) are read by `bert_jax.data.finetuning.unlabelled.read_unlabelled_text`, one
+text column: text files (every non-blank line one text, stripped: format `lines`), JSONL (an object
 per line, the text under `text_column`), CSV/TSV with a header row (`text_column`; TSV without
 quote processing). Blank lines are not rows in any format; each row keeps its line number. A bad
 row (bad JSON, no such key, a short row, an empty or non-string text, undecodable bytes) is one
@@ -54,8 +54,9 @@ from etils import epath
 
 from bert_jax import paths, platform, progress
 from bert_jax.config.bert import BertConfig
-from bert_jax.data import example_packing, unlabelled
+from bert_jax.data import example_packing
 from bert_jax.data import tokenizer as tokenizer_lib
+from bert_jax.data.finetuning import unlabelled
 from bert_jax.data.textfiles import DataError
 
 POOLINGS = ("mean", "cls")

@@ -23,7 +23,7 @@ import transformers
 from bert_jax import BertConfig, BertForSequenceClassification, BertModel, sentence_embeddings
 from bert_jax.config import run as run_config
 from bert_jax.convert import hf
-from bert_jax.data.readers import DataError
+from bert_jax.data.finetuning.readers import DataError
 from bert_jax.train import checkpointing
 from bert_jax.train import workdir as workdir_lib
 

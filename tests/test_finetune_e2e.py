@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from bert_jax.config import run as run_config
-from bert_jax.data import encoding, readers
+from bert_jax.data.finetuning import encoding, readers
 from bert_jax.recipes import common as recipe_common
 from bert_jax.recipes.finetune import kinds, recipe
 from bert_jax.recipes.finetune.task_data import build_task_data

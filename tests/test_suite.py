@@ -15,7 +15,7 @@ import types
 import numpy as np
 import pytest
 
-from bert_jax.data import readers
+from bert_jax.data.finetuning import readers
 from bert_jax.recipes.finetune import kinds
 from bert_jax.recipes.suite import runner, scores, spec
 from bert_jax.train import workdir as workdir_lib

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from bert_jax.data import readers
+from bert_jax.data.finetuning import readers
 
 
 def write(path, text, encoding="utf-8"):

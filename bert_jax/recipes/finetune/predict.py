@@ -40,7 +40,8 @@ from absl import logging
 
 from bert_jax import paths, progress, sharding
 from bert_jax.config import settings
-from bert_jax.data import batches, readers, row_layout, unlabelled
+from bert_jax.data import batches, row_layout
+from bert_jax.data.finetuning import readers, unlabelled
 from bert_jax.recipes import common
 from bert_jax.recipes.finetune import kinds, recipe, task_data
 from bert_jax.train import evaluation

@@ -33,7 +33,8 @@ from etils import epath
 
 from bert_jax import paths
 from bert_jax.config.bert import ConfigError
-from bert_jax.data import batches, example_packing, readers, tfds_tasks
+from bert_jax.data import batches, example_packing
+from bert_jax.data.finetuning import readers, tfds_tasks
 from bert_jax.recipes.finetune import kinds
 
 TASK_FILE = "task.json"

@@ -32,9 +32,9 @@ from typing import Mapping, Optional, Sequence
 
 import numpy as np
 
-from bert_jax.data.readers import DataError, QAExample
+from bert_jax.data.finetuning.readers import DataError, QAExample
+from bert_jax.data.finetuning.windows import window_starts
 from bert_jax.data.subword_tokenizer import WordPieceTokenizer
-from bert_jax.data.windows import window_starts
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,8 +1,8 @@
 """Unlabelled input: the texts, sentences or questions to predict (bert_jax.recipes.finetune
 .predict) or embed (bert_jax.sentence_embeddings), read from local files.
 
-The formats are those of fine-tuning (`bert_jax.data.readers`), a label being optional and
-ignored, plus `lines` (every non-blank line one text, stripped; `__label__` words are text
+The formats are those of fine-tuning (`bert_jax.data.finetuning.readers`), a label being optional
+and ignored, plus `lines` (every non-blank line one text, stripped; `__label__` words are text
 there). The readers return `Rows`: the good rows as examples (TextExample, TaggedSentence or
 QAExample, without labels), each with its position among all rows and its line, and each bad
 row (a missing column, a non-string text, a line that is not a JSON object, ...) named by file
@@ -17,7 +17,7 @@ import dataclasses
 from typing import Any, Iterable, Iterator, Mapping, Optional
 
 from bert_jax.data import textfiles
-from bert_jax.data.readers import FASTTEXT_PREFIX, QAExample, TaggedSentence, TextExample
+from bert_jax.data.finetuning.readers import FASTTEXT_PREFIX, QAExample, TaggedSentence, TextExample
 from bert_jax.data.textfiles import DataError
 
 TEXT_FORMATS = ("csv_no_header", "tsv_no_header", "csv", "tsv", "jsonl", "fasttext",

@@ -13,10 +13,10 @@ JSON. A UTF-8 byte-order mark is dropped. Every reader fails with a DataError na
 (and line, key or question id) at fault: an empty file, a missing column, a malformed CoNLL line,
 an answer whose `answer_start` does not point at its text. How files are opened and split into
 records is `bert_jax.data.textfiles`, shared with the readers of unlabelled input
-(`bert_jax.data.unlabelled`, for prediction and embeddings).
+(`bert_jax.data.finetuning.unlabelled`, for prediction and embeddings).
 
-TFDS catalog names are read by `bert_jax.data.tfds_tasks`; examples become model rows in
-`bert_jax.data.encoding`.
+TFDS catalog names are read by `bert_jax.data.finetuning.tfds_tasks`; examples become model rows in
+`bert_jax.data.finetuning.encoding`.
 """
 
 from __future__ import annotations

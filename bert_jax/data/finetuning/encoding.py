@@ -10,11 +10,11 @@ attention_mask 0:
                                  word_index [N, L] int32 (the word a first sub-word starts, -1)
 
 An input longer than a row is truncated, or, given a stride, read in sliding windows
-(bert_jax.data.windows): then a row is a window, F rows in all, and example_index [F] int32
-names the example of each (`encode_text_windows`, `encode_tagged_sentences` with a stride).
+(bert_jax.data.finetuning.windows): then a row is a window, F rows in all, and example_index [F]
+int32 names the example of each (`encode_text_windows`, `encode_tagged_sentences` with a stride).
 
 Class indices come from a label map: the sorted distinct training labels. Span-QA windows and
-answer decoding are in `bert_jax.data.squad`.
+answer decoding are in `bert_jax.data.finetuning.squad`.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from bert_jax.data import windows
-from bert_jax.data.readers import DataError, TaggedSentence, TextExample
+from bert_jax.data.finetuning import windows
+from bert_jax.data.finetuning.readers import DataError, TaggedSentence, TextExample
 from bert_jax.data.subword_tokenizer import WordPieceTokenizer
 
 IGNORE = -100  # label of sub-words that carry no tag (not the first of their word), and padding

@@ -1,8 +1,8 @@
 """Fine-tuning examples from TFDS catalog names (network access needed the first time).
 
 `read_tfds(name, split)` returns the same example types as the file readers of
-`bert_jax.data.readers` (TextExample, TaggedSentence, QAExample), with class labels as their
-names, so label maps do not depend on where the data came from. Datasets are read as TFDS
+`bert_jax.data.finetuning.readers` (TextExample, TaggedSentence, QAExample), with class labels as
+their names, so label maps do not depend on where the data came from. Datasets are read as TFDS
 `array_record` data sources (no TensorFlow).
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib
 from typing import Any, Optional
 
-from bert_jax.data.readers import DataError, TaggedSentence, TextExample, qa_example
+from bert_jax.data.finetuning.readers import DataError, TaggedSentence, TextExample, qa_example
 
 # name -> (module that registers the builder, text key, pair key or None, label key)
 TFDS_TEXT_TASKS = {
