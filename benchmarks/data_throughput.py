@@ -17,7 +17,7 @@ import time
 
 from absl import app, flags
 
-from bert_jax.data import pretraining
+from bert_jax.data.pretraining import pipeline as pretraining
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("corpus", "demo", "Corpus to read.")

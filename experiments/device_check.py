@@ -250,7 +250,7 @@ def main(argv):
     import jax
 
     from bert_jax import platform, sharding
-    from bert_jax.data.synthetic import RandomTokenBatches
+    from bert_jax.data.pretraining.synthetic import RandomTokenBatches
     from bert_jax.scaling import chips
     size = "tiny" if FLAGS.tiny else "full"
     device = jax.devices()[0]

@@ -101,7 +101,7 @@ def test_file_of_lines_without_blank_line_warns(tmp_path, caplog):
 
 def test_run_config_key_reaches_the_pipeline(tmp_path):
     from bert_jax.config import run as run_config
-    from bert_jax.data import pretraining
+    from bert_jax.data.pretraining import pipeline as pretraining
     from bert_jax.recipes import pretrain
 
     config = run_config.pretrain_config()

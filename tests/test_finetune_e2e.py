@@ -251,7 +251,7 @@ def test_init_from_a_pretraining_checkpoint_keeps_only_the_head_fresh(tmp_path):
 
     from bert_jax import BertConfig, sharding
     from bert_jax.config import settings
-    from bert_jax.data.synthetic import RandomTokenBatches
+    from bert_jax.data.pretraining.synthetic import RandomTokenBatches
     from bert_jax.model import BertForPreTraining
     from bert_jax.recipes import pretrain
     from bert_jax.train import loop, optimizer, params_loading, state

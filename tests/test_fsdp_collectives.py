@@ -37,7 +37,7 @@ def _worker(out_dir: str) -> None:
 
     from bert_jax import BertConfig, sharding
     from bert_jax.config import settings
-    from bert_jax.data.synthetic import RandomTokenBatches
+    from bert_jax.data.pretraining.synthetic import RandomTokenBatches
     from bert_jax.model import BertForPreTraining
     from bert_jax.recipes import pretrain
     from bert_jax.train import fsdp, loop, optimizer, program

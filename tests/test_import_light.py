@@ -38,7 +38,7 @@ SCRIPT = textwrap.dedent("""
     from bert_jax import sharding
     from bert_jax.config import settings
     from bert_jax.config.bert import BertConfig
-    from bert_jax.data.synthetic import RandomTokenBatches
+    from bert_jax.data.pretraining.synthetic import RandomTokenBatches
     from bert_jax.model import BertForPreTraining
     from bert_jax.train import checkpointing, evaluation, loop, metrics_writer, program, steps
     from bert_jax.train import optimizer as optimizer_lib

@@ -1,5 +1,5 @@
 """Input at scale: each host reads only its own shard of the corpus, and a run resumes on another
-number of hosts (bert_jax.data.host_shards).
+number of hosts (bert_jax.data.pretraining.host_shards).
 
 The corpus: eight text files prepared into eight array_record files per split, so that which
 files a host opens can be seen. Four separate processes read it as hosts 0..3 of 4, each counting
@@ -24,8 +24,10 @@ import pytest
 import tensorflow_datasets as tfds
 import xla_flags
 
-from bert_jax.data import host_shards, pretraining, wordpiece_training
+from bert_jax.data import wordpiece_training
 from bert_jax.data.corpora import catalog as corpora
+from bert_jax.data.pretraining import host_shards
+from bert_jax.data.pretraining import pipeline as pretraining
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NUM_FILES = 8  # array_record files of the train split
@@ -75,7 +77,7 @@ def file_name(index: int) -> str:
 READ_SCRIPT = """
 import json, os, sys
 from bert_jax.data.corpora import catalog as corpora
-from bert_jax.data import pretraining
+from bert_jax.data.pretraining import pipeline as pretraining
 
 config, index, count, out = json.loads(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 

@@ -364,7 +364,7 @@ def _eight_device_side(out_dir):
 
     from bert_jax import sharding
     from bert_jax.config import settings
-    from bert_jax.data.synthetic import RandomTokenBatches
+    from bert_jax.data.pretraining.synthetic import RandomTokenBatches
     from bert_jax.model import families
     from bert_jax.recipes import pretrain
     from bert_jax.train import optimizer, program

@@ -11,15 +11,13 @@ import grain
 import numpy as np
 import pytest
 
-from bert_jax.data import (
-    masking,
-    pretraining,
-    pretraining_rows,
-    pretraining_vocab,
-    wordpiece_training,
-)
 from bert_jax.data import tokenizer as tok
+from bert_jax.data import wordpiece_training
 from bert_jax.data.corpora import catalog as corpora
+from bert_jax.data.pretraining import masking
+from bert_jax.data.pretraining import pipeline as pretraining
+from bert_jax.data.pretraining import rows as pretraining_rows
+from bert_jax.data.pretraining import vocab as pretraining_vocab
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -365,7 +363,7 @@ def test_same_seed_same_batches(demo):
 RESUME_SCRIPT = """
 import json, sys
 import numpy as np
-from bert_jax.data import pretraining
+from bert_jax.data.pretraining import pipeline as pretraining
 cases = json.load(open(sys.argv[1]))
 for i, case in enumerate(cases):
     it = pretraining.make_iterator(pretraining.PretrainingDataConfig(**case["config"]),

@@ -29,7 +29,7 @@ from bert_jax import BertConfig, BertModel, sharding
 from bert_jax.config import run as run_config
 from bert_jax.config import settings
 from bert_jax.convert import hf
-from bert_jax.data.synthetic import RandomTokenBatches
+from bert_jax.data.pretraining.synthetic import RandomTokenBatches
 from bert_jax.model import BertForPreTraining, scan
 from bert_jax.pytree import flatten_dict
 from bert_jax.recipes import common as recipe_common

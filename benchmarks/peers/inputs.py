@@ -29,7 +29,7 @@ HELDOUT_SEED = 31337  # the held-out masks; no run's seed
 def data_config(corpus: str, data_dir: str, vocab_path: str):
     """The PretrainingDataConfig of the held-out rows (its text options are the defaults that
     bert_jax's recipe also uses, so the splits are the recipe's)."""
-    from bert_jax.data import pretraining  # pylint: disable=import-outside-toplevel
+    from bert_jax.data.pretraining import pipeline as pretraining  # pylint: disable=import-outside-toplevel
     return pretraining.PretrainingDataConfig(
         corpus=corpus, data_dir=data_dir, vocab_path=vocab_path, seq_len=SEQ_LEN,
         max_predictions=MAX_PREDICTIONS, mask_rate=MASK_RATE, seed=HELDOUT_SEED)
@@ -45,8 +45,9 @@ def _text_options(corpus: str) -> dict:
 def prepare_vocabulary(corpus: str, data_dir: str, vocab_size: int) -> str:
     """vocab.txt of a vocabulary of at most vocab_size pieces trained on the train split (once:
     a folder keyed by the prepared corpus and the size is reused)."""
-    from bert_jax.data import pretraining, tokenizer  # pylint: disable=import-outside-toplevel
+    from bert_jax.data import tokenizer  # pylint: disable=import-outside-toplevel
     from bert_jax.data.corpora import catalog as corpora
+    from bert_jax.data.pretraining import pipeline as pretraining
 
     if corpus == corpora.DEMO:
         return pretraining.prepare_demo(data_dir, vocab_size)
@@ -65,7 +66,8 @@ def write_heldout(corpus: str, data_dir: str, vocab_path: str, path: str,
     """Writes the held-out rows (at most max_rows; 0: the whole split) to `path` (.npz) and
     returns {"path", "sha256", "rows", "masked_tokens", "mask_fraction"}."""
     # pylint: disable-next=import-outside-toplevel
-    from bert_jax.data import batches, pretraining, row_layout
+    from bert_jax.data import batches, row_layout
+    from bert_jax.data.pretraining import pipeline as pretraining
 
     iterator = pretraining.make_iterator(
         data_config(corpus, data_dir, vocab_path), split="validation",

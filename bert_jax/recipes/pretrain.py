@@ -80,8 +80,8 @@ def make_loss(model: BertForPreTraining) -> steps.LossFn:
 # ----- data ------------------------------------------------------------------------------------
 
 def data_config(config: settings.Config, workdir: str):
-    """The PretrainingDataConfig of a run (bert_jax.data.pretraining)."""
-    from bert_jax.data import pretraining
+    """The PretrainingDataConfig of a run (bert_jax.data.pretraining.pipeline)."""
+    from bert_jax.data.pretraining import pipeline as pretraining
     data_dir = config.data.data_dir or os.fspath(epath.Path(workdir) / "data")  # local or gs://
     return pretraining.PretrainingDataConfig(
         corpus=config.data.corpus, document_delimiter=config.data.document_delimiter,
@@ -101,7 +101,8 @@ def load_tokenizer(config: settings.Config, workdir: str):
     vocabulary)."""
     if config.data.corpus == SYNTHETIC:
         return None
-    from bert_jax.data import pretraining, tokenizer
+    from bert_jax.data import tokenizer
+    from bert_jax.data.pretraining import pipeline as pretraining
     path = pretraining.resolve_vocab_path(data_config(config, workdir))
     return tokenizer.load_tokenizer(path, lowercase=config.tokenizer.lowercase)
 
@@ -140,7 +141,7 @@ def make_data(config: settings.Config, workdir: str, vocab_size: int
     """(train iterator, make_eval_iterator): host-local batches of this process's rows."""
     process_index, process_count = jax.process_index(), jax.process_count()
     if config.data.corpus == SYNTHETIC:
-        from bert_jax.data.synthetic import RandomTokenBatches
+        from bert_jax.data.pretraining.synthetic import RandomTokenBatches
         shape = dict(seq_len=config.max_seq_len, max_predictions=config.data.max_predictions,
                      vocab_size=vocab_size, process_index=process_index,
                      sentence_pairs=config.data.sentence_pairs)
@@ -149,7 +150,7 @@ def make_data(config: settings.Config, workdir: str, vocab_size: int
         return train, lambda: RandomTokenBatches(
             config.eval_batch_size // process_count, seed=config.seed + 1_000_003,
             num_batches=config.eval_batches or 4, **shape)
-    from bert_jax.data import pretraining
+    from bert_jax.data.pretraining import pipeline as pretraining
     data = data_config(config, workdir)
     train = pretraining.make_iterator(data, split="train", global_batch_size=config.batch_size,
                                       process_index=process_index, process_count=process_count,

@@ -282,8 +282,8 @@ def _data_iterator_file(manager: ocp.CheckpointManager, step: int) -> Optional[e
 def _other_layout_state(data_iterator: Any, path: epath.Path, where: str) -> Optional[Any]:
     """None if `path` is this process's own state file. Otherwise (a step saved by another number
     of processes) the state in it, which only an iterator with `set_state_of_other_layout` can
-    start from (bert_jax.data.pretraining: a new pass over the data); any other iterator is a
-    CheckpointMismatchError."""
+    start from (bert_jax.data.pretraining.pipeline: a new pass over the data); any other iterator is
+    a CheckpointMismatchError."""
     saved_count = int(path.name.rsplit("-of-", 1)[-1][:-len(".json")])
     if saved_count == jax.process_count():
         return None

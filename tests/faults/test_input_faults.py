@@ -93,7 +93,7 @@ def test_malformed_csv_quote_names_the_line(tmp_path):
 
 PREPARE_DEMO = """
 import sys
-from bert_jax.data import pretraining_vocab
+from bert_jax.data.pretraining import vocab as pretraining_vocab
 print(pretraining_vocab.prepare_demo(sys.argv[1], vocab_size=512))
 """
 

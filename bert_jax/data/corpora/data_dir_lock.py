@@ -3,7 +3,7 @@
 An advisory lock (fcntl) on data_dir/LOCK_FILE for a local folder; on object storage (gs://),
 which has no advisory locks, an object created only if absent, waited for while another process
 holds it (`_object_lock`). Corpus preparation (`bert_jax.data.corpora.catalog.prepare`) and
-vocabulary training (`bert_jax.data.pretraining_vocab`) hold it, so that the processes of one job
+vocabulary training (`bert_jax.data.pretraining.vocab`) hold it, so that the processes of one job
 prepare their data once instead of racing on the same files.
 """
 

@@ -213,7 +213,7 @@ def _workdir_tokenizer(workdir: str) -> str:
     if config.tokenizer.path or config.init.hf_dir:
         return config.tokenizer.path or config.init.hf_dir
     if config.recipe == "pretrain":
-        from bert_jax.data import pretraining
+        from bert_jax.data.pretraining import pipeline as pretraining
         from bert_jax.recipes import pretrain
         return os.fspath(pretraining.resolve_vocab_path(pretrain.data_config(config, workdir)))
     raise ValueError(f"--init={workdir}: its config.json names no tokenizer; set the suite's "

@@ -1,7 +1,7 @@
 """Random-token batches in the pre-training batch contract, for smoke tests and benchmarks.
 
 The `synthetic` corpus of the pre-training recipe: no files, no tokenizer, the same keys and shapes
-as `bert_jax.data.pretraining` batches, so the whole training path runs without data.
+as `bert_jax.data.pretraining.pipeline` batches, so the whole training path runs without data.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ When a run resumes on another number of hosts, no such position exists in the ne
 run starts a new pass over the data in a new order (`pass_seed`): the model state resumes
 exactly, the rest of the interrupted pass is not read, and every later resume on the same layout
 is exact again
-(bert_jax.data.pretraining_iterator.PretrainingIterator.set_state_of_other_layout).
+(bert_jax.data.pretraining.iterator.PretrainingIterator.set_state_of_other_layout).
 """
 
 from __future__ import annotations

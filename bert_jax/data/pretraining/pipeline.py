@@ -2,33 +2,34 @@
 
     source (TFDS array_record, random access)
       -> this host's documents: a contiguous range of the split, disjoint from the other hosts'
-         (`bert_jax.data.host_shards.shard_range`: a host opens about 1/N of the files)
+         (`bert_jax.data.pretraining.host_shards.shard_range`: a host opens about 1/N of the files)
       -> shuffled by seed (a new order each epoch), repeated num_epochs times (None: forever)
       -> tokenized (no special tokens), a window of a document's text at a time, as its rows
-         need it (`bert_jax.data.document_tokens`): a long document does not hold back a row
+         need it (`bert_jax.data.pretraining.document_tokens`): a long document does not hold
+         back a row
       -> rows of exactly seq_len tokens:
            MLM mode (default): documents packed into rows, several per row, each piece with its
-             own segment id and positions (`bert_jax.data.document_packing`).
+             own segment id and positions (`bert_jax.data.pretraining.document_packing`).
            sentence-pair mode (sentence_pairs=True): BERT's [CLS] A [SEP] B [SEP] with token types
-             0/1 and an NSP label, one pair per row (`bert_jax.data.sentence_pairs`).
+             0/1 and an NSP label, one pair per row (`bert_jax.data.pretraining.sentence_pairs`).
       -> (optional) grain worker processes (num_workers > 0)
-      -> dynamic masking of each row in the main process (`bert_jax.data.masking`), from a
-         generator seeded by (seed, stream, row number in the stream): the masks of a row are the
-         same however the run is interrupted and resumed
+      -> dynamic masking of each row in the main process (`bert_jax.data.pretraining.masking`),
+         from a generator seeded by (seed, stream, row number in the stream): the masks of a row
+         are the same however the run is interrupted and resumed
       -> batches of global_batch_size // process_count rows, as numpy arrays (see `make_iterator`;
          a finite pass instead reads every document on every host and deals rows round-robin,
          so that all hosts make the same number of batches).
 
-The steps live in modules of one job each: the config (`bert_jax.data.pretraining_config`), the
-vocabulary (`bert_jax.data.pretraining_vocab`), the rows (`bert_jax.data.pretraining_rows`) and
-the masked batches with their resumable state (`bert_jax.data.pretraining_iterator`);
+The steps live in modules of one job each: the config (`bert_jax.data.pretraining.data_config`), the
+vocabulary (`bert_jax.data.pretraining.vocab`), the rows (`bert_jax.data.pretraining.rows`) and
+the masked batches with their resumable state (`bert_jax.data.pretraining.iterator`);
 `make_iterator` puts them together. `PretrainingDataConfig`, `PretrainingIterator`,
 `resolve_vocab_path` and `prepare_demo` are re-exported here, where callers have always found
 them.
 
 State: `PretrainingIterator.get_state()` is JSON-serialisable; `set_state` on a fresh iterator
 made with the same config, split, batch size and process layout resumes exactly
-(`bert_jax.data.pretraining_iterator`).
+(`bert_jax.data.pretraining.iterator`).
 
 Worker processes: grain reads its absl flags when it starts them, so `make_iterator` with
 num_workers > 0 needs parsed absl flags, as in a script run by `absl.app.run` (experiments/*.py);
@@ -43,11 +44,11 @@ import grain
 
 from bert_jax.data import tokenizer as tok
 from bert_jax.data.corpora import catalog as corpora
-from bert_jax.data.masking import MaskingSpec
-from bert_jax.data.pretraining_config import PretrainingDataConfig
-from bert_jax.data.pretraining_iterator import PretrainingIterator, stream_identity
-from bert_jax.data.pretraining_rows import build_rows
-from bert_jax.data.pretraining_vocab import prepare_demo, resolve_vocab_path
+from bert_jax.data.pretraining.data_config import PretrainingDataConfig
+from bert_jax.data.pretraining.iterator import PretrainingIterator, stream_identity
+from bert_jax.data.pretraining.masking import MaskingSpec
+from bert_jax.data.pretraining.rows import build_rows
+from bert_jax.data.pretraining.vocab import prepare_demo, resolve_vocab_path
 
 __all__ = ["PretrainingDataConfig", "PretrainingIterator", "make_iterator", "prepare_demo",
            "resolve_vocab_path"]

@@ -1,11 +1,11 @@
 """Packing token-id documents into rows of exactly seq_len tokens (MLM mode), resumably.
 
-The documents are `DocumentTokens` (bert_jax.data.document_tokens): a row asks each for the ids it
-can take next, so a document is tokenized as far as the rows made so far reach and no further.
-Documents are packed greedily, each piece as [CLS] piece [SEP] with its own segment id (1, 2, ...)
-and positions restarting at 0; a document that does not fit the rest of a row continues in the
-next one (split before a word start, never dropped); a row is closed (padded) only when fewer than
-2 + min_segment_tokens places are left.
+The documents are `DocumentTokens` (bert_jax.data.pretraining.document_tokens): a row asks each for
+the ids it can take next, so a document is tokenized as far as the rows made so far reach and no
+further. Documents are packed greedily, each piece as [CLS] piece [SEP] with its own segment id (1,
+2, ...) and positions restarting at 0; a document that does not fit the rest of a row continues in
+the next one (split before a word start, never dropped); a row is closed (padded) only when fewer
+than 2 + min_segment_tokens places are left.
 
 A row is a dict of [seq_len] int32 arrays: input_ids, token_type_ids, segment_ids (0 = padding),
 position_ids. The grain iterators here can be checkpointed in the middle of a document: their
@@ -22,7 +22,7 @@ from typing import Any
 import grain
 import numpy as np
 
-from bert_jax.data.document_tokens import DocumentTokens
+from bert_jax.data.pretraining.document_tokens import DocumentTokens
 
 
 def split_point(tokens: np.ndarray, end: int, start: int, is_continuation: np.ndarray) -> int:

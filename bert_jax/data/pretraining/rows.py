@@ -1,13 +1,13 @@
 """The grain dataset of one host's unmasked pre-training rows: `build_rows`, the pipeline's
 stages from the source to rows of exactly seq_len tokens (the diagram in
-bert_jax.data.pretraining's docstring): this host's contiguous range of documents
+bert_jax.data.pretraining.pipeline's docstring): this host's contiguous range of documents
 (`host_shards.shard_range`), shuffled by seed each epoch and repeated num_epochs times (None:
 forever), tokenized a window at a time as the rows need it (`document_tokens`: a long document
 does not hold back a row), then packed into MLM rows (`document_packing`) or cut into sentence
 pairs with an NSP label (`sentence_pairs`).
 
 Rows are dicts of [seq_len] int32 arrays, read ahead by a few threads; masking and batching are
-the iterator's (`bert_jax.data.pretraining_iterator`).
+the iterator's (`bert_jax.data.pretraining.iterator`).
 """
 
 from __future__ import annotations
@@ -17,12 +17,12 @@ from typing import Optional
 
 import grain
 
-from bert_jax.data import host_shards
 from bert_jax.data.corpora import catalog as corpora
-from bert_jax.data.document_packing import PackedRowsIterDataset, PackingSpec
-from bert_jax.data.document_tokens import DocumentTokens
-from bert_jax.data.pretraining_config import PretrainingDataConfig
-from bert_jax.data.sentence_pairs import FlattenedIterDataset, PairRows, PairSpec
+from bert_jax.data.pretraining import host_shards
+from bert_jax.data.pretraining.data_config import PretrainingDataConfig
+from bert_jax.data.pretraining.document_packing import PackedRowsIterDataset, PackingSpec
+from bert_jax.data.pretraining.document_tokens import DocumentTokens
+from bert_jax.data.pretraining.sentence_pairs import FlattenedIterDataset, PairRows, PairSpec
 from bert_jax.data.subword_tokenizer import WordPieceTokenizer
 
 # Documents are read and tokenized ahead by a few threads.
@@ -34,7 +34,8 @@ class _Tokenize:
 
     The read-ahead threads thus tokenize whole the documents that fit in a window, and the first
     window of longer ones; the packer tokenizes the rest of a long document as its rows need it
-    (bert_jax.data.document_tokens), so no row waits for the whole of a long document."""
+    (bert_jax.data.pretraining.document_tokens), so no row waits for the whole of a long
+    document."""
 
     def __init__(self, vocab: WordPieceTokenizer, text_key: str):
         self.vocab, self.text_key = vocab, text_key

@@ -7,10 +7,10 @@ probability 1/2, a random span of another document (nsp_labels 1). One pair per 
 types 0/1, one segment, padded to seq_len; every sentence of a document lands in some row.
 
 A document's rows are made as they are read (`DocumentRows`), and its text is tokenized a window
-at a time as its sentences are needed (`Sentences`; windows as in bert_jax.data.document_tokens):
-a long document holds back neither its first row nor anyone's random B, which comes from the
-whole of a document of one window and from a span at a random line of a longer one
-(`random_span_sentences`).
+at a time as its sentences are needed (`Sentences`; windows as in
+bert_jax.data.pretraining.document_tokens): a long document holds back neither its first row nor
+anyone's random B, which comes from the whole of a document of one window and from a span at a
+random line of a longer one (`random_span_sentences`).
 """
 
 from __future__ import annotations
@@ -21,8 +21,13 @@ from typing import Any, Callable, Iterator, Sequence
 import grain
 import numpy as np
 
-from bert_jax.data import document_tokens
-from bert_jax.data.document_packing import ItemsIterator, ItemsIterDataset, empty_row, split_point
+from bert_jax.data.pretraining import document_tokens
+from bert_jax.data.pretraining.document_packing import (
+    ItemsIterator,
+    ItemsIterDataset,
+    empty_row,
+    split_point,
+)
 
 _PAIR_STREAM = 0x70616972  # "pair": separates the pairing generator from other uses of the seed
 RANDOM_SPAN_CHARS = 4096  # of a long document, where a random B is drawn (random_span_sentences)

@@ -1,16 +1,16 @@
 """Masked pre-training batches from a row stream, with an exact, resumable state:
 `PretrainingIterator`.
 
-Each row is masked dynamically in the main process (`bert_jax.data.masking`), from a generator
-seeded by (seed, stream, row number in the stream): the masks of a row are the same however the
-run is interrupted and resumed. Batches have batch_rows rows; a finite pass ends with a batch
-filled by all-padding rows of weight 0.
+Each row is masked dynamically in the main process (`bert_jax.data.pretraining.masking`), from a
+generator seeded by (seed, stream, row number in the stream): the masks of a row are the same
+however the run is interrupted and resumed. Batches have batch_rows rows; a finite pass ends with a
+batch filled by all-padding rows of weight 0.
 
 State: `PretrainingIterator.get_state()` is a JSON-serialisable dict; `set_state` on a fresh
 iterator made with the same config, split, batch size and process layout resumes exactly. A state
 saved by another number of processes cannot say where each new host is in its new range:
 `set_state_of_other_layout` (given the state of the old process 0) starts a new pass over the data
-in a new order instead, and says so in one warning (bert_jax.data.host_shards).
+in a new order instead, and says so in one warning (bert_jax.data.pretraining.host_shards).
 `stream_identity` is what a saved state must match (`StreamIdentity`).
 """
 
@@ -25,10 +25,10 @@ from typing import Any, Callable, Optional
 import grain
 import numpy as np
 
-from bert_jax.data import host_shards
-from bert_jax.data.document_packing import empty_row
-from bert_jax.data.masking import MaskingSpec, mask_row
-from bert_jax.data.pretraining_config import PretrainingDataConfig
+from bert_jax.data.pretraining import host_shards
+from bert_jax.data.pretraining.data_config import PretrainingDataConfig
+from bert_jax.data.pretraining.document_packing import empty_row
+from bert_jax.data.pretraining.masking import MaskingSpec, mask_row
 
 _MASK_STREAM = 0x6D61736B  # "mask": separates the masking generator from other uses of the seed
 STATE_VERSION = 2
@@ -158,9 +158,9 @@ class PretrainingIterator:
 
     def set_state_of_other_layout(self, state: dict[str, Any] | str | bytes) -> None:
         """Continues a run saved by another number of processes, given `get_state()` of its
-        process 0: a new pass over the data in a new order (bert_jax.data.host_shards), since a
-        position in the old hosts' document ranges is none in the new ones. Says so in one warning.
-        ValueError if the state is of another corpus, split or config."""
+        process 0: a new pass over the data in a new order (bert_jax.data.pretraining.host_shards),
+        since a position in the old hosts' document ranges is none in the new ones. Says so in one
+        warning. ValueError if the state is of another corpus, split or config."""
         state = _checked_version(state)
         if state.get("data_fingerprint") != self._identity.data:
             saved_by = state.get("process_count")

@@ -1,8 +1,8 @@
 """What decides the pre-training batches: `PretrainingDataConfig`.
 
 A frozen dataclass of the corpus, vocabulary, row and masking settings; the same config and seed
-give the same batches (`bert_jax.data.pretraining.make_iterator`). Construction checks the values
-(ValueError naming the field and its bounds) and warns when max_predictions is below what
+give the same batches (`bert_jax.data.pretraining.pipeline.make_iterator`). Construction checks the
+values (ValueError naming the field and its bounds) and warns when max_predictions is below what
 mask_rate asks of a full row.
 """
 
