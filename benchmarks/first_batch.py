@@ -91,9 +91,9 @@ def main(argv):
     import threading
     import time
 
-    from bert_jax.data import tokenizer as tok
     from bert_jax.data.corpora import catalog as corpora
     from bert_jax.data.pretraining import pipeline as pretraining
+    from bert_jax.data.tokenizers import load as tok
 
     output_dir = os.path.abspath(FLAGS.output_dir)
     corpus_dir = os.path.join(output_dir, "corpus")

@@ -4,7 +4,7 @@
         ...
 
 Used by corpus preparation (`bert_jax.data.corpora.catalog`), vocabulary training
-(`bert_jax.data.wordpiece_training.train_wordpiece`) and evaluation passes
+(`bert_jax.data.tokenizers.wordpiece_training.train_wordpiece`) and evaluation passes
 (`bert_jax.train.evaluation`); not by the training loop, whose log line every
 `log_every_steps` is its progress.
 

@@ -186,7 +186,7 @@ def test_squad_style_qa_learns_spans_across_windows(tmp_path):
 
 
 def tasks_tokenizer(vocab_path):
-    from bert_jax.data import tokenizer
+    from bert_jax.data.tokenizers import load as tokenizer
     return tokenizer.load_tokenizer(vocab_path)
 
 

@@ -226,7 +226,7 @@ def test_a_vocabulary_and_a_hugging_face_folder_on_a_bucket(gcs, tmp_path):
 
     from bert_jax.config.bert import BertConfig
     from bert_jax.convert import hf
-    from bert_jax.data import tokenizer as tokenizer_lib
+    from bert_jax.data.tokenizers import load as tokenizer_lib
     from bert_jax.model import BertModel
 
     tokens = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "cat", "sat"]

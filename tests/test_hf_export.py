@@ -39,10 +39,12 @@ from bert_jax import (
 from bert_jax.config import run as run_config
 from bert_jax.convert import hf
 from bert_jax.convert import runs as convert_runs
-from bert_jax.data import hf_tokenizer, subword_tokenizer, wordpiece, wordpiece_training
-from bert_jax.data import tokenizer as tok
 from bert_jax.data.corpora import demo as demo_corpus
 from bert_jax.data.finetuning import encoding, readers
+from bert_jax.data.tokenizers import hf_folder as hf_tokenizer
+from bert_jax.data.tokenizers import load as tok
+from bert_jax.data.tokenizers import subword as subword_tokenizer
+from bert_jax.data.tokenizers import wordpiece, wordpiece_training
 from bert_jax.recipes.finetune import recipe
 from bert_jax.train import checkpointing, params_loading
 

@@ -111,8 +111,8 @@ def test_graph_has_the_edges_it_should():
     assert "bert_jax.model" in graph["bert_jax"]
     # Inside a function: `from bert_jax import model` (a package).
     assert "bert_jax.model" in graph["bert_jax.convert.hf"]
-    # Under `if TYPE_CHECKING:`: `from bert_jax.data.subword_tokenizer import SubwordTokenizer`.
-    assert "bert_jax.data.subword_tokenizer" in graph["bert_jax.convert.hf_export"]
+    # Under `if TYPE_CHECKING:`: `from bert_jax.data.tokenizers.subword import SubwordTokenizer`.
+    assert "bert_jax.data.tokenizers.subword" in graph["bert_jax.convert.hf_export"]
 
 
 def test_find_cycle_reports_a_chain():

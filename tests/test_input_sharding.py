@@ -24,10 +24,10 @@ import pytest
 import tensorflow_datasets as tfds
 import xla_flags
 
-from bert_jax.data import wordpiece_training
 from bert_jax.data.corpora import catalog as corpora
 from bert_jax.data.pretraining import host_shards
 from bert_jax.data.pretraining import pipeline as pretraining
+from bert_jax.data.tokenizers import wordpiece_training
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NUM_FILES = 8  # array_record files of the train split

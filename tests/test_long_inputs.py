@@ -373,7 +373,7 @@ def test_the_long_inputs_benchmark_hides_its_sentences_past_the_first_row(tmp_pa
 
     from benchmarks import long_inputs
     from bert_jax.convert import hf
-    from bert_jax.data.tokenizer import load_tokenizer
+    from bert_jax.data.tokenizers.load import load_tokenizer
     counts = long_inputs.make_data(str(tmp_path), 128, variants=2, docs_per_sentence=1, seed=0)
     assert counts == {"train_rows": 200, "eval_documents": 100}
     tokenizer = load_tokenizer(hf.packaged_minilm_dir())

@@ -243,7 +243,7 @@ def test_a_transformers_modernbert_folder_fine_tuned_predicted_and_exported(tmp_
     written = json.loads((export / "config.json").read_text())
     assert written["architectures"] == ["ModernBertForSequenceClassification"]
     assert sorted(written["id2label"].values()) == sorted(LABELS)
-    from bert_jax.data.tokenizer import load_tokenizer
+    from bert_jax.data.tokenizers.load import load_tokenizer
     tokenizer = load_tokenizer(str(export))
     rows = [[tokenizer.cls_id] + ids[:22] + [tokenizer.sep_id]
             for ids in tokenizer.encode_batch([t for t, _ in dev])]
@@ -270,7 +270,7 @@ def test_sentence_embeddings_of_a_modernbert_folder_are_transformers_mean_pooled
     import transformers
 
     from bert_jax import sentence_embeddings
-    from bert_jax.data.tokenizer import load_tokenizer
+    from bert_jax.data.tokenizers.load import load_tokenizer
 
     torch.manual_seed(0)
     hf_config = transformers.ModernBertConfig(

@@ -115,7 +115,7 @@ def test_progress_bar_hidden_when_not_a_terminal_and_forced_by_env(monkeypatch, 
 
 
 def test_progress_bars_change_no_vocabulary(tmp_path, monkeypatch, capsys):
-    from bert_jax.data import wordpiece_training
+    from bert_jax.data.tokenizers import wordpiece_training
 
     texts = [f"the cat number {i} sat on the mat, said the dog {i % 7}." for i in range(40)]
     monkeypatch.setenv(progress.ENV_VAR, "1")

@@ -11,13 +11,13 @@ import grain
 import numpy as np
 import pytest
 
-from bert_jax.data import tokenizer as tok
-from bert_jax.data import wordpiece_training
 from bert_jax.data.corpora import catalog as corpora
 from bert_jax.data.pretraining import masking
 from bert_jax.data.pretraining import pipeline as pretraining
 from bert_jax.data.pretraining import rows as pretraining_rows
 from bert_jax.data.pretraining import vocab as pretraining_vocab
+from bert_jax.data.tokenizers import load as tok
+from bert_jax.data.tokenizers import wordpiece_training
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

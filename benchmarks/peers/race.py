@@ -97,7 +97,7 @@ def train_settings() -> dict:
 
 def prepare_shared(settings: Settings) -> dict:
     """The vocabulary, held-out rows and blocks; returns what the specs and the report need."""
-    from bert_jax.data import tokenizer  # pylint: disable=import-outside-toplevel
+    from bert_jax.data.tokenizers import load as tokenizer  # pylint: disable=import-outside-toplevel
 
     check_sizes(settings)  # a bad size fails before anything long runs
     shared_dir = os.path.join(settings.output_dir, "shared")

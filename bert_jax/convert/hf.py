@@ -404,7 +404,7 @@ def save(cfg, params: Mapping[str, Any], directory: str | os.PathLike, *, tokeni
         with open(path, "w", encoding="utf-8") as f:
             f.write(json.dumps(written, indent=2, sort_keys=True) + "\n")
     if tokenizer is not None:
-        from bert_jax.data import hf_tokenizer
+        from bert_jax.data.tokenizers import hf_folder as hf_tokenizer
         hf_tokenizer.save_hf(tokenizer, os.fspath(directory),
                              model_max_length=cfg.max_position_embeddings)
 

@@ -114,7 +114,7 @@ def initial_weights(config: Config, workdir: Optional[str] = None
 def load_tokenizer(config: Config):
     """The WordPiece tokenizer of config.tokenizer.path (default: init.hf_dir's vocabulary);
     tokenizer.lowercase applies to a vocab.txt whose casing nothing else states (a folder's
-    tokenizer_config.json does: `bert_jax.data.tokenizer.load_tokenizer`)."""
+    tokenizer_config.json does: `bert_jax.data.tokenizers.load.load_tokenizer`)."""
     path = config.tokenizer.path or config.init.hf_dir
     if not path:
         raise ValueError("config.tokenizer.path is empty and there is no config.init.hf_dir to "
@@ -123,9 +123,9 @@ def load_tokenizer(config: Config):
 
 
 def read_tokenizer(path: str, lowercase: bool):
-    """bert_jax.data.tokenizer.load_tokenizer, with a file that is not text at all (a binary
+    """bert_jax.data.tokenizers.load.load_tokenizer, with a file that is not text at all (a binary
     file named as the vocabulary) a ValueError naming it."""
-    from bert_jax.data import tokenizer
+    from bert_jax.data.tokenizers import load as tokenizer
     try:
         return tokenizer.load_tokenizer(path, lowercase=lowercase)
     except UnicodeDecodeError as e:

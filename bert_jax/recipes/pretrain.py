@@ -101,8 +101,8 @@ def load_tokenizer(config: settings.Config, workdir: str):
     vocabulary)."""
     if config.data.corpus == SYNTHETIC:
         return None
-    from bert_jax.data import tokenizer
     from bert_jax.data.pretraining import pipeline as pretraining
+    from bert_jax.data.tokenizers import load as tokenizer
     path = pretraining.resolve_vocab_path(data_config(config, workdir))
     return tokenizer.load_tokenizer(path, lowercase=config.tokenizer.lowercase)
 

@@ -26,7 +26,7 @@ import numpy as np
 
 from bert_jax.data.finetuning import windows
 from bert_jax.data.finetuning.readers import DataError, TaggedSentence, TextExample
-from bert_jax.data.subword_tokenizer import WordPieceTokenizer
+from bert_jax.data.tokenizers.subword import WordPieceTokenizer
 
 IGNORE = -100  # label of sub-words that carry no tag (not the first of their word), and padding
 

@@ -34,7 +34,7 @@ import numpy as np
 
 from bert_jax.data.finetuning.readers import DataError, QAExample
 from bert_jax.data.finetuning.windows import window_starts
-from bert_jax.data.subword_tokenizer import WordPieceTokenizer
+from bert_jax.data.tokenizers.subword import WordPieceTokenizer
 
 
 @dataclasses.dataclass(frozen=True)

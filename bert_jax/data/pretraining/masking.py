@@ -13,7 +13,7 @@ import dataclasses
 
 import numpy as np
 
-from bert_jax.data.subword_tokenizer import WordPieceTokenizer
+from bert_jax.data.tokenizers.subword import WordPieceTokenizer
 
 
 @dataclasses.dataclass(frozen=True)

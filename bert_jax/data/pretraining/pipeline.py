@@ -42,13 +42,13 @@ from typing import Optional
 
 import grain
 
-from bert_jax.data import tokenizer as tok
 from bert_jax.data.corpora import catalog as corpora
 from bert_jax.data.pretraining.data_config import PretrainingDataConfig
 from bert_jax.data.pretraining.iterator import PretrainingIterator, stream_identity
 from bert_jax.data.pretraining.masking import MaskingSpec
 from bert_jax.data.pretraining.rows import build_rows
 from bert_jax.data.pretraining.vocab import prepare_demo, resolve_vocab_path
+from bert_jax.data.tokenizers import load as tok
 
 __all__ = ["PretrainingDataConfig", "PretrainingIterator", "make_iterator", "prepare_demo",
            "resolve_vocab_path"]

@@ -23,7 +23,7 @@ from bert_jax.data.pretraining.data_config import PretrainingDataConfig
 from bert_jax.data.pretraining.document_packing import PackedRowsIterDataset, PackingSpec
 from bert_jax.data.pretraining.document_tokens import DocumentTokens
 from bert_jax.data.pretraining.sentence_pairs import FlattenedIterDataset, PairRows, PairSpec
-from bert_jax.data.subword_tokenizer import WordPieceTokenizer
+from bert_jax.data.tokenizers.subword import WordPieceTokenizer
 
 # Documents are read and tokenized ahead by a few threads.
 _READ_OPTIONS = grain.ReadOptions(num_threads=4, prefetch_buffer_size=32)

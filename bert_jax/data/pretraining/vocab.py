@@ -15,10 +15,10 @@ import os
 
 from etils import epath
 
-from bert_jax.data import wordpiece_training
 from bert_jax.data.corpora import catalog as corpora
 from bert_jax.data.corpora import data_dir_lock
 from bert_jax.data.pretraining.data_config import PretrainingDataConfig
+from bert_jax.data.tokenizers import wordpiece_training
 
 
 def prepare_demo(data_dir: str, vocab_size: int = 8192, lowercase: bool = True) -> str:

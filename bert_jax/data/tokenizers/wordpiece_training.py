@@ -4,7 +4,7 @@ It learns a vocabulary of at most `vocab_size` tokens with ids 0..4 = [PAD] [UNK
 [MASK], and writes vocab.txt (last and atomically: its presence means the folder is complete) and
 tokenizer.json into a local or gs:// folder. The same texts give the same files, byte for byte,
 whatever the number of threads (`_continuation_pieces`). Load the result with
-`bert_jax.data.tokenizer.load_tokenizer`.
+`bert_jax.data.tokenizers.load.load_tokenizer`.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from etils import epath
 from tokenizers import trainers
 
 from bert_jax import paths, progress
-from bert_jax.data.wordpiece import CONTINUATION_PREFIX, SPECIAL_TOKENS, bert_wordpiece
+from bert_jax.data.tokenizers.wordpiece import CONTINUATION_PREFIX, SPECIAL_TOKENS, bert_wordpiece
 
 
 def _trainer(vocab_size: int, min_frequency: int, special_tokens: Sequence[str]):

@@ -4,12 +4,13 @@
 answers every pipeline's questions the same way, whatever the vocabulary: pad_id, cls_id, sep_id,
 mask_id, unk_id, special_ids, pair_separator_ids, is_continuation, is_ordinary, words_tokenizer,
 and encode / encode_batch / encode_pair / decode. A RoBERTa vocabulary answers with <pad>, <s>,
-</s>, <mask> (found in its tokenizer.json: `bert_jax.data.tokenizer_json`), a BERT vocabulary with
-[PAD] [CLS] [SEP] [MASK]. `WordPieceTokenizer` is BERT's: its vocabulary must hold the five
-special tokens of `bert_jax.data.wordpiece`; a missing one is a ValueError naming the source.
+</s>, <mask> (found in its tokenizer.json: `bert_jax.data.tokenizers.tokenizer_json`), a BERT
+vocabulary with [PAD] [CLS] [SEP] [MASK]. `WordPieceTokenizer` is BERT's: its vocabulary must hold
+the five special tokens of `bert_jax.data.tokenizers.wordpiece`; a missing one is a ValueError
+naming the source.
 
 Construction turns the wrapped tokenizer's truncation and padding off. Loading one from files is
-`bert_jax.data.tokenizer.load_tokenizer`.
+`bert_jax.data.tokenizers.load.load_tokenizer`.
 """
 
 from __future__ import annotations
@@ -19,14 +20,14 @@ from typing import Sequence
 import numpy as np
 import tokenizers
 
-from bert_jax.data.tokenizer_json import (
+from bert_jax.data.tokenizers.tokenizer_json import (
     ROLES,
     continuation_pieces,
     find_special_tokens,
     pair_separator,
     words_tokenizer,
 )
-from bert_jax.data.wordpiece import SPECIAL_TOKENS
+from bert_jax.data.tokenizers.wordpiece import SPECIAL_TOKENS
 
 BERT_SPECIALS = dict(zip(ROLES, SPECIAL_TOKENS))
 # The models a SubwordTokenizer takes.

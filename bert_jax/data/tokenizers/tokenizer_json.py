@@ -7,7 +7,7 @@ the two texts of a pair (`pair_separator`), which pieces continue a word (`conti
 the model's "##" prefix, or the pre-tokenizer's word-start mark "Ġ" / "▁"), and the tokenizer
 for text already split into words (`words_tokenizer`). `tokenizer_state` and `components` give
 the raw state and its (nested) pre-tokenizers or post-processors, for the other readers of a
-tokenizer.json (`bert_jax.data.hf_tokenizer`).
+tokenizer.json (`bert_jax.data.tokenizers.hf_folder`).
 
 Pure functions of the tokenizer: nothing is read from or written to disk.
 """
@@ -21,7 +21,7 @@ import numpy as np
 import tokenizers
 from tokenizers import pre_tokenizers
 
-from bert_jax.data.wordpiece import CLS, MASK, PAD, SEP, UNK
+from bert_jax.data.tokenizers.wordpiece import CLS, MASK, PAD, SEP, UNK
 
 # The special tokens the pipelines ask for, by role: padding, an unknown piece, the token that
 # starts a sequence (BERT's [CLS], RoBERTa's <s>), the one that ends each segment ([SEP], </s>)

@@ -9,8 +9,8 @@ asked for (`bert_post_processor`).
 `bert_wordpiece` builds that pipeline (untrained without a vocabulary); `read_vocab_txt` reads a
 vocab.txt (one token per line; the line number is the id; a repeated token or an empty file is a
 ValueError naming the file). Every WordPiece vocabulary must hold SPECIAL_TOKENS ([PAD] [UNK]
-[CLS] [SEP] [MASK]); the modules that load or check one say so (`bert_jax.data.tokenizer`,
-`bert_jax.data.subword_tokenizer`). Paths may be local or gs:// (etils.epath).
+[CLS] [SEP] [MASK]); the modules that load or check one say so (`bert_jax.data.tokenizers.load`,
+`bert_jax.data.tokenizers.subword`). Paths may be local or gs:// (etils.epath).
 """
 
 from __future__ import annotations

@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any
 import tokenizers
 from etils import epath
 
-from bert_jax.data.tokenizer_json import SPELLINGS, components, tokenizer_state
-from bert_jax.data.wordpiece import (
+from bert_jax.data.tokenizers.tokenizer_json import SPELLINGS, components, tokenizer_state
+from bert_jax.data.tokenizers.wordpiece import (
     CLS,
     CONTINUATION_PREFIX,
     MASK,
@@ -32,7 +32,7 @@ from bert_jax.data.wordpiece import (
 )
 
 if TYPE_CHECKING:
-    from bert_jax.data.subword_tokenizer import SubwordTokenizer
+    from bert_jax.data.tokenizers.subword import SubwordTokenizer
 
 HF_TOKENIZER_FILES = ("vocab.txt", "tokenizer.json", "tokenizer_config.json",
                       "special_tokens_map.json")

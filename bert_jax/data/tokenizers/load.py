@@ -9,13 +9,14 @@ file); a tokenizer.json with a BPE model (RoBERTa: byte-level BPE) or a Unigram 
 SentencePiece) a `SubwordTokenizer` whose special tokens are found in the file. Every path may be
 local or on object storage (`gs://bucket/vocab.txt`): files are read through etils.epath.
 
-The rest of the tokenizer lives in modules of one job each: `bert_jax.data.wordpiece` (BERT's
-special tokens, pipeline and vocab.txt), `bert_jax.data.tokenizer_json` (what a tokenizer.json
-says: special tokens by role, continuation pieces), `bert_jax.data.subword_tokenizer` (the
-tokenizer classes the pipelines hold), `bert_jax.data.wordpiece_training` (`train_wordpiece`)
-and `bert_jax.data.hf_tokenizer` (`save_hf`: the Hugging Face folder layout).
-`SubwordTokenizer`, `WordPieceTokenizer` (what `load_tokenizer` returns) and `train_wordpiece`
-are re-exported here, where callers have always found them.
+The rest of the tokenizer lives in modules of one job each: `bert_jax.data.tokenizers.wordpiece`
+(BERT's special tokens, pipeline and vocab.txt), `bert_jax.data.tokenizers.tokenizer_json` (what a
+tokenizer.json says: special tokens by role, continuation pieces),
+`bert_jax.data.tokenizers.subword` (the tokenizer classes the pipelines hold),
+`bert_jax.data.tokenizers.wordpiece_training` (`train_wordpiece`) and
+`bert_jax.data.tokenizers.hf_folder` (`save_hf`: the Hugging Face folder layout).
+`SubwordTokenizer`, `WordPieceTokenizer` (what `load_tokenizer` returns) and `train_wordpiece` are
+re-exported here, where callers have always found them.
 """
 
 from __future__ import annotations
@@ -28,9 +29,9 @@ import tokenizers
 from etils import epath
 from tokenizers import models
 
-from bert_jax.data.subword_tokenizer import SubwordTokenizer, WordPieceTokenizer
-from bert_jax.data.wordpiece import SPECIAL_TOKENS, bert_wordpiece, read_vocab_txt
-from bert_jax.data.wordpiece_training import train_wordpiece
+from bert_jax.data.tokenizers.subword import SubwordTokenizer, WordPieceTokenizer
+from bert_jax.data.tokenizers.wordpiece import SPECIAL_TOKENS, bert_wordpiece, read_vocab_txt
+from bert_jax.data.tokenizers.wordpiece_training import train_wordpiece
 
 __all__ = ["SubwordTokenizer", "WordPieceTokenizer", "load_tokenizer", "train_wordpiece"]
 
