@@ -1,4 +1,4 @@
-"""Sentence-embedding throughput: ours (bert_jax.sentence_embeddings, what embed.py runs) against
+"""Sentence-embedding throughput: ours (bert_jax.embeddings.encode, what embed.py runs) against
 transformers + torch, each implementation in its own process (benchmarks/worker.py).
 
     python benchmarks/compare_embed.py [--hf_dir=HF_FOLDER] [--batch_size=32] [--repeats=3] \
@@ -106,7 +106,7 @@ def ours(spec: dict) -> dict:
     """The worker job of bert_jax (worker.py protocol); with spec["compilation_cache"], compiled
     programs are kept in (and loaded from) that folder as embed.py keeps them."""
     from bert_jax import compilation_cache
-    from bert_jax import sentence_embeddings as se
+    from bert_jax.embeddings import encode as se
     if spec.get("compilation_cache"):
         os.environ[compilation_cache.COMPILATION_CACHE_VARIABLE] = spec["compilation_cache"]
         import jax

@@ -10,7 +10,7 @@ Writes out/sentences.npy (float32 [N, hidden], row i = input row i, in input ord
 out/sentences.index.jsonl (line i: {"index": i, "line": its input line, "text": ...}); prints
 one JSON line with the row count and the paths. --workdir takes the encoder of a pre-training
 or fine-tuning run (heads dropped) and the tokenizer of its config.json. How texts are pooled
-and batched: bert_jax/sentence_embeddings.py.
+and batched: bert_jax/embeddings/encode.py.
 
 Exit status: 0 done; 1 with one line `embed.py: error: <what, naming the file and line>` for bad
 input (a bad row, a missing file or checkpoint); nothing is written then.
@@ -20,7 +20,8 @@ import json
 
 from absl import app, flags, logging
 
-from bert_jax import cli, distributed, sentence_embeddings
+from bert_jax import cli, distributed
+from bert_jax.embeddings import encode as sentence_embeddings
 
 FLAGS = flags.FLAGS
 SCRIPT = "embed.py"

@@ -7,7 +7,7 @@
 BEIR: recall@1/10/100, MRR@10 and nDCG@10 over the judged queries of the split, the corpus
 searched exactly on all devices. STS (--sts_file: .tsv/.csv/.jsonl, --sts_columns names the two
 sentences' and the score's columns): Spearman and Pearson of the pairs' cosine against the gold
-scores. How: bert_jax/retrieval/evaluate.py.
+scores. How: bert_jax/embeddings/evaluate.py.
 
 Writes --output: {"model", "data", "split" (BEIR), "pooling", "similarity" (BEIR), "metrics":
 {name: number}} with the counts read and scored among the metrics; prints one summary line.
@@ -20,8 +20,9 @@ import json
 import jax
 from absl import app, flags, logging
 
-from bert_jax import cli, distributed, paths, sentence_embeddings
-from bert_jax.retrieval import evaluate
+from bert_jax import cli, distributed, paths
+from bert_jax.embeddings import encode as sentence_embeddings
+from bert_jax.embeddings import evaluate
 
 FLAGS = flags.FLAGS
 SCRIPT = "evaluate_embeddings.py"

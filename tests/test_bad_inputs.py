@@ -20,10 +20,11 @@ import numpy as np
 import pytest
 from absl import flags
 
-from bert_jax import BertConfig, BertModel, cli, sentence_embeddings
+from bert_jax import BertConfig, BertModel, cli
 from bert_jax.config import run as run_config
 from bert_jax.config import run_keys as run_config_keys
 from bert_jax.convert import hf
+from bert_jax.embeddings import encode as sentence_embeddings
 from bert_jax.recipes import pretrain
 from bert_jax.recipes.finetune import predict as predict_lib
 from bert_jax.recipes.finetune import recipe as finetune_recipe

@@ -238,7 +238,7 @@ def test_finetune_py_trains_contrastive_pairs_and_embed_py_reads_the_run(tmp_pat
     with open(workdir / "predictions" / "step_12" / "predictions.jsonl") as f:
         assert len(f.readlines()) == 12
 
-    from bert_jax import sentence_embeddings
+    from bert_jax.embeddings import encode as sentence_embeddings
     from bert_jax.recipes.finetune import contrastive
     rows = [json.loads(line) for line in open(tmp_path / "eval.jsonl")]
     encoder = sentence_embeddings.load_encoder(workdir=str(workdir))

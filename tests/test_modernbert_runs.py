@@ -269,8 +269,8 @@ def test_sentence_embeddings_of_a_modernbert_folder_are_transformers_mean_pooled
     import torch
     import transformers
 
-    from bert_jax import sentence_embeddings
     from bert_jax.data.tokenizers.load import load_tokenizer
+    from bert_jax.embeddings import encode as sentence_embeddings
 
     torch.manual_seed(0)
     hf_config = transformers.ModernBertConfig(

@@ -35,3 +35,19 @@ def test_former_config_module_names_warn_and_resolve():
     assert PRESETS is bert.PRESETS
     with pytest.raises(ImportError):
         from bert_jax.config import no_such_name  # noqa: F401
+
+
+def test_sentence_embeddings_warns_and_is_embeddings_encode():
+    from bert_jax.embeddings import encode
+    with pytest.warns(DeprecationWarning, match="bert_jax.embeddings.encode"):
+        se = _fresh_import("bert_jax.sentence_embeddings")
+    assert se.embed is encode.embed and se.Encoder is encode.Encoder
+
+
+def test_retrieval_warns_and_gives_the_embeddings_modules():
+    from bert_jax.embeddings import evaluate, metrics
+    with pytest.warns(DeprecationWarning, match="bert_jax.embeddings"):
+        retrieval = _fresh_import("bert_jax.retrieval")
+    assert retrieval.metrics is metrics and retrieval.evaluate is evaluate
+    with pytest.raises(AttributeError):
+        retrieval.no_such_module  # noqa: B018

@@ -27,12 +27,13 @@ import torch
 import transformers
 from tokenizers import decoders, models, normalizers, pre_tokenizers, processors, trainers
 
-from bert_jax import BertConfig, BertForPreTraining, BertModel, ConfigError, sentence_embeddings
+from bert_jax import BertConfig, BertForPreTraining, BertModel, ConfigError
 from bert_jax.convert import hf, runs
 from bert_jax.data.corpora import demo as demo_corpus
 from bert_jax.data.finetuning import encoding, readers, squad
 from bert_jax.data.pretraining import masking
 from bert_jax.data.tokenizers import load as tok
+from bert_jax.embeddings import encode as sentence_embeddings
 from bert_jax.recipes.finetune import recipe
 from bert_jax.train import params_loading
 

@@ -238,7 +238,7 @@ def finetune_config(task: str) -> ml_collections.ConfigDict:
     config.contrastive = ml_collections.ConfigDict(dict(
         scale=20.0,  # scores are scale x cosine (sentence-transformers' default, 1/temperature)
         symmetric=False,  # also each positive against all anchors, the two losses averaged
-        pooling="mean",  # mean | cls: as bert_jax.sentence_embeddings.pool, then L2-normalised
+        pooling="mean",  # mean | cls: as bert_jax.embeddings.encode.pool, then L2-normalised
         negative_column="",  # the hard negative's column (empty: none, in-batch negatives only)
     ))
     config.epochs = 3.0  # passes over the training rows (when total_steps is 0)

@@ -1,5 +1,5 @@
 """Unlabelled input: the texts, sentences or questions to predict (bert_jax.recipes.finetune
-.predict) or embed (bert_jax.sentence_embeddings), read from local files.
+.predict) or embed (bert_jax.embeddings.encode), read from local files.
 
 The formats are those of fine-tuning (`bert_jax.data.finetuning.readers`), a label being optional
 and ignored, plus `lines` (every non-blank line one text, stripped; `__label__` words are text

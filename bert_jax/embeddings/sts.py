@@ -7,7 +7,7 @@ embeddings ranks sentence pairs as gold scores do.
 
 Spearman's rank correlation (average ranks for ties) is the STS benchmark's headline number,
 as in SentEval and MTEB; Pearson's is reported beside it. Both come from
-bert_jax.recipes.finetune.metrics, over the cosine of each pair against its gold score (the
+bert_jax.embeddings.metrics, over the cosine of each pair against its gold score (the
 score's scale does not matter).
 
 Files: TSV (no quote processing: STS sentences hold unbalanced quotes) or CSV with a header row,
@@ -27,6 +27,7 @@ import numpy as np
 
 from bert_jax.data import textfiles
 from bert_jax.data.textfiles import DataError
+from bert_jax.embeddings import metrics
 
 FORMATS = ("auto", "tsv", "csv", "jsonl")
 DEFAULT_COLUMNS = ("sentence1", "sentence2", "score")
@@ -109,11 +110,8 @@ def cosines(vectors1: np.ndarray, vectors2: np.ndarray) -> np.ndarray:
 def sts_metrics(vectors1: np.ndarray, vectors2: np.ndarray, scores: Sequence[float]
                 ) -> dict[str, float]:
     """{"spearman", "pearson"} of the pairs' cosines against `scores`, and "pairs" (an int)."""
-    # Imported here: the finetune package imports every task kind, and a kind may import this.
-    from bert_jax.recipes.finetune import metrics as finetune_metrics
-
     similarity = cosines(vectors1, vectors2)
     if len(similarity) != len(scores):
         raise ValueError(f"{len(similarity)} vector pairs for {len(scores)} scores")
-    return {"spearman": finetune_metrics.spearman(similarity, scores),
-            "pearson": finetune_metrics.pearson(similarity, scores), "pairs": len(scores)}
+    return {"spearman": metrics.spearman(similarity, scores),
+            "pearson": metrics.pearson(similarity, scores), "pairs": len(scores)}

@@ -15,12 +15,17 @@ Every metric is the mean over the scored queries: those with at least one releva
 the qrels. A scored query missing from `ranked` counts as an empty ranking (all zeros, as
 trec_eval -c), so leaving queries out never raises a score; ranked queries without judgments
 are ignored. "queries" is the number of scored queries (an int).
+
+Correlations of scores against gold scores (STS, and the fine-tuning regression kind): `pearson`,
+`spearman` (Pearson of the average ranks, ties sharing their mean rank: `average_ranks`).
 """
 
 from __future__ import annotations
 
 import math
 from typing import Mapping, Sequence
+
+import numpy as np
 
 CUTOFFS_RECALL = (1, 10, 100)
 CUTOFF_MRR = 10
@@ -77,3 +82,32 @@ def ranking_metrics(ranked: Mapping[str, Sequence[str]],
     out = {name: total / len(scored) for name, total in totals.items()}
     out["queries"] = len(scored)
     return out
+
+
+# ----- correlations (STS, and the fine-tuning regression kind) -----------------------------------
+
+def pearson(x: Sequence[float], y: Sequence[float]) -> float:
+    x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
+    x, y = x - x.mean(), y - y.mean()
+    denominator = np.sqrt((x @ x) * (y @ y))
+    return float((x @ y) / denominator) if denominator > 0 else 0.0
+
+
+def average_ranks(values: Sequence[float]) -> np.ndarray:
+    """Ranks 1..n; tied values share the mean of the ranks they span."""
+    values = np.asarray(values, np.float64)
+    order = np.argsort(values, kind="stable")
+    sorted_values = values[order]
+    ranks = np.empty(len(values), np.float64)
+    start = 0
+    while start < len(values):
+        stop = start
+        while stop + 1 < len(values) and sorted_values[stop + 1] == sorted_values[start]:
+            stop += 1
+        ranks[order[start:stop + 1]] = (start + stop) / 2 + 1
+        start = stop + 1
+    return ranks
+
+
+def spearman(x: Sequence[float], y: Sequence[float]) -> float:
+    return pearson(average_ranks(x), average_ranks(y))

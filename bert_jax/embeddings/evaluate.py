@@ -1,7 +1,7 @@
 """Evaluate a sentence encoder on a BEIR retrieval split or an STS pair file.
 
-    from bert_jax import sentence_embeddings as se
-    from bert_jax.retrieval import evaluate as ev
+    from bert_jax.embeddings import encode as se
+    from bert_jax.embeddings import evaluate as ev
     encoder = se.load_encoder(hf_dir=...)            # or workdir=RUN, step=N
     data = ev.load(beir_dir="scifact", split="test")  # or ev.load(sts_file="sts-test.tsv")
     ev.evaluate(encoder, data, pooling="mean")        # -> {"ndcg@10": ..., ...}
@@ -31,8 +31,8 @@ from typing import Optional, Sequence, Union
 import numpy as np
 from jax.sharding import Mesh
 
-from bert_jax import sentence_embeddings
-from bert_jax.retrieval import beir, metrics, search, sts
+from bert_jax.embeddings import beir, metrics, search, sts
+from bert_jax.embeddings import encode as sentence_embeddings
 
 TOP_K = max(metrics.CUTOFFS_RECALL)
 Data = Union[beir.BeirData, sts.Pairs]
