@@ -35,8 +35,8 @@ from absl import app, flags, logging
 
 from bert_jax import cli, distributed, paths, recipes
 from bert_jax.config import settings
+from bert_jax.recipes import run_record
 from bert_jax.train import checkpointing, params_loading
-from bert_jax.train import workdir as workdir_lib
 
 FLAGS = flags.FLAGS
 SCRIPT = "evaluate.py"
@@ -66,7 +66,7 @@ def evaluate_run(workdir: str, step: Optional[int], input_path: Optional[str],
                  file_format: Optional[str], long_inputs: Optional[str] = None
                  ) -> tuple[int, dict, dict]:
     """(step, metrics, what the evaluation JSON adds: the input, its rows, the tables)."""
-    config = workdir_lib.load_config(workdir)
+    config = run_record.load_config(workdir)
     settings.fit_mesh_to_devices(config)
     if long_inputs is not None:
         if config.recipe != "finetune":

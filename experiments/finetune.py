@@ -21,8 +21,7 @@ from absl import app, flags
 
 from bert_jax import cli
 from bert_jax.config import settings
-from bert_jax.recipes import finetune
-from bert_jax.train import workdir as workdir_lib
+from bert_jax.recipes import finetune, run_record
 
 FLAGS = flags.FLAGS
 
@@ -48,7 +47,7 @@ def main(argv):
     def evaluate():
         if FLAGS.config is not None:
             settings.check_config(FLAGS.config, "finetune")
-        config = FLAGS.config or workdir_lib.load_config(FLAGS.workdir)
+        config = FLAGS.config or run_record.load_config(FLAGS.workdir)
         settings.fit_mesh_to_devices(config)
         return finetune.evaluate(config, FLAGS.workdir, FLAGS.step)
 

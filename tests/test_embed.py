@@ -25,8 +25,8 @@ from bert_jax.config import run as run_config
 from bert_jax.convert import hf
 from bert_jax.data.finetuning.readers import DataError
 from bert_jax.embeddings import encode as sentence_embeddings
+from bert_jax.recipes import run_record
 from bert_jax.train import checkpointing
-from bert_jax.train import workdir as workdir_lib
 
 torch.set_num_threads(2)
 transformers.logging.set_verbosity_error()
@@ -238,7 +238,7 @@ def test_embeddings_of_a_fine_tuning_workdir(tmp_path):
     config = run_config.finetune_config("classification")
     config.tokenizer.path = minilm_vocab
     workdir = str(tmp_path / "run")
-    workdir_lib.record_config(config, workdir)
+    run_record.record_config(config, workdir)
     cfg = BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2,
                                 num_attention_heads=2, intermediate_size=64,
                                 max_position_embeddings=64)

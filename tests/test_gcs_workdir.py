@@ -194,13 +194,13 @@ def test_config_and_metrics_files_on_a_bucket(gcs):
     import ml_collections
 
     from bert_jax.config import run as run_config
+    from bert_jax.recipes import run_record
     from bert_jax.train import metrics_writer
-    from bert_jax.train import workdir as workdir_lib
     workdir = f"gs://{BUCKET}/files_test"
     config = ml_collections.ConfigDict({"recipe": "pretrain", "total_steps": 3})
-    workdir_lib.record_config(config, workdir)
+    run_record.record_config(config, workdir)
     assert json.loads(_read("files_test/config.json")) == config.to_dict()
-    assert workdir_lib.load_config(workdir).to_dict() == run_config.complete(config.to_dict())
+    assert run_record.load_config(workdir).to_dict() == run_config.complete(config.to_dict())
 
     writer = metrics_writer.MetricsWriter(workdir, start_step=0)
     for step in (1, 2, 3):

@@ -30,7 +30,7 @@ from etils import epath
 from bert_jax.config import settings
 from bert_jax.config.bert import BertConfig
 from bert_jax.model import BertForPreTraining, families
-from bert_jax.recipes import common
+from bert_jax.recipes import common, run_record
 from bert_jax.train import evaluation, flops, loop, program, steps
 from bert_jax.train import optimizer as optimizer_lib
 from bert_jax.train import workdir as workdir_lib
@@ -247,7 +247,7 @@ def train_and_evaluate(config: settings.Config, workdir: str) -> loop.TrainResul
     settings.check_run(config, mesh, config.total_steps,
                        common.model_config(config, vocab_size, init_cfg))
     with workdir_lib.lock(workdir):
-        workdir_lib.record_config(config, workdir)
+        run_record.record_config(config, workdir)
         vocab_size = vocab_size_of(config, workdir)
         task = make_task(config, common.model_config(config, vocab_size, init_cfg),
                          initial_params)

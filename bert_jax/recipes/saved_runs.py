@@ -12,15 +12,14 @@ from __future__ import annotations
 from typing import Optional
 
 from bert_jax.config import settings
-from bert_jax.recipes import common, pretrain
-from bert_jax.train import workdir as workdir_lib
+from bert_jax.recipes import common, pretrain, run_record
 
 
 def run_tokenizer(workdir: str, config: Optional[settings.Config] = None):
     """The WordPiece tokenizer a training run used, built from <workdir>/config.json (or
     `config`) as the run built it; None for a pre-training run on the synthetic corpus (random
     token ids, no vocabulary). A config without `recipe` is a pre-training run's."""
-    config = config if config is not None else workdir_lib.load_config(workdir)
+    config = config if config is not None else run_record.load_config(workdir)
     if config.recipe != "pretrain":
         return common.load_tokenizer(config)
     return pretrain.load_tokenizer(config, workdir)

@@ -152,7 +152,8 @@ class _Run:
             raise
         self.start_step, self.checked_step = self.step, self.step
         # Kept with every checkpoint: the run's config.json, so that a rerun whose config.json
-        # is gone can be checked against it (workdir.record_config); params_finite: see save.
+        # is gone can be checked against it (recipes/run_record.record_config); params_finite:
+        # see save.
         self.checkpoint_metadata = {**task.checkpoint_metadata, "params_finite": True,
                                     **workdir_lib.saved_config_metadata(workdir)}
         self.finite_saves: set[int] = set()  # steps saved by this invocation (finite params)

@@ -42,10 +42,9 @@ from bert_jax import paths, progress, sharding
 from bert_jax.config import settings
 from bert_jax.data import batches, row_layout
 from bert_jax.data.finetuning import readers, unlabelled
-from bert_jax.recipes import common
+from bert_jax.recipes import common, run_record
 from bert_jax.recipes.finetune import kinds, recipe, task_data
 from bert_jax.train import evaluation
-from bert_jax.train import workdir as workdir_lib
 
 LISTED_BAD_ROWS = 20  # bad rows named in the summary (the log names all of them)
 
@@ -97,7 +96,7 @@ class PredictSummary:
 
 def load_run(workdir: str) -> tuple[Any, kinds.TaskKind, dict[str, Any]]:
     """(config, kind, labels) of a fine-tuning run's workdir; ValueError for any other run."""
-    config = workdir_lib.load_config(workdir)
+    config = run_record.load_config(workdir)
     if config.recipe != "finetune":
         raise ValueError(f"{workdir} holds a {config.recipe!r} run; "
                          "predictions need the workdir of a fine-tuning run (finetune.py)")

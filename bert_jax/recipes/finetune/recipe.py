@@ -26,7 +26,7 @@ from absl import logging
 from bert_jax import paths, sharding
 from bert_jax.config import settings
 from bert_jax.config.bert import BertConfig
-from bert_jax.recipes import common
+from bert_jax.recipes import common, run_record
 from bert_jax.recipes.finetune import kinds
 from bert_jax.recipes.finetune.task_data import (
     TASK_FILE,
@@ -148,7 +148,7 @@ def train_and_evaluate(config, workdir: str) -> loop.TrainResult:
     total_steps = total_steps_of(config, num_rows)
     settings.check_run(config, mesh, total_steps, cfg)
     with workdir_lib.lock(workdir):
-        workdir_lib.record_config(config, workdir)
+        run_record.record_config(config, workdir)
         save_task_file(workdir, data)
         return _train(config, workdir, cfg, data, initial_params, mesh, total_steps)
 

@@ -208,8 +208,8 @@ def resolve_start(init: str, tokenizer: str = "") -> Start:
 def _workdir_tokenizer(workdir: str) -> str:
     """The vocabulary a training run used, as a path: its tokenizer.path or init.hf_dir, or the
     demo corpus's vocabulary of a pre-training run."""
-    from bert_jax.train import workdir as workdir_lib
-    config = workdir_lib.load_config(workdir)
+    from bert_jax.recipes import run_record
+    config = run_record.load_config(workdir)
     if config.tokenizer.path or config.init.hf_dir:
         return config.tokenizer.path or config.init.hf_dir
     if config.recipe == "pretrain":
