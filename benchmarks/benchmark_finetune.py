@@ -61,10 +61,10 @@ def run_ours(settings: dict) -> dict:
     """The recipe's step and batches (module docstring)."""
     import jax
 
-    from bert_jax import sharding
     from bert_jax.config import settings as settings_lib
     from bert_jax.recipes import common as recipe_common
     from bert_jax.recipes.finetune import recipe, task_data
+    from bert_jax.runtime import sharding
 
     rows = encode(settings)
     config = rows.config

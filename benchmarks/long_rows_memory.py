@@ -127,9 +127,9 @@ def step(spec: dict) -> dict:
     import numpy as np
     from flax.core import meta
 
-    from bert_jax import platform, sharding, xla_options
     from bert_jax.config.modernbert import ModernBertConfig
     from bert_jax.model import attention
+    from bert_jax.runtime import platform, sharding, xla_options
     from bert_jax.scaling import memory, topology
 
     batch, seq, target = spec["batch"], spec["seq_len"], spec["target"]

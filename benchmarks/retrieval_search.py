@@ -19,8 +19,8 @@ import jax.numpy as jnp
 import numpy as np
 from absl import app, flags
 
-from bert_jax import sharding
 from bert_jax.embeddings import search
+from bert_jax.runtime import sharding
 
 FLAGS = flags.FLAGS
 flags.DEFINE_integer("corpus", 100_000, "Corpus vectors.")

@@ -29,7 +29,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from bert_jax import paths
+from bert_jax.runtime import paths
 from bert_jax.train import metrics_writer
 
 X_AXES = ("step", "seconds")

@@ -33,8 +33,9 @@ from __future__ import annotations
 
 from absl import app, flags
 
-from bert_jax import cli, distributed
+from bert_jax import cli
 from bert_jax.convert import runs
+from bert_jax.runtime import distributed
 
 FLAGS = flags.FLAGS
 SCRIPT = "convert.py"

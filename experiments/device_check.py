@@ -90,8 +90,8 @@ def check_attention(sizes: dict, kernel: str) -> dict:
     import jax
     import jax.numpy as jnp
 
-    from bert_jax import platform
     from bert_jax.model import attention
+    from bert_jax.runtime import platform
     shape = (sizes["batch"], sizes["seq_len"], sizes["heads"], sizes["head_dim"])
     keys = jax.random.split(jax.random.PRNGKey(0), 4)
     q, k, v, cotangent = (jax.random.normal(key, shape, jnp.float32).astype(jnp.bfloat16)
@@ -175,8 +175,8 @@ def run_step(task, batches, mesh, steps: int, rows: int, tokens: int) -> dict:
     """Compile and time `task`'s train step as the training loop builds it."""
     import jax
 
-    from bert_jax import sharding
     from bert_jax.config import settings
+    from bert_jax.runtime import sharding
     from bert_jax.train import flops, program
     from bert_jax.train import optimizer as optimizer_lib
     opt_config = settings.OptimizerConfig(total_steps=1000, warmup_steps=10)
@@ -249,8 +249,8 @@ def main(argv):
         sys.exit(f"{SCRIPT}: error: --json=FILE is required")
     import jax
 
-    from bert_jax import platform, sharding
     from bert_jax.data.pretraining.synthetic import RandomTokenBatches
+    from bert_jax.runtime import platform, sharding
     from bert_jax.scaling import chips
     size = "tiny" if FLAGS.tiny else "full"
     device = jax.devices()[0]

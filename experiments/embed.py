@@ -20,8 +20,9 @@ import json
 
 from absl import app, flags, logging
 
-from bert_jax import cli, distributed
+from bert_jax import cli
 from bert_jax.embeddings import encode as sentence_embeddings
+from bert_jax.runtime import distributed
 
 FLAGS = flags.FLAGS
 SCRIPT = "embed.py"

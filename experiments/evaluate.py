@@ -33,9 +33,10 @@ from typing import Optional
 import jax
 from absl import app, flags, logging
 
-from bert_jax import cli, distributed, paths, recipes
+from bert_jax import cli, recipes
 from bert_jax.config import settings
 from bert_jax.recipes import run_record
+from bert_jax.runtime import distributed, paths
 from bert_jax.train import checkpointing, params_loading
 
 FLAGS = flags.FLAGS

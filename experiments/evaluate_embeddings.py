@@ -20,9 +20,10 @@ import json
 import jax
 from absl import app, flags, logging
 
-from bert_jax import cli, distributed, paths
+from bert_jax import cli
 from bert_jax.embeddings import encode as sentence_embeddings
 from bert_jax.embeddings import evaluate
+from bert_jax.runtime import distributed, paths
 
 FLAGS = flags.FLAGS
 SCRIPT = "evaluate_embeddings.py"

@@ -89,7 +89,7 @@ def _config(mesh_shape: tuple[int, int, int], batch_size: int):
 
 def _mesh_shapes(devices: int) -> list[tuple[int, int, int]]:
     """The --mesh shapes for `devices` devices (one line and exit 1 for a bad one)."""
-    from bert_jax import sharding
+    from bert_jax.runtime import sharding
     shapes = []
     for text in FLAGS.mesh:
         try:
@@ -161,7 +161,7 @@ def main(argv):
 
 
 def make_mesh_of(shape: tuple[int, int, int], devices):
-    from bert_jax.sharding import make_mesh
+    from bert_jax.runtime.sharding import make_mesh
     return make_mesh(*shape, devices=devices)
 
 

@@ -16,7 +16,8 @@ ones aside), or naming what is wrong with --workdir.
 
 from absl import app, flags
 
-from bert_jax import cli, distributed
+from bert_jax import cli
+from bert_jax.runtime import distributed
 from bert_jax.train import checkpoint_verification
 
 FLAGS = flags.FLAGS

@@ -20,7 +20,8 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from bert_jax import BertConfig, BertModel, sharding
+from bert_jax import BertConfig, BertModel
+from bert_jax.runtime import sharding
 
 import eight_devices
 

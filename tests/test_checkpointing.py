@@ -154,7 +154,7 @@ def test_a_state_from_given_params_is_the_fresh_state_with_them_in_place():
     """fresh_state with initial params (one program in which the replaced leaves' initialisers
     are dead code): the given leaves where the paths match, the others exactly what a fresh
     state without any gives them; a given leaf of another shape is an error naming it."""
-    from bert_jax import pytree
+    from bert_jax.runtime import pytree
 
     cfg = tiny_config()
     model = BertForPreTraining(cfg, with_nsp=True)

@@ -135,9 +135,10 @@ RUNS = {"one_device": (None, "xla"), "data8": ((8, 1, 1), "xla"),
 def _worker(out_dir: str) -> None:
     import jax
 
-    from bert_jax import BertConfig, sharding
+    from bert_jax import BertConfig
     from bert_jax.config import settings
     from bert_jax.recipes.finetune import kinds, recipe
+    from bert_jax.runtime import sharding
     from bert_jax.train import loop, optimizer, program
 
     cfg = BertConfig.preset("tiny", vocab_size=len(WORDS) + 5, hidden_size=32,

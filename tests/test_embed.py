@@ -175,7 +175,7 @@ def test_the_last_of_several_calls_keeps_the_full_shape(minilm, monkeypatch):
 
 
 def test_the_default_batch_is_the_platforms(minilm, monkeypatch):
-    from bert_jax import platform
+    from bert_jax.runtime import platform
     assert sentence_embeddings.default_batch_size() == 32  # the tests run on a CPU
     with platform.compiling_for("gpu"):
         assert sentence_embeddings.default_batch_size() == 64

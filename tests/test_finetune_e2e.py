@@ -249,11 +249,12 @@ def test_init_from_a_pretraining_checkpoint_keeps_only_the_head_fresh(tmp_path):
     import jax
     import jax.numpy as jnp
 
-    from bert_jax import BertConfig, sharding
+    from bert_jax import BertConfig
     from bert_jax.config import settings
     from bert_jax.data.pretraining.synthetic import RandomTokenBatches
     from bert_jax.model import BertForPreTraining
     from bert_jax.recipes import pretrain
+    from bert_jax.runtime import sharding
     from bert_jax.train import loop, optimizer, params_loading, state
 
     cfg = BertConfig.preset("tiny", vocab_size=100, hidden_size=32, num_hidden_layers=1,

@@ -35,11 +35,12 @@ def _worker(out_dir: str) -> None:
     import jax
     import jax.numpy as jnp
 
-    from bert_jax import BertConfig, sharding
+    from bert_jax import BertConfig
     from bert_jax.config import settings
     from bert_jax.data.pretraining.synthetic import RandomTokenBatches
     from bert_jax.model import BertForPreTraining
     from bert_jax.recipes import pretrain
+    from bert_jax.runtime import sharding
     from bert_jax.train import fsdp, loop, optimizer, program
 
     seq_len, predictions, batch_size = 16, 3, 16

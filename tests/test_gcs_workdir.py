@@ -137,7 +137,7 @@ def _subprocess_env(gcs) -> dict:
 # ----- in one process: the pieces --------------------------------------------------------------
 
 def test_paths_keep_uris_and_make_local_paths_absolute(tmp_path, monkeypatch):
-    from bert_jax import paths
+    from bert_jax.runtime import paths
     from bert_jax.train import checkpointing
     monkeypatch.chdir(tmp_path)
     assert os.fspath(paths.path("gs://b/run")) == "gs://b/run"
@@ -164,7 +164,7 @@ def test_the_lock_on_a_bucket_admits_one_run(gcs):
 def test_creating_an_object_exclusively_is_decided_by_the_bucket(gcs):
     from etils import epath
 
-    from bert_jax import paths
+    from bert_jax.runtime import paths
     target = epath.Path(f"gs://{BUCKET}/exclusive/marker")
     assert paths.create_exclusively(target, "first")
     assert not paths.create_exclusively(target, "second")

@@ -35,7 +35,7 @@ SCRIPT = textwrap.dedent("""
     import jax.numpy as jnp
     import optax
 
-    from bert_jax import sharding
+    from bert_jax.runtime import sharding
     from bert_jax.config import settings
     from bert_jax.config.bert import BertConfig
     from bert_jax.data.pretraining.synthetic import RandomTokenBatches

@@ -362,11 +362,11 @@ def _eight_device_side(out_dir):
     import jax
     from ml_collections import ConfigDict
 
-    from bert_jax import sharding
     from bert_jax.config import settings
     from bert_jax.data.pretraining.synthetic import RandomTokenBatches
     from bert_jax.model import families
     from bert_jax.recipes import pretrain
+    from bert_jax.runtime import sharding
     from bert_jax.train import optimizer, program
 
     import eight_devices

@@ -1,5 +1,5 @@
 """experiments/plot.py and bert_jax/plotting.py (curves of runs into a PNG), and the progress bars
-of bert_jax/progress.py (shown only when asked for, never changing a result)."""
+of bert_jax/runtime/progress.py (shown only when asked for, never changing a result)."""
 
 import json
 import os
@@ -9,7 +9,8 @@ import sys
 import numpy as np
 import pytest
 
-from bert_jax import plotting, progress
+from bert_jax import plotting
+from bert_jax.runtime import progress
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(ROOT, "experiments", "plot.py")
@@ -132,7 +133,7 @@ def test_progress_bars_change_no_evaluation_result(monkeypatch, capsys):
     import jax
     import jax.numpy as jnp
 
-    from bert_jax import sharding
+    from bert_jax.runtime import sharding
     from bert_jax.train import evaluation
 
     def loss_fn(params, batch, rng, deterministic):

@@ -297,9 +297,9 @@ def test_the_step_compiles_before_the_first_step(demo, tmp_path):
     iterator's shape_examples): the first step itself compiles nothing."""
     import jax
 
-    from bert_jax import sharding
     from bert_jax.config import run as run_config
     from bert_jax.recipes import pretrain
+    from bert_jax.runtime import sharding
 
     from test_bucketing import CompileCounter
     config = run_config.pretrain_config()

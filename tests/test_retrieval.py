@@ -12,10 +12,10 @@ import sys
 import numpy as np
 import pytest
 
-from bert_jax import sharding
 from bert_jax.convert import hf
 from bert_jax.data.textfiles import DataError
 from bert_jax.embeddings import beir, evaluate, metrics, search, sts
+from bert_jax.runtime import sharding
 
 import eight_devices
 

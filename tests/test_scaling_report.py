@@ -270,8 +270,8 @@ def _worker(out_dir: str) -> None:
     """Runs in the 8-device subprocess; writes what the tests compare into out_dir."""
     import jax
 
+    from bert_jax.runtime.sharding import make_mesh
     from bert_jax.scaling import program, report
-    from bert_jax.sharding import make_mesh
 
     assert jax.device_count() == 8
     results = {}

@@ -25,15 +25,16 @@ import safetensors.numpy
 import torch
 import transformers
 
-from bert_jax import BertConfig, BertModel, sharding
+from bert_jax import BertConfig, BertModel
 from bert_jax.config import run as run_config
 from bert_jax.config import settings
 from bert_jax.convert import hf
 from bert_jax.data.pretraining.synthetic import RandomTokenBatches
 from bert_jax.model import BertForPreTraining, scan
-from bert_jax.pytree import flatten_dict
 from bert_jax.recipes import common as recipe_common
 from bert_jax.recipes import pretrain
+from bert_jax.runtime import sharding
+from bert_jax.runtime.pytree import flatten_dict
 from bert_jax.train import checkpointing, optimizer, params_loading, steps
 from experiments.configs import demo
 

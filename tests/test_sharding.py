@@ -23,9 +23,10 @@ def _worker(out_dir: str) -> None:
     import jax
     import jax.numpy as jnp
 
-    from bert_jax import BertConfig, sharding
+    from bert_jax import BertConfig
     from bert_jax.config import settings
     from bert_jax.model import BertForPreTraining
+    from bert_jax.runtime import sharding
     from bert_jax.train import checkpointing, loop, optimizer, params_loading, steps
     from bert_jax.train import state as state_lib
 

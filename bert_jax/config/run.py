@@ -147,7 +147,7 @@ def base_config(recipe: str) -> ml_collections.ConfigDict:
     config.warmup_fraction = 0.1  # of total_steps
     config.warmup_steps = 0  # > 0: the warm-up in steps (an extended run keeps its warm-up)
     config.optimizer = optimizer_block()
-    # The device mesh (bert_jax.sharding): -1 takes the devices the other two leave.
+    # The device mesh (bert_jax.runtime.sharding): -1 takes the devices the other two leave.
     config.mesh = ml_collections.ConfigDict(dict(
         data=-1,  # data-parallel replicas (-1: the devices fsdp and tensor leave)
         fsdp=1,  # devices each parameter and its optimizer state are split over (ZeRO-3)

@@ -16,10 +16,10 @@ import jax
 from absl import logging
 from jax.sharding import Mesh
 
-from bert_jax import sharding
 from bert_jax.config import run as run_config
 from bert_jax.config import run_keys as run_config_keys
 from bert_jax.config.bert import BertConfig
+from bert_jax.runtime import sharding
 
 Config = Any  # an ml_collections.ConfigDict (imported where configs are read, not here)
 

@@ -40,7 +40,7 @@ from bert_jax.convert.hf_layout import (
     num_classes,
     pooler_in_encoder,
 )
-from bert_jax.pytree import flatten_dict
+from bert_jax.runtime.pytree import flatten_dict
 
 if TYPE_CHECKING:
     from bert_jax.data.tokenizers.subword import SubwordTokenizer

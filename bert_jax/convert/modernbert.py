@@ -40,7 +40,7 @@ from bert_jax.config.bert import ConfigError
 from bert_jax.config.modernbert import ModernBertConfig
 from bert_jax.convert.hf_layout import CONFIG, SAFETENSORS, CheckpointError, Entry, Layout
 from bert_jax.model import modernbert_scan
-from bert_jax.pytree import flatten_dict
+from bert_jax.runtime.pytree import flatten_dict
 
 Params = dict[str, Any]
 

@@ -21,9 +21,9 @@ import numpy as np
 from absl import logging
 from etils import epath
 
-from bert_jax import paths
 from bert_jax.convert import hf, hf_layout
 from bert_jax.recipes import saved_runs
+from bert_jax.runtime import paths
 from bert_jax.train import checkpointing, params_loading
 
 # task kind (task.json) -> config.json problem_type of its sequence-classification head

@@ -52,12 +52,12 @@ import numpy as np
 from absl import logging
 from etils import epath
 
-from bert_jax import paths, platform, progress
 from bert_jax.config.bert import BertConfig
 from bert_jax.data import example_packing
 from bert_jax.data.finetuning import unlabelled
 from bert_jax.data.textfiles import DataError
 from bert_jax.data.tokenizers import load as tokenizer_lib
+from bert_jax.runtime import paths, platform, progress
 
 POOLINGS = ("mean", "cls")
 FORMATS = ("auto", "text", "jsonl", "csv", "tsv")

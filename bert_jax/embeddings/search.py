@@ -38,7 +38,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from bert_jax import sharding
+from bert_jax.runtime import sharding
 
 SIMILARITIES = ("cos", "dot")
 

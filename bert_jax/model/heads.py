@@ -19,7 +19,7 @@ from bert_jax.config.bert import BertConfig
 from bert_jax.model.activations import ACTIVATION_FNS
 from bert_jax.model.encoder import BertModel
 from bert_jax.model.layers import dense, layer_norm, zeros_init
-from bert_jax.sharding import constrain
+from bert_jax.runtime.sharding import constrain
 
 Array = jax.Array
 

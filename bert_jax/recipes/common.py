@@ -14,10 +14,10 @@ from typing import Any, Callable, Optional
 import jax
 from absl import logging
 
-from bert_jax import sharding
 from bert_jax.config.bert import BertConfig
 from bert_jax.config.settings import Config, loop_config, optimizer_config
 from bert_jax.model import families
+from bert_jax.runtime import sharding
 from bert_jax.train import checkpointing, loop, optimizer, params_loading, program
 
 

@@ -32,9 +32,9 @@ import jax
 from absl import logging
 from etils import epath
 
-from bert_jax import multiprocess, pytree
 from bert_jax.config.settings import OptimizerConfig, warmup_steps
-from bert_jax.paths import read_json, write_text_atomically
+from bert_jax.runtime import multiprocess, pytree
+from bert_jax.runtime.paths import read_json, write_text_atomically
 from bert_jax.train import optimizer
 from bert_jax.train.workdir import CONFIG_FILE, SAVED_CONFIG_KEY, _writing
 
@@ -85,7 +85,7 @@ def record_config(config: ml_collections.ConfigDict, workdir: str) -> None:
     ConfigChangedError naming the keys, unless config.allow_config_change; then the previous
     file is kept as config.previous-<time>.json beside the new one. (Before the first
     checkpoint nothing has been trained: a corrected rerun simply replaces config.json.)
-    Process 0 reads and writes; every process raises if it failed (bert_jax.multiprocess).
+    Process 0 reads and writes; every process raises if it failed (bert_jax.runtime.multiprocess).
     """
     multiprocess.agree(lambda: _record(config, workdir) if jax.process_index() == 0 else None,
                        f"recording the config in {workdir}")

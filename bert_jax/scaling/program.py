@@ -20,11 +20,11 @@ import jax
 import ml_collections
 from jax.sharding import Mesh, NamedSharding
 
-from bert_jax import sharding
 from bert_jax.config import settings
 from bert_jax.config.bert import BertConfig
 from bert_jax.data.pretraining.synthetic import RandomTokenBatches
 from bert_jax.recipes import common, pretrain
+from bert_jax.runtime import sharding
 from bert_jax.train import loop
 
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from typing import Any, Optional, Sequence
 
+from bert_jax.runtime.sharding import MESH_AXES
 from bert_jax.scaling import collectives, hlo, memory, projection, roofline, targets, traffic
 from bert_jax.scaling.chips import Chip
 from bert_jax.scaling.program import CompiledStep
-from bert_jax.sharding import MESH_AXES
 
 ASSUMPTIONS = """\
 Assumptions of the projections (bert_jax/scaling: targets.py, projection.py, traffic.py):

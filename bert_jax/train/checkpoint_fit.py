@@ -15,9 +15,9 @@ from typing import Any, Mapping
 
 import jax
 
-from bert_jax import pytree
 from bert_jax.config.bert import BertConfig
 from bert_jax.model import families
+from bert_jax.runtime import pytree
 from bert_jax.train.checkpoint_errors import CheckpointMismatchError
 
 

@@ -18,7 +18,7 @@ from typing import Optional
 
 import orbax.checkpoint as ocp
 
-from bert_jax import paths
+from bert_jax.runtime import paths
 from bert_jax.train import checkpointing, checksums
 
 

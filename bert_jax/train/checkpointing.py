@@ -44,9 +44,9 @@ import orbax.checkpoint as ocp
 from absl import logging
 from etils import epath
 
-from bert_jax import paths
 from bert_jax.config.bert import BertConfig
 from bert_jax.model import families
+from bert_jax.runtime import paths
 from bert_jax.train import checkpoint_fit, checksums
 from bert_jax.train.checkpoint_errors import (
     CheckpointMismatchError,

@@ -37,7 +37,7 @@ from typing import Iterator, Optional
 
 from etils import epath
 
-from bert_jax import paths
+from bert_jax.runtime import paths
 from bert_jax.train.checkpoint_errors import unreadable
 
 FOLDER = "checksums"

@@ -34,8 +34,8 @@ import jax.numpy as jnp
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from bert_jax import platform
 from bert_jax.config.settings import CHOICES
+from bert_jax.runtime import platform
 
 BATCH_AXES = ("data", "fsdp")  # the manual axes: the batch's rows are split over both
 # fsdp axes of more devices than TWO_LEVEL_ABOVE that span a whole slice of these platforms run

@@ -54,9 +54,9 @@ from absl import logging
 from etils import epath
 from jax.sharding import Mesh
 
-from bert_jax import sharding
 from bert_jax.config.bert import BertConfig
 from bert_jax.config.settings import LoopConfig, check_batch_size
+from bert_jax.runtime import sharding
 from bert_jax.train import checkpointing, preemption, program, steps
 from bert_jax.train import workdir as workdir_lib
 from bert_jax.train.evaluation import Evaluator

@@ -32,8 +32,8 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from bert_jax import pytree
 from bert_jax.config.settings import OptimizerConfig
+from bert_jax.runtime import pytree
 
 ONE_CYCLE_DIV_FACTOR = 25.0  # one_cycle starts at learning_rate / this
 

@@ -20,9 +20,9 @@ import numpy as np
 import orbax.checkpoint as ocp
 from etils import epath
 
-from bert_jax import paths, pytree
 from bert_jax.config.bert import BertConfig
 from bert_jax.model import families, scan
+from bert_jax.runtime import paths, pytree
 from bert_jax.train import checkpointing
 from bert_jax.train.checkpoint_errors import CheckpointMismatchError, Reading
 

@@ -54,7 +54,7 @@ import optax
 from absl import logging
 from jax.sharding import Mesh, NamedSharding
 
-from bert_jax import platform, sharding, xla_options
+from bert_jax.runtime import platform, sharding, xla_options
 from bert_jax.train import fsdp, steps
 from bert_jax.train import state as state_lib
 

@@ -36,8 +36,8 @@ import optax
 from absl import logging
 from jax.sharding import Mesh, NamedSharding
 
-from bert_jax import platform, pytree, sharding, xla_options
 from bert_jax.config.bert import BertConfig
+from bert_jax.runtime import platform, pytree, sharding, xla_options
 from bert_jax.train import checkpointing, steps
 
 

@@ -12,8 +12,8 @@ or at config.json with a WorkdirNotWritableError naming the file (`_writing`, wh
 run_record uses too).
 
 A workdir is a local folder or an object-storage URI such as `gs://bucket/run`; its paths go
-through `bert_jax.paths`. On a bucket the lock is created with a generation precondition, so of
-two runs that start together exactly one holds it.
+through `bert_jax.runtime.paths`. On a bucket the lock is created with a generation precondition, so
+of two runs that start together exactly one holds it.
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ import jax
 from absl import logging
 from etils import epath
 
-from bert_jax import multiprocess
-from bert_jax.paths import create_exclusively, read_json
+from bert_jax.runtime import multiprocess
+from bert_jax.runtime.paths import create_exclusively, read_json
 
 CONFIG_FILE = "config.json"
 LOCK_FILE = "run.lock"
@@ -114,7 +114,7 @@ def _acquire(workdir: str) -> dict:
 @contextlib.contextmanager
 def lock(workdir: str) -> Iterator[None]:
     """Hold <workdir>/run.lock while the body runs. Process 0 takes it; every process stops if
-    it could not (bert_jax.multiprocess)."""
+    it could not (bert_jax.runtime.multiprocess)."""
     holder = multiprocess.agree(
         lambda: _acquire(workdir) if jax.process_index() == 0 else None,
         f"taking the lock of {workdir}")

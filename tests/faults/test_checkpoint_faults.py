@@ -22,11 +22,12 @@ import optax
 import pytest
 from etils import epath
 
-from bert_jax import BertConfig, cli, sharding
+from bert_jax import BertConfig, cli
 from bert_jax.config import settings
 from bert_jax.data.pretraining.synthetic import RandomTokenBatches
 from bert_jax.model import BertForPreTraining
 from bert_jax.recipes import pretrain
+from bert_jax.runtime import sharding
 from bert_jax.train import (
     checkpoint_verification,
     checkpointing,

@@ -23,8 +23,8 @@ document goes to validation when a hash of its text falls below `validation_frac
 files never moves existing documents between splits (`bert_jax.data.corpora.splits`).
 
 Preparing shows progress bars (files read, articles parsed, documents written per split; TFDS's
-own bars for a catalog dataset's download) under the rules of `bert_jax.progress`: process 0, on a
-terminal or with BERT_JAX_PROGRESS=1.
+own bars for a catalog dataset's download) under the rules of `bert_jax.runtime.progress`: process
+0, on a terminal or with BERT_JAX_PROGRESS=1.
 
 `matched_files` (text_files.py) and `gensim_test_data` (demo.py) are re-exported here, where
 callers have always found them.
@@ -37,7 +37,6 @@ from typing import Any, Iterator, Protocol
 
 import tensorflow_datasets as tfds
 
-from bert_jax import progress
 from bert_jax.data.corpora.data_dir_lock import exclusive
 from bert_jax.data.corpora.demo import DemoCorpus, gensim_test_data
 from bert_jax.data.corpora.text_files import (
@@ -46,6 +45,7 @@ from bert_jax.data.corpora.text_files import (
     matched_files,
     text_files_config,
 )
+from bert_jax.runtime import progress
 
 __all__ = ["DEMO", "TEXT_PREFIX", "SourceTexts", "TextSource", "builder_for", "document_text",
            "gensim_test_data", "load_source", "matched_files", "prepare"]

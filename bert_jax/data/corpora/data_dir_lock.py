@@ -19,7 +19,7 @@ import time
 
 from etils import epath
 
-from bert_jax import paths
+from bert_jax.runtime import paths
 
 LOCK_FILE = ".bert_jax.lock"  # in data_dir, held while a corpus or vocabulary is prepared
 

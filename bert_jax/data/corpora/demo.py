@@ -19,9 +19,9 @@ from typing import Iterator
 
 import tensorflow_datasets as tfds
 
-from bert_jax import progress
 from bert_jax.data.corpora.splits import keyed_examples, split_documents, text_features
 from bert_jax.data.corpora.text_files import documents_in
+from bert_jax.runtime import progress
 
 WIKI_SAMPLE = "enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2"
 LEE_CORPUS = "lee_background.cor"

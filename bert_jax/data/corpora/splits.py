@@ -17,7 +17,7 @@ from typing import Iterator, Sequence
 
 import tensorflow_datasets as tfds
 
-from bert_jax import progress
+from bert_jax.runtime import progress
 
 
 def unit_hash(text: str) -> float:

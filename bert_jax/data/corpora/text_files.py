@@ -28,8 +28,8 @@ import os
 
 import tensorflow_datasets as tfds
 
-from bert_jax import progress
 from bert_jax.data.corpora.splits import keyed_examples, split_documents, text_features
+from bert_jax.runtime import progress
 
 DOCUMENT_DELIMITERS = ("blank_line", "file", "line")
 # A file of at least this many lines that is one document under "blank_line" gets a warning.

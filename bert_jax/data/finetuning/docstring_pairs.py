@@ -19,7 +19,7 @@ import sysconfig
 
 import numpy as np
 
-from bert_jax import paths
+from bert_jax.runtime import paths
 
 SKIPPED_DIRS = frozenset({"test", "tests", "idlelib", "site-packages", "lib2to3", "tkinter",
                           "turtledemo", "ensurepip", "__pycache__"})

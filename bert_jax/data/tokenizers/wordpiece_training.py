@@ -15,8 +15,8 @@ from typing import Iterable, Sequence
 from etils import epath
 from tokenizers import trainers
 
-from bert_jax import paths, progress
 from bert_jax.data.tokenizers.wordpiece import CONTINUATION_PREFIX, SPECIAL_TOKENS, bert_wordpiece
+from bert_jax.runtime import paths, progress
 
 
 def _trainer(vocab_size: int, min_frequency: int, special_tokens: Sequence[str]):
@@ -50,7 +50,7 @@ def train_wordpiece(texts: Iterable[str], vocab_size: int, out_dir: str, lowerca
     The same texts give the same files, byte for byte, whatever the number of threads
     (`_continuation_pieces`). `texts` is read twice: a one-shot iterator (a generator) is first
     read into memory, a collection or any other re-iterable is not. Each pass shows a progress
-    bar of the texts read (`bert_jax.progress`); the bars change nothing in the result.
+    bar of the texts read (`bert_jax.runtime.progress`); the bars change nothing in the result.
     """
     if vocab_size <= len(SPECIAL_TOKENS):
         raise ValueError(f"vocab_size={vocab_size} leaves no room beside the special tokens")

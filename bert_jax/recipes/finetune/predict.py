@@ -38,12 +38,12 @@ import jax
 import numpy as np
 from absl import logging
 
-from bert_jax import paths, progress, sharding
 from bert_jax.config import settings
 from bert_jax.data import batches, row_layout
 from bert_jax.data.finetuning import readers, unlabelled
 from bert_jax.recipes import common, run_record
 from bert_jax.recipes.finetune import kinds, recipe, task_data
+from bert_jax.runtime import paths, progress, sharding
 from bert_jax.train import evaluation
 
 LISTED_BAD_ROWS = 20  # bad rows named in the summary (the log names all of them)

@@ -23,7 +23,6 @@ import jax
 import jax.numpy as jnp
 from absl import logging
 
-from bert_jax import paths, sharding
 from bert_jax.config import settings
 from bert_jax.config.bert import BertConfig
 from bert_jax.recipes import common, run_record
@@ -37,6 +36,7 @@ from bert_jax.recipes.finetune.task_data import (
     save_task_file,
     training_batches,
 )
+from bert_jax.runtime import paths, sharding
 from bert_jax.train import evaluation, flops, loop, steps
 from bert_jax.train import workdir as workdir_lib
 

@@ -23,13 +23,13 @@ import jax.numpy as jnp
 import numpy as np
 from absl import logging
 
-from bert_jax import paths
 from bert_jax.data import example_packing, textfiles
 from bert_jax.data.finetuning import encoding, readers, unlabelled
 from bert_jax.model import families
 from bert_jax.recipes.finetune import metrics
 from bert_jax.recipes.finetune.kinds import TaskKind, register, window_stride
 from bert_jax.recipes.finetune.losses import softmax_cross_entropy
+from bert_jax.runtime import paths
 
 
 @register

@@ -26,12 +26,12 @@ from typing import Any, Callable, Optional, Sequence
 
 from absl import logging
 
-from bert_jax import paths
 from bert_jax.recipes import run_record
 from bert_jax.recipes.finetune import kinds
 from bert_jax.recipes.suite import figure, scores
 from bert_jax.recipes.suite import spec as spec_lib
 from bert_jax.recipes.suite.spec import Start, TaskSpec
+from bert_jax.runtime import paths
 from bert_jax.train import workdir as workdir_lib
 
 RESULT_FILE = "suite_result.json"

@@ -33,7 +33,7 @@ from typing import Any, Mapping, Optional, Sequence
 
 import ml_collections
 
-from bert_jax import paths
+from bert_jax.runtime import paths
 
 # Metric names a task may ask for (bert_jax.recipes.suite.scores computes them from the run's
 # predictions), and how the table labels them.

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from bert_jax import platform
+from bert_jax.runtime import platform
 
 CPU_OPTIONS = {"xla_cpu_scheduler_type": "CPU_SCHEDULER_TYPE_MEMORY_OPTIMIZED"}
 TPU_OPTIONS = {"xla_tpu_prefer_async_allgather_to_allreduce": "true"}
@@ -35,7 +35,8 @@ ONE_OFF_OPTIONS = {"cpu": {"xla_backend_optimization_level": "0"}}
 
 def compiler_options(backend: Optional[str] = None) -> Optional[dict[str, str]]:
     """`compiler_options` for jax.jit of a program for `backend` (default: the platform in
-    context, `bert_jax.platform.current()`: pass the mesh's platform when compiling for one)."""
+    context, `bert_jax.runtime.platform.current()`: pass the mesh's platform when compiling for
+    one)."""
     backend = platform.normalise(backend) if backend else platform.current()
     return dict(OPTIONS[backend]) if backend in OPTIONS else None
 

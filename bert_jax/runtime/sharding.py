@@ -24,7 +24,7 @@ from jax.experimental import mesh_utils
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from bert_jax import platform, xla_options
+from bert_jax.runtime import platform, xla_options
 
 MESH_AXES = ("data", "fsdp", "tensor")
 
@@ -180,7 +180,7 @@ def constrain(x: jax.Array, logical_axes: Sequence[str | None]) -> jax.Array:
 def activation_sharding(mesh: Mesh, rules: Sequence[tuple[str, Any]] = LOGICAL_AXIS_RULES
                         ) -> Iterator[None]:
     """While open (also inside jit), `constrain` pins activations to `mesh` by `rules`, and
-    platform-dependent choices follow the mesh's devices (`bert_jax.platform.current`)."""
+    platform-dependent choices follow the mesh's devices (`bert_jax.runtime.platform.current`)."""
     with (jax.sharding.use_abstract_mesh(mesh.abstract_mesh), nn.logical_axis_rules(rules),
           platform.compiling_for(platform.platform_of(mesh))):
         yield

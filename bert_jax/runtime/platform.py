@@ -5,8 +5,8 @@ row-major transposes of `model.precision`, the attention kernel, XLA:CPU's sched
 follow the devices the program is compiled for, not the host that traces it: a TPU program
 compiled ahead of time on a CPU host (`jax.experimental.topologies`) is traced where
 `jax.default_backend()` answers "cpu". So a step compiled for a mesh is traced under
-`compiling_for(platform_of(mesh))` (`bert_jax.sharding.activation_sharding` opens it), and code
-that decides by platform asks `current()`, which falls back to JAX's default backend outside
+`compiling_for(platform_of(mesh))` (`bert_jax.runtime.sharding.activation_sharding` opens it), and
+code that decides by platform asks `current()`, which falls back to JAX's default backend outside
 such a context (a plain `model.apply` runs where JAX runs it).
 """
 
