@@ -107,13 +107,14 @@ def ours(spec: dict) -> dict:
     programs are kept in (and loaded from) that folder as embed.py keeps them."""
     from bert_jax.embeddings import encode as se
     from bert_jax.runtime import compilation_cache
+    from bert_jax.tools import saved_runs
     if spec.get("compilation_cache"):
         os.environ[compilation_cache.COMPILATION_CACHE_VARIABLE] = spec["compilation_cache"]
         import jax
         jax.config.update("jax_compilation_cache_dir", spec["compilation_cache"])
         compilation_cache.use_compilation_cache()
     start = time.perf_counter()
-    encoder = se.load_encoder(hf_dir=spec["hf_dir"])
+    encoder = saved_runs.load_encoder(hf_dir=spec["hf_dir"])
     load_seconds = time.perf_counter() - start
     texts = polarity_sentences()
     embed_once = lambda t: se.embed(encoder, t, pooling="mean", normalize=True,

@@ -23,6 +23,7 @@ from absl import app, flags, logging
 from bert_jax import cli
 from bert_jax.embeddings import encode as sentence_embeddings
 from bert_jax.runtime import distributed
+from bert_jax.tools import saved_runs
 
 FLAGS = flags.FLAGS
 SCRIPT = "embed.py"
@@ -32,8 +33,8 @@ def embed_file():
     cli.check_text_encoding(FLAGS.encoding, "--encoding")
     rows = sentence_embeddings.read_rows(FLAGS.input, FLAGS.format, FLAGS.text_column,
                                          FLAGS.encoding)
-    encoder = sentence_embeddings.load_encoder(hf_dir=FLAGS.model, workdir=FLAGS.workdir,
-                                               step=FLAGS.step)
+    encoder = saved_runs.load_encoder(hf_dir=FLAGS.model, workdir=FLAGS.workdir,
+                                      step=FLAGS.step)
     logging.info("embedding %d rows of %s with %s (%s pooling%s)", len(rows), FLAGS.input,
                  encoder.source, FLAGS.pooling, ", normalized" if FLAGS.normalize else "")
     vectors = sentence_embeddings.embed(encoder, [row.text for row in rows], FLAGS.pooling,

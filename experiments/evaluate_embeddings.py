@@ -24,6 +24,7 @@ from bert_jax import cli
 from bert_jax.embeddings import encode as sentence_embeddings
 from bert_jax.embeddings import evaluate
 from bert_jax.runtime import distributed, paths
+from bert_jax.tools import saved_runs
 
 FLAGS = flags.FLAGS
 SCRIPT = "evaluate_embeddings.py"
@@ -34,8 +35,8 @@ SUMMARY_KEYS = ("ndcg@10", "mrr@10", "recall@1", "recall@10", "recall@100", "spe
 def run() -> dict:
     data = evaluate.load(beir_dir=FLAGS.beir_dir, split=FLAGS.split, sts_file=FLAGS.sts_file,
                          sts_format=FLAGS.sts_format, sts_columns=FLAGS.sts_columns)
-    encoder = sentence_embeddings.load_encoder(hf_dir=FLAGS.hf_dir, workdir=FLAGS.workdir,
-                                               step=FLAGS.step)
+    encoder = saved_runs.load_encoder(hf_dir=FLAGS.hf_dir, workdir=FLAGS.workdir,
+                                      step=FLAGS.step)
     logging.info("evaluating %s on %s (%s pooling)", encoder.source,
                  FLAGS.beir_dir or FLAGS.sts_file, FLAGS.pooling)
     metrics = evaluate.evaluate(encoder, data, pooling=FLAGS.pooling,

@@ -241,8 +241,9 @@ def test_finetune_py_trains_contrastive_pairs_and_embed_py_reads_the_run(tmp_pat
 
     from bert_jax.embeddings import encode as sentence_embeddings
     from bert_jax.recipes.finetune import contrastive
+    from bert_jax.tools import saved_runs
     rows = [json.loads(line) for line in open(tmp_path / "eval.jsonl")]
-    encoder = sentence_embeddings.load_encoder(workdir=str(workdir))
+    encoder = saved_runs.load_encoder(workdir=str(workdir))
     anchors, positives = (sentence_embeddings.embed(encoder, [r[key] for r in rows], "mean",
                                                     True, max_seq_len=16)
                           for key in ("anchor", "positive"))

@@ -26,6 +26,7 @@ from bert_jax.convert import hf
 from bert_jax.data.finetuning.readers import DataError
 from bert_jax.embeddings import encode as sentence_embeddings
 from bert_jax.recipes import run_record
+from bert_jax.tools import saved_runs
 from bert_jax.train import checkpointing
 
 torch.set_num_threads(2)
@@ -52,7 +53,7 @@ PAIRS = [(0, 1, True), (2, 3, True), (5, 6, True), (0, 5, False), (4, 8, False),
 
 @pytest.fixture(scope="module")
 def minilm():
-    return sentence_embeddings.load_encoder(hf_dir=hf.packaged_minilm_dir())
+    return saved_runs.load_encoder(hf_dir=hf.packaged_minilm_dir())
 
 
 @pytest.fixture(scope="module")
@@ -251,7 +252,7 @@ def test_embeddings_of_a_fine_tuning_workdir(tmp_path):
     manager.wait_until_finished()
     manager.close()
 
-    encoder = sentence_embeddings.load_encoder(workdir=workdir)
+    encoder = saved_runs.load_encoder(workdir=workdir)
     assert encoder.cfg == cfg and "pooler" not in encoder.params
     assert encoder.tokenizer.source == minilm_vocab
     ours = sentence_embeddings.embed(encoder, SENTENCES[:3], pooling="cls")
@@ -262,7 +263,7 @@ def test_embeddings_of_a_fine_tuning_workdir(tmp_path):
         np.testing.assert_allclose(ours[text_index], np.asarray(out.sequence_output[0, 0]),
                                    atol=1e-6)
     with pytest.raises(ValueError, match="exactly one of"):
-        sentence_embeddings.load_encoder(hf_dir="x", workdir=workdir)
+        saved_runs.load_encoder(hf_dir="x", workdir=workdir)
 
 
 # ----- the script --------------------------------------------------------------------------------

@@ -38,7 +38,6 @@ from bert_jax import (
 )
 from bert_jax.config import run as run_config
 from bert_jax.convert import hf
-from bert_jax.convert import runs as convert_runs
 from bert_jax.data.corpora import demo as demo_corpus
 from bert_jax.data.finetuning import encoding, readers
 from bert_jax.data.tokenizers import hf_folder as hf_tokenizer
@@ -46,6 +45,7 @@ from bert_jax.data.tokenizers import load as tok
 from bert_jax.data.tokenizers import subword as subword_tokenizer
 from bert_jax.data.tokenizers import wordpiece, wordpiece_training
 from bert_jax.recipes.finetune import recipe
+from bert_jax.tools import convert_runs
 from bert_jax.train import checkpointing, params_loading
 
 from finetune_runs import tiny_finetune_config
@@ -538,7 +538,7 @@ def test_pretraining_run_in_bert_for_masked_lm(tmp_path):
 
     theirs_tokenizer = transformers.AutoTokenizer.from_pretrained(tmp_path / "hf")
     masked_lm = transformers.BertForMaskedLM.from_pretrained(tmp_path / "hf").eval()
-    from bert_jax.recipes import saved_runs
+    from bert_jax.tools import saved_runs
     ours_tokenizer = saved_runs.run_tokenizer(workdir)
     cfg, params = load_run_params(workdir)
     model = BertForPreTraining(cfg, with_nsp=False)

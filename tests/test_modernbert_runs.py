@@ -196,9 +196,10 @@ def _transformers_logits(folder, input_ids, attention_mask):
 def test_a_transformers_modernbert_folder_fine_tuned_predicted_and_exported(tmp_path):
     import jax
 
-    from bert_jax.convert import hf, runs
+    from bert_jax.convert import hf
     from bert_jax.model import families
     from bert_jax.model.modernbert import ModernBertForSequenceClassification
+    from bert_jax.tools import convert_runs as runs
     from bert_jax.train import checkpointing, params_loading
 
     rng = np.random.default_rng(0)
@@ -271,6 +272,7 @@ def test_sentence_embeddings_of_a_modernbert_folder_are_transformers_mean_pooled
 
     from bert_jax.data.tokenizers.load import load_tokenizer
     from bert_jax.embeddings import encode as sentence_embeddings
+    from bert_jax.tools import saved_runs
 
     torch.manual_seed(0)
     hf_config = transformers.ModernBertConfig(
@@ -282,7 +284,7 @@ def test_sentence_embeddings_of_a_modernbert_folder_are_transformers_mean_pooled
     (tmp_path / "vocab.txt").write_text("\n".join(SPECIALS + WORDS) + "\n", encoding="utf-8")
     texts = [t for t, _ in _text_rows(np.random.default_rng(1), 6)]
 
-    vectors = sentence_embeddings.embed(sentence_embeddings.load_encoder(hf_dir=str(tmp_path)),
+    vectors = sentence_embeddings.embed(saved_runs.load_encoder(hf_dir=str(tmp_path)),
                                         texts, pooling="mean")
     tokenizer = load_tokenizer(str(tmp_path))
     rows = [[tokenizer.cls_id] + ids + [tokenizer.sep_id] for ids in tokenizer.encode_batch(texts)]

@@ -1,5 +1,5 @@
-"""experiments/plot.py and bert_jax/plotting.py (curves of runs into a PNG), and the progress bars
-of bert_jax/runtime/progress.py (shown only when asked for, never changing a result)."""
+"""experiments/plot.py and bert_jax/tools/plotting.py (curves of runs into a PNG), and the progress
+bars of bert_jax/runtime/progress.py (shown only when asked for, never changing a result)."""
 
 import json
 import os
@@ -9,8 +9,8 @@ import sys
 import numpy as np
 import pytest
 
-from bert_jax import plotting
 from bert_jax.runtime import progress
+from bert_jax.tools import plotting
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(ROOT, "experiments", "plot.py")

@@ -42,6 +42,8 @@ def test_sentence_embeddings_warns_and_is_embeddings_encode():
     with pytest.warns(DeprecationWarning, match="bert_jax.embeddings.encode"):
         se = _fresh_import("bert_jax.sentence_embeddings")
     assert se.embed is encode.embed and se.Encoder is encode.Encoder
+    from bert_jax.tools import saved_runs
+    assert se.load_encoder is saved_runs.load_encoder
 
 
 def test_retrieval_warns_and_gives_the_embeddings_modules():

@@ -1,7 +1,8 @@
 """Sentence embeddings from any BERT encoder: one of our runs or a Hugging Face folder.
 
     from bert_jax.embeddings import encode as se
-    encoder = se.load_encoder(hf_dir="path/to/hf_bert")       # or workdir=RUN, step=N
+    from bert_jax.tools import saved_runs
+    encoder = saved_runs.load_encoder(hf_dir="path/to/hf_bert")  # or workdir=RUN, step=N
     rows = se.read_rows("sentences.txt")                       # or .jsonl/.csv/.tsv
     vectors = se.embed(encoder, [r.text for r in rows], pooling="mean", normalize=True)
     se.write_outputs("out/sentences", vectors, rows)   # .npy [N, H] + .index.jsonl
@@ -82,8 +83,8 @@ class Row:
 @dataclasses.dataclass(frozen=True)
 class Encoder:
     """What embedding needs: the model config, the BertModel tree (pooler dropped; on the
-    device when load_encoder made it), the tokenizer its vocabulary ids came from, and where
-    they were read (for messages)."""
+    device when bert_jax.tools.saved_runs.load_encoder made it), the tokenizer its vocabulary ids
+    came from, and where they were read (for messages)."""
 
     cfg: BertConfig
     params: Any
@@ -98,31 +99,6 @@ def encoder_tree(params: Any) -> dict:
     without the pooler (embeddings do not use it)."""
     params = params["bert"] if "bert" in params else params
     return {k: v for k, v in jax.device_get(params).items() if k != "pooler"}
-
-
-def load_encoder(hf_dir: Optional[str] = None, workdir: Optional[str] = None,
-                 step: Optional[int] = None) -> Encoder:
-    """The encoder of a Hugging Face folder (`hf_dir`) or of a run (`workdir`, its newest
-    checkpoint or `step`; fine-tuning heads are dropped). Exactly one of the two."""
-    if (hf_dir is None) == (workdir is None):
-        raise ValueError("give exactly one of a Hugging Face folder and a run's workdir")
-    if hf_dir is not None:
-        from bert_jax.convert import hf
-        cfg, params = hf.load(hf_dir, with_heads=False)
-        tokenizer, source = tokenizer_lib.load_tokenizer(hf_dir), hf_dir
-    else:
-        from bert_jax.recipes import saved_runs
-        from bert_jax.train import checkpointing, params_loading
-        source = checkpointing.checkpoint_dir(workdir)
-        cfg, params = params_loading.load_params(source, step=step)
-        tokenizer = saved_runs.run_tokenizer(workdir)
-        if tokenizer is None:
-            raise ValueError(f"{workdir}: the run has no vocabulary (synthetic corpus), so there "
-                             "are no texts to embed")
-    if tokenizer.vocab_size > cfg.vocab_size:
-        raise ValueError(f"tokenizer {tokenizer.source} has {tokenizer.vocab_size} tokens but "
-                         f"the model of {source} only {cfg.vocab_size}")
-    return Encoder(cfg, jax.device_put(encoder_tree(params)), tokenizer, source)
 
 
 # ----- reading the texts -------------------------------------------------------------------------

@@ -2,7 +2,8 @@
 
     from bert_jax.embeddings import encode as se
     from bert_jax.embeddings import evaluate as ev
-    encoder = se.load_encoder(hf_dir=...)            # or workdir=RUN, step=N
+    from bert_jax.tools import saved_runs
+    encoder = saved_runs.load_encoder(hf_dir=...)     # or workdir=RUN, step=N
     data = ev.load(beir_dir="scifact", split="test")  # or ev.load(sts_file="sts-test.tsv")
     ev.evaluate(encoder, data, pooling="mean")        # -> {"ndcg@10": ..., ...}
 

@@ -1,7 +1,7 @@
 """What every recipe builds the same way from its config: model config, initial weights,
 tokenizer, the train program and loop, and a checkpoint's parameters placed on the mesh. (The
 mesh, the optimizer and loop settings and the config checks: bert_jax.config.settings. A saved
-run's tokenizer, whatever its recipe: bert_jax.recipes.saved_runs.)
+run's tokenizer, whatever its recipe: bert_jax.tools.saved_runs.)
 
 The config keys read here mean the same in every recipe; bert_jax/config/run.py is their schema
 (each key once, with its default and its meaning).

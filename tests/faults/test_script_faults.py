@@ -127,7 +127,7 @@ def convert_in_process(direction, hf_dir, checkpoint_dir):
     conversion), in this process: the SystemExit it ends with, which a script turns into exit
     status 1 and its message as the last stderr line (one subprocess above shows that)."""
     from bert_jax import cli
-    from bert_jax.convert import runs
+    from bert_jax.tools import convert_runs as runs
 
     if direction == "hf_to_ours":
         fn = lambda: runs.hf_to_ours(hf_dir, checkpoint_dir, False)
@@ -238,7 +238,7 @@ def test_more_damaged_files_raise_errors_naming_the_file(hf_folder, tmp_path):
 
 
 def test_a_failed_read_back_is_still_a_bug_not_a_user_error(hf_folder, tmp_path, monkeypatch):
-    from bert_jax.convert import runs
+    from bert_jax.tools import convert_runs as runs
     real = params_loading.load_params
 
     def corrupted(*args, **kwargs):

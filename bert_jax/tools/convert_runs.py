@@ -22,8 +22,8 @@ from absl import logging
 from etils import epath
 
 from bert_jax.convert import hf, hf_layout
-from bert_jax.recipes import saved_runs
 from bert_jax.runtime import paths
+from bert_jax.tools import saved_runs
 from bert_jax.train import checkpointing, params_loading
 
 # task kind (task.json) -> config.json problem_type of its sequence-classification head
