@@ -251,7 +251,7 @@ def main(argv):
 
     from bert_jax.data.pretraining.synthetic import RandomTokenBatches
     from bert_jax.runtime import platform, sharding
-    from bert_jax.scaling import chips
+    from bert_jax.tools.scaling import chips
     size = "tiny" if FLAGS.tiny else "full"
     device = jax.devices()[0]
     here = platform.normalise(device.platform)

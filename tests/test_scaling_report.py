@@ -1,4 +1,4 @@
-"""The scaling report (bert_jax/scaling, experiments/scaling_report.py).
+"""The scaling report (bert_jax/tools/scaling, experiments/scaling_report.py).
 
 The HLO reader on hand-written programs (every spelling of device groups, while-loop trip
 counts, async collectives, where a value comes from, the all-reduce patterns a GPU/TPU compiler
@@ -28,7 +28,7 @@ import numpy as np
 import pytest
 import xla_flags
 
-from bert_jax.scaling import collectives, groups, hlo, projection, targets, traffic
+from bert_jax.tools.scaling import collectives, groups, hlo, projection, targets, traffic
 
 import eight_devices
 
@@ -271,7 +271,7 @@ def _worker(out_dir: str) -> None:
     import jax
 
     from bert_jax.runtime.sharding import make_mesh
-    from bert_jax.scaling import program, report
+    from bert_jax.tools.scaling import program, report
 
     assert jax.device_count() == 8
     results = {}

@@ -1,4 +1,4 @@
-"""Programs compiled for a TPU slice on this CPU host (bert_jax/scaling: topology, chips,
+"""Programs compiled for a TPU slice on this CPU host (bert_jax/tools/scaling: topology, chips,
 roofline; the `test` extra brings libtpu, so these run in CI).
 
 - The real pre-training step of a tiny BERT compiled for v5e:2x2 (4 chips, fsdp=4): the report's
@@ -20,7 +20,7 @@ import pytest
 
 from bert_jax.config import run as run_config
 from bert_jax.runtime import platform, sharding, xla_options
-from bert_jax.scaling import chips, program, report, roofline, topology
+from bert_jax.tools.scaling import chips, program, report, roofline, topology
 
 
 @pytest.fixture(scope="module")

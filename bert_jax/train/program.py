@@ -6,8 +6,9 @@ times or compiles the train step.
     compiled = program.compile(batch)    # ahead of time; with abstract=True nothing is allocated
 
 `loop.train` builds its program here, and so do the pre-training recipe's `Pieces`,
-`bert_jax.scaling.program` (the scaling report), `experiments/device_check.py` and every script
-in benchmarks/: a benchmark times, and a report reads, the very program a training run executes.
+`bert_jax.tools.scaling.program` (the scaling report), `experiments/device_check.py` and every
+script in benchmarks/: a benchmark times, and a report reads, the very program a training run
+executes.
 
 What `build` makes:
 

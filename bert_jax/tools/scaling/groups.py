@@ -19,7 +19,7 @@ from typing import Optional
 
 import numpy as np
 
-from bert_jax.scaling.hlo import HloParseError, closing
+from bert_jax.tools.scaling.hlo import HloParseError, closing
 
 Groups = tuple[tuple[int, ...], ...]
 

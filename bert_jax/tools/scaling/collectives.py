@@ -22,8 +22,8 @@ import dataclasses
 import math
 from typing import Optional
 
-from bert_jax.scaling import hlo
-from bert_jax.scaling.groups import Groups, parse_groups
+from bert_jax.tools.scaling import hlo
+from bert_jax.tools.scaling.groups import Groups, parse_groups
 
 KINDS = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute")
 # XLA:TPU writes a reduce-scatter as a custom fusion of all-reduce + dynamic-slice (its

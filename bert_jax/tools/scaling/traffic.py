@@ -22,7 +22,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from bert_jax.scaling.collectives import Collective
+from bert_jax.tools.scaling.collectives import Collective
 
 PARAMETERS = "state.params"  # how the program names the train state's parameters
 

@@ -10,12 +10,12 @@ from __future__ import annotations
 from typing import Any, Optional, Sequence
 
 from bert_jax.runtime.sharding import MESH_AXES
-from bert_jax.scaling import collectives, hlo, memory, projection, roofline, targets, traffic
-from bert_jax.scaling.chips import Chip
-from bert_jax.scaling.program import CompiledStep
+from bert_jax.tools.scaling import collectives, hlo, memory, projection, roofline, targets, traffic
+from bert_jax.tools.scaling.chips import Chip
+from bert_jax.tools.scaling.program import CompiledStep
 
 ASSUMPTIONS = """\
-Assumptions of the projections (bert_jax/scaling: targets.py, projection.py, traffic.py):
+Assumptions of the projections (bert_jax/tools/scaling: targets.py, projection.py, traffic.py):
 - compute = model FLOPs per device (bert_jax/train/flops.py: 3 x the forward pass's matmul
   FLOPs, remat excluded) / (peak bf16 FLOP/s x MFU); the MFU is assumed, not measured.
 - collectives move the ring algorithm's bytes: all-reduce 2(n-1)/n of its payload,
@@ -78,7 +78,7 @@ def analyse(step: CompiledStep, target_names: Sequence[str], mfu: float,
 def chip_report(step: CompiledStep, record: dict[str, Any], chip: Chip,
                 loops: bool) -> dict[str, Any]:
     """Memory against HBM, XLA's cost analysis, the roofline bound and the fsdp traffic of a
-    program compiled for `chip`'s devices (bert_jax.scaling.roofline); `loops`: the program
+    program compiled for `chip`'s devices (bert_jax.tools.scaling.roofline); `loops`: the program
     holds a while loop (its body's bytes are counted once by the cost analysis)."""
     cost = memory.hlo_cost(step.compiled)
     mesh = record["mesh"]

@@ -26,9 +26,9 @@ import dataclasses
 import math
 from typing import Iterable
 
-from bert_jax.scaling.collectives import Collective
-from bert_jax.scaling.targets import Target
-from bert_jax.scaling.traffic import effective_parts, ring_factor
+from bert_jax.tools.scaling.collectives import Collective
+from bert_jax.tools.scaling.targets import Target
+from bert_jax.tools.scaling.traffic import effective_parts, ring_factor
 
 
 @dataclasses.dataclass(frozen=True)

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from bert_jax.scaling.chips import Chip
+from bert_jax.tools.scaling.chips import Chip
 
 FSDP_RATIO_LIMIT = 1.2
 
