@@ -8,7 +8,7 @@ r"""Convert BERT weights between Hugging Face folders and our Orbax checkpoints.
       --hf_dir=OUT
 
 The checkpoint written by hf_to_ours is an ordinary step-0 checkpoint of our trainer (params and
-model config; no optimizer state): `bert_jax.train.params_loading.load_params(OUT)` reads it.
+model config; no optimizer state): `bert_jax.train.checkpoint.params.load_params(OUT)` reads it.
 Heads travel with the weights: a BertForPreTraining checkpoint gives `bert/`, `mlm/`, `nsp/`
 (see bert_jax.convert.hf); --encoder_only keeps the encoder alone. After writing, the output is
 read back and compared with what was written, tensor by tensor (bert_jax/tools/convert_runs.py).

@@ -37,7 +37,8 @@ from bert_jax import cli, recipes
 from bert_jax.config import settings
 from bert_jax.recipes import run_record
 from bert_jax.runtime import distributed, paths
-from bert_jax.train import checkpointing, params_loading
+from bert_jax.train.checkpoint import params as params_loading
+from bert_jax.train.checkpoint import store as checkpointing
 
 FLAGS = flags.FLAGS
 SCRIPT = "evaluate.py"

@@ -13,8 +13,10 @@ import pytest
 from bert_jax import BertConfig
 from bert_jax.config import settings
 from bert_jax.model import BertForPreTraining
-from bert_jax.train import checkpointing, optimizer, params_loading, steps
+from bert_jax.train import optimizer, steps
 from bert_jax.train import state as state_lib
+from bert_jax.train.checkpoint import params as params_loading
+from bert_jax.train.checkpoint import store as checkpointing
 
 
 class CountingIterator:

@@ -27,7 +27,7 @@ from bert_jax.data.finetuning.readers import DataError
 from bert_jax.embeddings import encode as sentence_embeddings
 from bert_jax.recipes import run_record
 from bert_jax.tools import saved_runs
-from bert_jax.train import checkpointing
+from bert_jax.train.checkpoint import store as checkpointing
 
 torch.set_num_threads(2)
 transformers.logging.set_verbosity_error()

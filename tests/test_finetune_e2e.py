@@ -255,7 +255,8 @@ def test_init_from_a_pretraining_checkpoint_keeps_only_the_head_fresh(tmp_path):
     from bert_jax.model import BertForPreTraining
     from bert_jax.recipes import pretrain
     from bert_jax.runtime import sharding
-    from bert_jax.train import loop, optimizer, params_loading, state
+    from bert_jax.train import loop, optimizer, state
+    from bert_jax.train.checkpoint import params as params_loading
 
     cfg = BertConfig.preset("tiny", vocab_size=100, hidden_size=32, num_hidden_layers=1,
                             num_attention_heads=2, intermediate_size=64,

@@ -138,7 +138,7 @@ def _subprocess_env(gcs) -> dict:
 
 def test_paths_keep_uris_and_make_local_paths_absolute(tmp_path, monkeypatch):
     from bert_jax.runtime import paths
-    from bert_jax.train import checkpointing
+    from bert_jax.train.checkpoint import store as checkpointing
     monkeypatch.chdir(tmp_path)
     assert os.fspath(paths.path("gs://b/run")) == "gs://b/run"
     assert os.fspath(paths.path("run")) == str(tmp_path / "run")
@@ -148,7 +148,7 @@ def test_paths_keep_uris_and_make_local_paths_absolute(tmp_path, monkeypatch):
 
 
 def test_the_lock_on_a_bucket_admits_one_run(gcs):
-    from bert_jax.train import workdir as workdir_lib
+    from bert_jax.train.checkpoint import workdir as workdir_lib
     workdir = f"gs://{BUCKET}/lock_test"
     with workdir_lib.lock(workdir):
         holder = json.loads(_read("lock_test/run.lock"))

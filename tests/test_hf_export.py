@@ -46,7 +46,8 @@ from bert_jax.data.tokenizers import subword as subword_tokenizer
 from bert_jax.data.tokenizers import wordpiece, wordpiece_training
 from bert_jax.recipes.finetune import recipe
 from bert_jax.tools import convert_runs
-from bert_jax.train import checkpointing, params_loading
+from bert_jax.train.checkpoint import params as params_loading
+from bert_jax.train.checkpoint import store as checkpointing
 
 from finetune_runs import tiny_finetune_config
 

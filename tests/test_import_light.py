@@ -40,7 +40,8 @@ SCRIPT = textwrap.dedent("""
     from bert_jax.config.bert import BertConfig
     from bert_jax.data.pretraining.synthetic import RandomTokenBatches
     from bert_jax.model import BertForPreTraining
-    from bert_jax.train import checkpointing, evaluation, loop, metrics_writer, program, steps
+    from bert_jax.train.checkpoint import store as checkpointing
+    from bert_jax.train import evaluation, loop, metrics_writer, program, steps
     from bert_jax.train import optimizer as optimizer_lib
 
     SEQ, PREDICTIONS, VOCAB, ROWS = 16, 4, 64, 4

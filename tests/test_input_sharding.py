@@ -246,7 +246,7 @@ def test_checkpoint_of_two_processes_starts_a_new_pass_or_is_refused(corpus, tmp
     import jax.numpy as jnp
 
     from bert_jax.config.bert import BertConfig
-    from bert_jax.train import checkpointing
+    from bert_jax.train.checkpoint import store as checkpointing
 
     cfg = data_config(corpus, seed=5)
     hosts = [pretraining.make_iterator(cfg, "train", 8, i, 2) for i in range(2)]

@@ -87,7 +87,8 @@ def test_modernbert_pretraining_resumes_exactly_after_sigterm_and_evaluates(tmp_
     import time
 
     from bert_jax.model import families
-    from bert_jax.train import checkpointing, params_loading
+    from bert_jax.train.checkpoint import params as params_loading
+    from bert_jax.train.checkpoint import store as checkpointing
 
     reference_dir = str(tmp_path / "uninterrupted")
     _script("pretrain.py", f"--workdir={reference_dir}", *TINY_PRETRAINING)
@@ -200,7 +201,8 @@ def test_a_transformers_modernbert_folder_fine_tuned_predicted_and_exported(tmp_
     from bert_jax.model import families
     from bert_jax.model.modernbert import ModernBertForSequenceClassification
     from bert_jax.tools import convert_runs as runs
-    from bert_jax.train import checkpointing, params_loading
+    from bert_jax.train.checkpoint import params as params_loading
+    from bert_jax.train.checkpoint import store as checkpointing
 
     rng = np.random.default_rng(0)
     train, dev = _text_rows(rng, 64), _text_rows(rng, 24)
@@ -306,7 +308,7 @@ def test_sentence_embeddings_of_a_modernbert_folder_are_transformers_mean_pooled
 def test_family_saved_with_the_checkpoint_and_a_bert_dict_still_reads_as_bert():
     from bert_jax.config.bert import BertConfig
     from bert_jax.model import families
-    from bert_jax.train import checkpointing
+    from bert_jax.train.checkpoint import store as checkpointing
 
     modern = families.get("modernbert").preset("tiny", vocab_size=97)
     assert modern.pad_token_id == 0  # ModernBERT's own ids do not fit 97 tokens

@@ -53,3 +53,14 @@ def test_retrieval_warns_and_gives_the_embeddings_modules():
     assert retrieval.metrics is metrics and retrieval.evaluate is evaluate
     with pytest.raises(AttributeError):
         retrieval.no_such_module  # noqa: B018
+
+
+def test_checkpointing_warns_and_loads_params_as_the_contract_says(tmp_path):
+    from bert_jax.train.checkpoint import params, store
+    with pytest.warns(DeprecationWarning, match="bert_jax.train.checkpoint.store"):
+        checkpointing = _fresh_import("bert_jax.train.checkpointing")
+    assert checkpointing.load_params is params.load_params
+    assert checkpointing.checkpoint_dir is store.checkpoint_dir
+    assert checkpointing.CheckpointUnreadableError is store.CheckpointUnreadableError
+    with pytest.raises(FileNotFoundError):
+        checkpointing.load_params(str(tmp_path / "checkpoints"))

@@ -37,7 +37,7 @@ from bert_jax.embeddings import encode as sentence_embeddings
 from bert_jax.recipes.finetune import recipe
 from bert_jax.tools import convert_runs as runs
 from bert_jax.tools import saved_runs
-from bert_jax.train import params_loading
+from bert_jax.train.checkpoint import params as params_loading
 
 from finetune_runs import tiny_finetune_config
 

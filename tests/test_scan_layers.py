@@ -35,7 +35,9 @@ from bert_jax.recipes import common as recipe_common
 from bert_jax.recipes import pretrain
 from bert_jax.runtime import sharding
 from bert_jax.runtime.pytree import flatten_dict
-from bert_jax.train import checkpointing, optimizer, params_loading, steps
+from bert_jax.train import optimizer, steps
+from bert_jax.train.checkpoint import params as params_loading
+from bert_jax.train.checkpoint import store as checkpointing
 from experiments.configs import demo
 
 import pretrain_runs

@@ -27,8 +27,10 @@ def _worker(out_dir: str) -> None:
     from bert_jax.config import settings
     from bert_jax.model import BertForPreTraining
     from bert_jax.runtime import sharding
-    from bert_jax.train import checkpointing, loop, optimizer, params_loading, steps
+    from bert_jax.train import loop, optimizer, steps
     from bert_jax.train import state as state_lib
+    from bert_jax.train.checkpoint import params as params_loading
+    from bert_jax.train.checkpoint import store as checkpointing
 
     assert jax.device_count() == 8
     from bert_jax.recipes import pretrain

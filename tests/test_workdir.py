@@ -8,7 +8,7 @@ import ml_collections
 import pytest
 
 from bert_jax.recipes import run_record
-from bert_jax.train import workdir
+from bert_jax.train.checkpoint import workdir
 
 
 def config(**data):

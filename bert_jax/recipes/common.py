@@ -18,7 +18,9 @@ from bert_jax.config.bert import BertConfig
 from bert_jax.config.settings import Config, loop_config, optimizer_config
 from bert_jax.model import families
 from bert_jax.runtime import sharding
-from bert_jax.train import checkpointing, loop, optimizer, params_loading, program
+from bert_jax.train import loop, optimizer, program
+from bert_jax.train.checkpoint import params as params_loading
+from bert_jax.train.checkpoint import store as checkpointing
 
 
 def _model_overrides(config: Config) -> dict[str, Any]:

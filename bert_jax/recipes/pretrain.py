@@ -33,7 +33,7 @@ from bert_jax.model import BertForPreTraining, families
 from bert_jax.recipes import common, run_record
 from bert_jax.train import evaluation, flops, loop, program, steps
 from bert_jax.train import optimizer as optimizer_lib
-from bert_jax.train import workdir as workdir_lib
+from bert_jax.train.checkpoint import workdir as workdir_lib
 
 SYNTHETIC = "synthetic"
 

@@ -5,10 +5,10 @@ recipe from process 0 after checking it, and read back by evaluate.py in a new p
 (`load_config`). A rerun on a workdir that holds a checkpoint continues the same run, so its
 config must be the same in everything that changes what the run computes (`record_config`);
 `allow_config_change` says a change is meant. Each checkpoint keeps a copy
-(`bert_jax.train.workdir.saved_config_metadata`, in its metadata), so a rerun whose config.json
-is gone is checked against the newest readable checkpoint's: refused when they differ, a warning
-when they do not (or when the checkpoint predates saved configs). A config.json that cannot be
-written stops the run with a WorkdirNotWritableError naming the file.
+(`bert_jax.train.checkpoint.workdir.saved_config_metadata`, in its metadata), so a rerun whose
+config.json is gone is checked against the newest readable checkpoint's: refused when they differ, a
+warning when they do not (or when the checkpoint predates saved configs). A config.json that cannot
+be written stops the run with a WorkdirNotWritableError naming the file.
 
 What a changed config does to a resumed run's learning rate: the schedule is a function of
 total_steps (its warm-up, config.warmup_fraction x total_steps, and its decay both end where
@@ -36,7 +36,7 @@ from bert_jax.config.settings import OptimizerConfig, warmup_steps
 from bert_jax.runtime import multiprocess, pytree
 from bert_jax.runtime.paths import read_json, write_text_atomically
 from bert_jax.train import optimizer
-from bert_jax.train.workdir import CONFIG_FILE, SAVED_CONFIG_KEY, _writing
+from bert_jax.train.checkpoint.workdir import CONFIG_FILE, SAVED_CONFIG_KEY, _writing
 
 if TYPE_CHECKING:  # annotations only: ml_collections is imported where a saved config is read
     import ml_collections
@@ -99,7 +99,8 @@ def _has_checkpoint(workdir: str) -> bool:
 def _checkpoint_config(workdir: str) -> tuple[Optional[int], Optional[dict]]:
     """(step, the config saved in its metadata) of the newest checkpoint whose metadata can be
     read; (step, None) when that checkpoint predates saved configs; (None, None) when none can."""
-    from bert_jax.train import checkpointing  # orbax: only where a checkpoint is read
+    # orbax: only where a checkpoint is read
+    from bert_jax.train.checkpoint import store as checkpointing
     directory = epath.Path(workdir) / checkpointing.CHECKPOINTS
     for step in sorted((int(p.name) for p in directory.iterdir() if p.name.isdigit()),
                        reverse=True):

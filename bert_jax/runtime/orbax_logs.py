@@ -14,7 +14,7 @@ from absl import logging
 
 # Orbax warnings that say nothing to a user: a read-only manager (evaluate.py, predict.py,
 # export) announcing the options it set itself, and our checksums folder inside a step, which
-# bert_jax.train.checksums reads, not Orbax.
+# bert_jax.train.checkpoint.checksums reads, not Orbax.
 ORBAX_NOISE = ("CheckpointManagerOptions.read_only=True, setting",
                "Given directory is read only=",
                'Item "checksums" was found in the checkpoint, but could not be restored')

@@ -24,7 +24,8 @@ from etils import epath
 from bert_jax.convert import hf, hf_layout
 from bert_jax.runtime import paths
 from bert_jax.tools import saved_runs
-from bert_jax.train import checkpointing, params_loading
+from bert_jax.train.checkpoint import params as params_loading
+from bert_jax.train.checkpoint import store as checkpointing
 
 # task kind (task.json) -> config.json problem_type of its sequence-classification head
 PROBLEM_TYPES = {"classification": "single_label_classification", "regression": "regression",

@@ -43,7 +43,8 @@ def load_encoder(hf_dir: Optional[str] = None, workdir: Optional[str] = None,
         cfg, params = hf.load(hf_dir, with_heads=False)
         tokenizer, source = tokenizer_lib.load_tokenizer(hf_dir), hf_dir
     else:
-        from bert_jax.train import checkpointing, params_loading
+        from bert_jax.train.checkpoint import params as params_loading
+        from bert_jax.train.checkpoint import store as checkpointing
         source = checkpointing.checkpoint_dir(workdir)
         cfg, params = params_loading.load_params(source, step=step)
         tokenizer = run_tokenizer(workdir)

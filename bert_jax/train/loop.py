@@ -57,8 +57,9 @@ from jax.sharding import Mesh
 from bert_jax.config.bert import BertConfig
 from bert_jax.config.settings import LoopConfig, check_batch_size
 from bert_jax.runtime import sharding
-from bert_jax.train import checkpointing, preemption, program, steps
-from bert_jax.train import workdir as workdir_lib
+from bert_jax.train import preemption, program, steps
+from bert_jax.train.checkpoint import store as checkpointing
+from bert_jax.train.checkpoint import workdir as workdir_lib
 from bert_jax.train.evaluation import Evaluator
 from bert_jax.train.metrics_writer import (
     MetricsWriteError,
@@ -219,7 +220,7 @@ class _Run:
         """Which checkpoint holds finite parameters, checked: the newest step saved by this
         invocation (save checked it), else marked params_finite in its metadata, else whose
         parameters load finite; steps that cannot be read are passed over."""
-        from bert_jax.train import params_loading
+        from bert_jax.train.checkpoint import params as params_loading
         try:
             self.manager.wait_until_finished()  # the newest save is on disk (or failed)
         except checkpointing.CheckpointWriteError as e:

@@ -28,14 +28,11 @@ from bert_jax.data.pretraining.synthetic import RandomTokenBatches
 from bert_jax.model import BertForPreTraining
 from bert_jax.recipes import pretrain
 from bert_jax.runtime import sharding
-from bert_jax.train import (
-    checkpoint_verification,
-    checkpointing,
-    checksums,
-    loop,
-    optimizer,
-    params_loading,
-)
+from bert_jax.train import loop, optimizer
+from bert_jax.train.checkpoint import checksums
+from bert_jax.train.checkpoint import params as params_loading
+from bert_jax.train.checkpoint import store as checkpointing
+from bert_jax.train.checkpoint import verification as checkpoint_verification
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TOTAL_STEPS = 8  # checkpoints every 2 steps, the newest 3 kept: 4, 6, 8

@@ -15,7 +15,9 @@ import pytest
 
 from bert_jax import BertConfig, BertModel, ConfigError
 from bert_jax.convert import hf
-from bert_jax.train import checkpointing, metrics_writer, params_loading
+from bert_jax.train import metrics_writer
+from bert_jax.train.checkpoint import params as params_loading
+from bert_jax.train.checkpoint import store as checkpointing
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

@@ -38,7 +38,7 @@ from bert_jax.recipes.finetune.task_data import (
 )
 from bert_jax.runtime import paths, sharding
 from bert_jax.train import evaluation, flops, loop, steps
-from bert_jax.train import workdir as workdir_lib
+from bert_jax.train.checkpoint import workdir as workdir_lib
 
 
 def _forward(model: nn.Module, params, batch, rng, deterministic: bool,

@@ -32,7 +32,7 @@ from bert_jax.recipes.suite import figure, scores
 from bert_jax.recipes.suite import spec as spec_lib
 from bert_jax.recipes.suite.spec import Start, TaskSpec
 from bert_jax.runtime import paths
-from bert_jax.train import workdir as workdir_lib
+from bert_jax.train.checkpoint import workdir as workdir_lib
 
 RESULT_FILE = "suite_result.json"
 SUITE_JSON, SUITE_MD, SUITE_PNG = "suite.json", "suite.md", "suite.png"

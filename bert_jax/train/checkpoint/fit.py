@@ -18,7 +18,7 @@ import jax
 from bert_jax.config.bert import BertConfig
 from bert_jax.model import families
 from bert_jax.runtime import pytree
-from bert_jax.train.checkpoint_errors import CheckpointMismatchError
+from bert_jax.train.checkpoint.errors import CheckpointMismatchError
 
 
 def check_model(where: str, saved_config: Mapping[str, Any], model_config: BertConfig) -> None:

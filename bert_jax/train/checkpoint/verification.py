@@ -5,9 +5,9 @@
     print(describe(check))          # "<dir>/8: damaged: state/...: does not match its checksum..."
 
 A step is intact when its files match the checksums recorded when it was saved
-(bert_jax.train.checksums) and its metadata, the metadata of its arrays and its data-iterator
-states can be read (checkpointing.check_readable); one saved before checksums were recorded is
-only checked for the latter, and says so. Every file is read once, by this one process.
+(bert_jax.train.checkpoint.checksums) and its metadata, the metadata of its arrays and its
+data-iterator states can be read (checkpointing.check_readable); one saved before checksums were
+recorded is only checked for the latter, and says so. Every file is read once, by this one process.
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ from typing import Optional
 import orbax.checkpoint as ocp
 
 from bert_jax.runtime import paths
-from bert_jax.train import checkpointing, checksums
+from bert_jax.train.checkpoint import checksums
+from bert_jax.train.checkpoint import store as checkpointing
 
 
 @dataclasses.dataclass(frozen=True)

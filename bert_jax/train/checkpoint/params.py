@@ -6,8 +6,8 @@
 
 `checkpoint_dir` is `<workdir>/checkpoints` (or one step folder in it) of a run written on any
 mesh, local or on object storage; only the `params` of the saved TrainState are read, each leaf
-straight into the shards it is given (bert_jax.train.checkpointing writes and restores whole
-train states). Errors name the folder or step (bert_jax.train.checkpoint_errors).
+straight into the shards it is given (bert_jax.train.checkpoint.store writes and restores whole
+train states). Errors name the folder or step (bert_jax.train.checkpoint.errors).
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from etils import epath
 from bert_jax.config.bert import BertConfig
 from bert_jax.model import families, scan
 from bert_jax.runtime import paths, pytree
-from bert_jax.train import checkpointing
-from bert_jax.train.checkpoint_errors import CheckpointMismatchError, Reading
+from bert_jax.train.checkpoint import store as checkpointing
+from bert_jax.train.checkpoint.errors import CheckpointMismatchError, Reading
 
 
 def _resolve_step_dir(checkpoint_dir: str | os.PathLike, step: Optional[int]
@@ -89,8 +89,8 @@ def load_params(checkpoint_dir: str | os.PathLike, step: Optional[int] = None,
     leaf, or a tree of Shardings shaped like the params (e.g. `sharding.param_shardings` of this
     run's model on its mesh), in which case each leaf is read straight into its shards.
     A step that cannot be read, or whose files do not match the checksums recorded when it was
-    saved (bert_jax.train.checksums), is a CheckpointUnreadableError naming it (no fallback: the
-    caller asked for this step, or for the newest).
+    saved (bert_jax.train.checkpoint.checksums), is a CheckpointUnreadableError naming it (no
+    fallback: the caller asked for this step, or for the newest).
     scan_layers: the layout of the encoder layers returned (BertConfig.scan_layers, which the
     returned config then holds): None keeps the checkpoint's, or takes that of a tree of
     `shardings`; the other layout is converted (bert_jax.model.scan).

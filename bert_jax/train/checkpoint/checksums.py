@@ -9,7 +9,7 @@ Each process records the files it wrote (`owner`): process i its array shards
 (`state/ocdbt.process_<i>/...`), their metadata (`state/array_metadatas/process_<i>`) and its
 data-iterator state (`data_iterator/process_<i>-of-<n>.json`); process 0 also everything else of
 the step (Orbax's metadata and merged manifest, the
-model config). bert_jax.train.checkpointing calls `record` right after Orbax finalizes a step (in
+model config). bert_jax.train.checkpoint.store calls `record` right after Orbax finalizes a step (in
 Orbax's finalize thread for an asynchronous save, so training does not wait for it), and `verify`
 before it reads a step's arrays.
 
@@ -38,7 +38,7 @@ from typing import Iterator, Optional
 from etils import epath
 
 from bert_jax.runtime import paths
-from bert_jax.train.checkpoint_errors import unreadable
+from bert_jax.train.checkpoint.errors import unreadable
 
 FOLDER = "checksums"
 ALGORITHM = "crc32"  # what `record` writes; `verify` reads any of ALGORITHMS
