@@ -32,7 +32,7 @@ RUNTIME = [
     "mwparserfromhell>=0.6",
     "importlib_resources>=6",  # TFDS dataset builders (squad) import it without declaring it
     "gensim>=4.3",  # ships the demo corpus (real English text) under gensim/test/test_data/
-    "tqdm>=4.60",  # progress bars (bert_jax/progress.py)
+    "tqdm>=4.60",  # progress bars (bert_jax/runtime/progress.py)
     "matplotlib>=3.7",  # experiments/plot.py
     # gs:// workdirs: etils.epath reads and writes gs:// through fsspec's gcsfs when TensorFlow
     # is absent (Orbax's metadata, our JSON and metrics files, TensorBoard events, vocabularies);

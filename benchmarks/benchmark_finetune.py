@@ -61,16 +61,17 @@ def run_ours(settings: dict) -> dict:
     """The recipe's step and batches (module docstring)."""
     import jax
 
-    from bert_jax import sharding
+    from bert_jax.config import settings as settings_lib
     from bert_jax.recipes import common as recipe_common
     from bert_jax.recipes.finetune import recipe, task_data
+    from bert_jax.runtime import sharding
 
     rows = encode(settings)
     config = rows.config
     init_cfg, initial_params = recipe_common.initial_weights(config)
     cfg = recipe_common.model_config(config, rows.tokenizer.vocab_size, init_cfg)
     data = task_data.TaskData(rows.kind, rows.labels, rows.examples, [], rows.features, {})
-    mesh = recipe_common.make_mesh(config)
+    mesh = settings_lib.make_mesh(config)
     built = recipe_common.train_program(
         config, mesh, recipe.make_task(config, cfg, data, initial_params), config.total_steps)
     state, train_step = built.state, built.train_step

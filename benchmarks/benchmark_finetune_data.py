@@ -23,13 +23,13 @@ def texts_path(settings: dict) -> tuple[str, str]:
     """(path, encoding) of the texts: --texts, or the polarity sentences."""
     if settings["texts"]:
         return settings["texts"], settings["texts_encoding"] or "utf-8"
-    from bert_jax.data import corpora
+    from bert_jax.data.corpora import catalog as corpora
     return os.path.join(corpora.gensim_test_data(), DEFAULT_TEXTS), "cp1252"
 
 
 def read_texts(settings: dict) -> list[str]:
     """The good rows' texts (DataError naming the file for an unreadable one or none)."""
-    from bert_jax.data import readers, unlabelled
+    from bert_jax.data.finetuning import readers, unlabelled
     path, encoding = texts_path(settings)
     rows = unlabelled.read_unlabelled_text(path, settings["texts_format"], encoding=encoding)
     if not rows.examples:
@@ -39,7 +39,7 @@ def read_texts(settings: dict) -> list[str]:
 
 def make_examples(task: str, texts: list[str]) -> list:
     """Examples of `task` made from the texts (benchmarks/benchmark_finetune.py)."""
-    from bert_jax.data import readers
+    from bert_jax.data.finetuning import readers
     if task == "classification":
         return [readers.TextExample(t, label="ab"[i % 2]) for i, t in enumerate(texts)]
     if task == "token_classification":
@@ -72,8 +72,8 @@ def tokenizer_dir(settings: dict) -> str:
 
 
 def finetune_config(settings: dict):
-    """The fine-tuning config of these settings (bert_jax/run_config.py)."""
-    from bert_jax import run_config
+    """The fine-tuning config of these settings (bert_jax/config/run.py)."""
+    from bert_jax.config import run as run_config
     config = run_config.finetune_config(settings["task"])
     config.init.hf_dir = settings["hf_dir"]
     config.tokenizer.path = tokenizer_dir(settings)

@@ -73,7 +73,8 @@ def run_ours(settings: dict) -> list[float]:
     import jax.numpy as jnp
 
     from benchmarks import pretrain_step
-    from bert_jax import BertConfig, BertModel, sharding
+    from bert_jax import BertConfig, BertModel
+    from bert_jax.runtime import sharding
 
     mesh = sharding.make_mesh(devices=jax.devices()[:1])
     if settings["mode"] == "infer":

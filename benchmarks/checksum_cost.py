@@ -1,5 +1,5 @@
-"""The cost of checkpoint checksums (bert_jax.train.checksums) in seconds per GB, for each
-digest a record may use (CRC32, which records are written with, and BLAKE2b-128).
+"""The cost of checkpoint checksums (bert_jax.train.checkpoint.checksums) in seconds per GB, for
+each digest a record may use (CRC32, which records are written with, and BLAKE2b-128).
 
     python benchmarks/checksum_cost.py --size_mb=1024 --repeats=3
 
@@ -20,7 +20,7 @@ import time
 from absl import app, flags
 from etils import epath
 
-from bert_jax.train import checksums
+from bert_jax.train.checkpoint import checksums
 
 flags.DEFINE_integer("size_mb", 1024, "Size of the file hashed, in MiB.")
 flags.DEFINE_integer("repeats", 3, "Timed passes per hash; the best is reported.")

@@ -1,4 +1,4 @@
-"""Sentence-embedding throughput: ours (bert_jax.sentence_embeddings, what embed.py runs) against
+"""Sentence-embedding throughput: ours (bert_jax.embeddings.encode, what embed.py runs) against
 transformers + torch, each implementation in its own process (benchmarks/worker.py).
 
     python benchmarks/compare_embed.py [--hf_dir=HF_FOLDER] [--batch_size=32] [--repeats=3] \
@@ -18,10 +18,10 @@ process for each implementation, two batches of `batch_size` texts (the first `b
 sentences, then the next): the seconds of each (the first includes JAX's compilation of the batch's
 shape) and second_batch_speedup = first / second. Two more figures of a one-off command:
 ours_cached, ours run twice with a compilation cache as embed.py keeps one
-(bert_jax.compilation_cache), the second process reported: its pass 1 loads the programs the first
-compiled (ratio_cold_cached: its cold sentences/s over torch's); and ratio_process, sentences/s of
-load + pass 1 (model loading included, Python start-up and imports not) ours over torch's, both
-cold.
+(bert_jax.runtime.compilation_cache), the second process reported: its pass 1 loads the programs the
+first compiled (ratio_cold_cached: its cold sentences/s over torch's); and ratio_process,
+sentences/s of load + pass 1 (model loading included, Python start-up and imports not) ours over
+torch's, both cold.
 
 Last, the whole commands, each in its own process from start to exit, Python's start-up and the
 imports included (after one unreported run of each, `--command_repeats` rounds, the order rotated
@@ -52,7 +52,8 @@ FLAGS = flags.FLAGS
 
 
 def polarity_sentences() -> list[str]:
-    from bert_jax.data import corpora, readers
+    from bert_jax.data.corpora import catalog as corpora
+    from bert_jax.data.finetuning import readers
     path = os.path.join(corpora.gensim_test_data(), "pang_lee_polarity.cor")
     return [example.text for example in readers.read_fasttext(path, "cp1252")]
 
@@ -104,15 +105,16 @@ def _two_batches(embed_once, texts, batch_size: int) -> dict:
 def ours(spec: dict) -> dict:
     """The worker job of bert_jax (worker.py protocol); with spec["compilation_cache"], compiled
     programs are kept in (and loaded from) that folder as embed.py keeps them."""
-    from bert_jax import compilation_cache
-    from bert_jax import sentence_embeddings as se
+    from bert_jax.embeddings import encode as se
+    from bert_jax.runtime import compilation_cache
+    from bert_jax.tools import saved_runs
     if spec.get("compilation_cache"):
         os.environ[compilation_cache.COMPILATION_CACHE_VARIABLE] = spec["compilation_cache"]
         import jax
         jax.config.update("jax_compilation_cache_dir", spec["compilation_cache"])
         compilation_cache.use_compilation_cache()
     start = time.perf_counter()
-    encoder = se.load_encoder(hf_dir=spec["hf_dir"])
+    encoder = saved_runs.load_encoder(hf_dir=spec["hf_dir"])
     load_seconds = time.perf_counter() - start
     texts = polarity_sentences()
     embed_once = lambda t: se.embed(encoder, t, pooling="mean", normalize=True,

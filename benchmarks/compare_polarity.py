@@ -109,9 +109,10 @@ def run_torch(config, train, evaluation, model=None) -> dict:
     import transformers
 
     from benchmarks.peers import recipe
-    from bert_jax.data import batches, encoding
+    from bert_jax.config import settings
+    from bert_jax.data import batches
+    from bert_jax.data.finetuning import encoding
     from bert_jax.recipes.finetune import metrics
-    from bert_jax.train import loop
 
     # One thread: with few cores torch's OpenMP threads spin against each other and slow the
     # run several times over. The results do not depend on it.
@@ -128,7 +129,7 @@ def run_torch(config, train, evaluation, model=None) -> dict:
         return batch
 
     train_batch, eval_batch = encode(train), encode(evaluation)
-    total = loop.steps_for_epochs(len(train), config.batch_size, config.epochs)
+    total = settings.steps_for_epochs(len(train), config.batch_size, config.epochs)
     trainer = recipe.TorchTrainer(model, recipe.Recipe.of(
         config.learning_rate, config.warmup_fraction, total, config.optimizer))
     order = batches.train_batches({"row": np.arange(len(train))}, config.batch_size, config.seed)
@@ -149,7 +150,7 @@ def run_torch(config, train, evaluation, model=None) -> dict:
 def parity(config, train, evaluation, train_path, eval_path, root) -> dict:
     """Same classifier init (torch's, saved as an HF folder with its head), dropout 0: the
     per-step training losses of the two implementations must agree."""
-    from bert_jax.data import encoding
+    from bert_jax.data.finetuning import encoding
 
     model = torch_model(config, len(encoding.build_label_map([e.label for e in train])), 0.0)
     start_dir = os.path.join(root, "start_with_head")
@@ -182,7 +183,7 @@ def paired_standard_error(runs: list[dict]) -> float:
 
 def main(argv):
     del argv
-    from bert_jax.data import readers
+    from bert_jax.data.finetuning import readers
 
     config = load_config()
     examples = readers.read_text_examples(config.data.train_path, config.data.format,

@@ -23,8 +23,9 @@ import numpy as np
 from absl import app, flags
 
 from benchmarks import pretrain_step
-from bert_jax import cli, distributed, sharding
-from bert_jax.config import PRESETS
+from bert_jax import cli
+from bert_jax.config.bert import PRESETS
+from bert_jax.runtime import distributed, sharding
 
 FLAGS = flags.FLAGS
 LAYOUTS = {"unrolled": False, "scanned": True}

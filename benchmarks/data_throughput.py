@@ -17,7 +17,7 @@ import time
 
 from absl import app, flags
 
-from bert_jax.data import pretraining
+from bert_jax.data.pretraining import pipeline as pretraining
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("corpus", "demo", "Corpus to read.")
@@ -62,7 +62,7 @@ def time_model(preset: str) -> dict:
     import jax
 
     from benchmarks import pretrain_step
-    from bert_jax import sharding
+    from bert_jax.runtime import sharding
 
     config = pretrain_step.config(preset, FLAGS.model_batch, FLAGS.seq_len, max_predictions=20)
     mesh = sharding.make_mesh(devices=jax.devices()[:1])

@@ -10,14 +10,14 @@ document_delimiter="blank_line" each file is ONE document of millions of charact
 drawn from a fixed made-up vocabulary with Zipf-like frequencies, in sentences and paragraphs of
 natural lengths.
 
-Outside the clock: preparing the corpus (bert_jax.data.corpora) and a `--vocab_size` WordPiece
-vocabulary trained on a sample of it. On the clock, in this process: `pretraining.make_iterator`
-(the train split, `--batch_size` rows of 128 tokens) and its first `next()`, as a training run's
-first step needs them. Printed, as the last stdout line, JSON: seconds to the first batch, the
-characters the tokenizer was given before it (all threads: the read-ahead ones and the packer)
-and the length of the longest training document. --profile prints the 25 functions of largest
-cumulative time (cProfile sees the main thread only: the read-ahead threads' tokenizing shows as
-waiting).
+Outside the clock: preparing the corpus (bert_jax.data.corpora.catalog) and a `--vocab_size`
+WordPiece vocabulary trained on a sample of it. On the clock, in this process:
+`pretraining.make_iterator` (the train split, `--batch_size` rows of 128 tokens) and its first
+`next()`, as a training run's first step needs them. Printed, as the last stdout line, JSON: seconds
+to the first batch, the characters the tokenizer was given before it (all threads: the read-ahead
+ones and the packer) and the length of the longest training document. --profile prints the 25
+functions of largest cumulative time (cProfile sees the main thread only: the read-ahead threads'
+tokenizing shows as waiting).
 
 Measured 2026-12-03 on the 2-core machine with 5 other processes running (single runs, so the
 times are indicative), the default 4 files of 2.25 MB: before documents were tokenized by windows
@@ -91,8 +91,9 @@ def main(argv):
     import threading
     import time
 
-    from bert_jax.data import corpora, pretraining
-    from bert_jax.data import tokenizer as tok
+    from bert_jax.data.corpora import catalog as corpora
+    from bert_jax.data.pretraining import pipeline as pretraining
+    from bert_jax.data.tokenizers import load as tok
 
     output_dir = os.path.abspath(FLAGS.output_dir)
     corpus_dir = os.path.join(output_dir, "corpus")

@@ -42,14 +42,15 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def narrative_words() -> list[str]:
     """The words of gensim's lee_background.cor (English news), in order."""
-    from bert_jax.data import corpora
+    from bert_jax.data.corpora import catalog as corpora
     path = os.path.join(corpora.gensim_test_data(), "lee_background.cor")
     with open(path, encoding="utf-8") as f:
         return f.read().split()
 
 
 def polarity_rows() -> list[tuple[str, str]]:
-    from bert_jax.data import corpora, readers
+    from bert_jax.data.corpora import catalog as corpora
+    from bert_jax.data.finetuning import readers
     path = os.path.join(corpora.gensim_test_data(), "pang_lee_polarity.cor")
     return [(example.text, example.label) for example in readers.read_fasttext(path, "cp1252")]
 

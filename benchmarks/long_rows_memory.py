@@ -30,9 +30,9 @@ Targets, each (target, mode, row length) in a fresh process (benchmarks/worker.p
   warm-up) and the load average over the timed steps (times mean something only on a quiet
   machine; memory holds on a busy one). A step whose temporaries exceed --max_temp_gib, or the
   memory available now less HEADROOM_GIB, is compiled but not run.
-- tpu:<generation>:<shape>: compiled for one chip of that slice (bert_jax.scaling.topology:
+- tpu:<generation>:<shape>: compiled for one chip of that slice (bert_jax.tools.scaling.topology:
   jax.experimental.topologies and libtpu, no TPU needed) and not run: the compiled program's
-  bytes on the chip (bert_jax.scaling.memory), or the error of a program XLA:TPU refuses (one
+  bytes on the chip (bert_jax.tools.scaling.memory), or the error of a program XLA:TPU refuses (one
   over the chip's memory). Batch 1 leaves nothing to split, hence one chip (libtpu describes
   no single-chip v5e slice here: "v5e:1x1 is not divisible by the given (or default)
   chips_per_host_bounds 2x2x1"; the default takes one chip of v5e:2x2).
@@ -127,10 +127,10 @@ def step(spec: dict) -> dict:
     import numpy as np
     from flax.core import meta
 
-    from bert_jax import platform, sharding, xla_options
+    from bert_jax.config.modernbert import ModernBertConfig
     from bert_jax.model import attention
-    from bert_jax.modernbert_config import ModernBertConfig
-    from bert_jax.scaling import memory, topology
+    from bert_jax.runtime import platform, sharding, xla_options
+    from bert_jax.tools.scaling import memory, topology
 
     batch, seq, target = spec["batch"], spec["seq_len"], spec["target"]
     on_tpu = target != "cpu"
@@ -320,7 +320,7 @@ def main(argv):
     if FLAGS.steps < 1:
         sys.exit(f"{SCRIPT}: error: --steps={FLAGS.steps}: at least 1")
     if any(target != "cpu" for target in targets):
-        from bert_jax.scaling import topology  # imports JAX: after the checks that need none
+        from bert_jax.tools.scaling import topology  # imports JAX: after the checks that need none
         for target in targets:
             try:
                 if target != "cpu":

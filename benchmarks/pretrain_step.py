@@ -4,7 +4,7 @@
     task, train = pretrain_step.build(config, mesh)   # train.state, train.train_step
     batch = next(pretrain_step.batches(config))       # host-local rows of the synthetic corpus
 
-The config is bert_jax/run_config.py's pre-training config on the synthetic corpus (random
+The config is bert_jax/config/run.py's pre-training config on the synthetic corpus (random
 token ids: no files, no tokenizer) at the preset's vocabulary size, with its optimizer block
 (BERT's AdamW, clipping at 1.0, linear warm-up and decay) and loop settings. The task is
 `bert_jax.recipes.pretrain.make_task` (BertForPreTraining's masked-LM loss, no NSP head) and the
@@ -26,8 +26,8 @@ def config(preset: str, batch_size: int, seq_len: int, max_predictions: Optional
            total_steps: int = 1000):
     """The pre-training config of these settings (module docstring). max_predictions: masked
     positions per row (None: 15% of seq_len); scan_layers None: the preset's layout."""
-    from bert_jax import run_config
-    from bert_jax.config import BertConfig
+    from bert_jax.config import run as run_config
+    from bert_jax.config.bert import BertConfig
 
     result = run_config.pretrain_config()
     result.model.preset = preset
@@ -47,10 +47,11 @@ def build(config, mesh, abstract: bool = False) -> tuple[Any, Any]:
     """(loop.Task, program.TrainProgram) of `config` on `mesh`: a fresh state (abstract=True:
     ShapeDtypeStructs, nothing allocated) and the jitted step. ValueError (the recipe's checks)
     for a batch the mesh cannot split or a sequence longer than the model's positions."""
+    from bert_jax.config import settings
     from bert_jax.recipes import common, pretrain
 
     cfg = common.model_config(config, config.tokenizer.vocab_size)
-    common.check_run(config, mesh, config.total_steps, cfg)
+    settings.check_run(config, mesh, config.total_steps, cfg)
     task = pretrain.make_task(config, cfg)
     return task, common.train_program(config, mesh, task, config.total_steps, abstract=abstract)
 

@@ -1,4 +1,4 @@
-r"""Measures the exact top-k search of bert_jax/retrieval/search.py in queries per second, on the
+r"""Measures the exact top-k search of bert_jax/embeddings/search.py in queries per second, on the
 devices of the machine it runs on (the corpus sharded over all of them).
 
   python benchmarks/retrieval_search.py --corpus=1000000 --dim=384 --queries=4096 --k=100
@@ -19,8 +19,8 @@ import jax.numpy as jnp
 import numpy as np
 from absl import app, flags
 
-from bert_jax import sharding
-from bert_jax.retrieval import search
+from bert_jax.embeddings import search
+from bert_jax.runtime import sharding
 
 FLAGS = flags.FLAGS
 flags.DEFINE_integer("corpus", 100_000, "Corpus vectors.")

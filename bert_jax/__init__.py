@@ -1,6 +1,6 @@
 """bert_jax: BERT encoders in JAX/Flax, for pre-training and fine-tuning on TPUs and GPUs."""
 
-from bert_jax.config import BertConfig, ConfigError
+from bert_jax.config.bert import BertConfig, ConfigError
 from bert_jax.model import (
     BertForPreTraining,
     BertForQuestionAnswering,

@@ -20,11 +20,12 @@ Config files (`--config=FILE`, any flag of config_flags.DEFINE_config_file) are 
 named), a file without get_config(), an error raised while it runs (file and line) or a
 get_config() that returns no config are each one line. `--help` (-h, --helpshort) prints the
 script's own flags and, for a script with a run config, every key of the schema
-(bert_jax/run_config.py) with its default and meaning, and exits 0 (bert_jax.script_help);
+(bert_jax/config/run.py) with its default and meaning, and exits 0 (bert_jax.config.help);
 `--helpfull` lists every flag of every library.
 
 `start`, the first lines of a script's main, joins the job, keeps compiled programs on disk
-(bert_jax.compilation_cache) and keeps Orbax's chatter out of the log (bert_jax.orbax_logs).
+(bert_jax.runtime.compilation_cache) and keeps Orbax's chatter out of the log
+(bert_jax.runtime.orbax_logs).
 """
 
 from __future__ import annotations
@@ -43,8 +44,9 @@ from typing import Callable, Iterator, Optional, TypeVar
 
 from absl import flags, logging
 
-from bert_jax import compilation_cache as compilation_cache_lib
-from bert_jax import distributed, orbax_logs, platform, script_help
+from bert_jax.config import help as script_help
+from bert_jax.runtime import compilation_cache as compilation_cache_lib
+from bert_jax.runtime import distributed, orbax_logs, platform
 
 FLAGS = flags.FLAGS
 # Bad input surfaces as these: ConfigError, DataError, CheckpointError, CheckpointMismatchError
@@ -257,7 +259,7 @@ def _check_loaded(script: str, name: str, value: str, config) -> None:
 def output_file_fault(path: str, flag: str = "--output") -> Optional[str]:
     """What keeps a file from being written at `path`: it is a folder, or a file stands where a
     folder above it must be; None when nothing does (object-storage paths are not checked)."""
-    from bert_jax import paths
+    from bert_jax.runtime import paths
     if not path:
         return f"{flag} is empty: name the file to write"
     if paths.is_remote(path):
@@ -278,7 +280,7 @@ def _file_above(path: str, flag: str) -> Optional[str]:
 
 def workdir_fault(path: str, flag: str = "--workdir") -> Optional[str]:
     """What keeps `path` from being a workdir: a file stands there or above it."""
-    from bert_jax import paths
+    from bert_jax.runtime import paths
     if not path:
         return f"{flag} is empty: name a folder"
     if paths.is_remote(path):

@@ -8,10 +8,10 @@ r"""Convert BERT weights between Hugging Face folders and our Orbax checkpoints.
       --hf_dir=OUT
 
 The checkpoint written by hf_to_ours is an ordinary step-0 checkpoint of our trainer (params and
-model config; no optimizer state): `bert_jax.train.params_loading.load_params(OUT)` reads it.
+model config; no optimizer state): `bert_jax.train.checkpoint.params.load_params(OUT)` reads it.
 Heads travel with the weights: a BertForPreTraining checkpoint gives `bert/`, `mlm/`, `nsp/`
 (see bert_jax.convert.hf); --encoder_only keeps the encoder alone. After writing, the output is
-read back and compared with what was written, tensor by tensor (bert_jax/convert/runs.py).
+read back and compared with what was written, tensor by tensor (bert_jax/tools/convert_runs.py).
 
 ours_to_hf of a training run writes a folder that transformers' AutoTokenizer and pipelines use
 as they are. The run is --workdir, or the folder holding --checkpoint_dir when it has the run's
@@ -36,8 +36,9 @@ from __future__ import annotations
 
 from absl import app, flags
 
-from bert_jax import cli, distributed
-from bert_jax.convert import runs
+from bert_jax import cli
+from bert_jax.runtime import distributed
+from bert_jax.tools import convert_runs as runs
 
 FLAGS = flags.FLAGS
 SCRIPT = "convert.py"

@@ -58,7 +58,7 @@ ATTENTION = {"full": dict(batch=8, seq_len=512, heads=12, head_dim=64),
 
 
 def model_config(sizes, vocab_size: int, max_len: int):
-    from bert_jax.config import BertConfig
+    from bert_jax.config.bert import BertConfig
     fields = dict(vocab_size=vocab_size, max_position_embeddings=max(512, max_len),
                   dtype="bfloat16")
     if isinstance(sizes, str):
@@ -90,8 +90,8 @@ def check_attention(sizes: dict, kernel: str) -> dict:
     import jax
     import jax.numpy as jnp
 
-    from bert_jax import platform
     from bert_jax.model import attention
+    from bert_jax.runtime import platform
     shape = (sizes["batch"], sizes["seq_len"], sizes["heads"], sizes["head_dim"])
     keys = jax.random.split(jax.random.PRNGKey(0), 4)
     q, k, v, cotangent = (jax.random.normal(key, shape, jnp.float32).astype(jnp.bfloat16)
@@ -175,12 +175,13 @@ def run_step(task, batches, mesh, steps: int, rows: int, tokens: int) -> dict:
     """Compile and time `task`'s train step as the training loop builds it."""
     import jax
 
-    from bert_jax import sharding
-    from bert_jax.train import flops, loop, program
+    from bert_jax.config import settings
+    from bert_jax.runtime import sharding
+    from bert_jax.train import flops, program
     from bert_jax.train import optimizer as optimizer_lib
-    opt_config = optimizer_lib.OptimizerConfig(total_steps=1000, warmup_steps=10)
+    opt_config = settings.OptimizerConfig(total_steps=1000, warmup_steps=10)
     built = program.build(task, optimizer_lib.make_optimizer(opt_config),
-                          loop.LoopConfig(total_steps=1000, global_batch_size=rows), mesh,
+                          settings.LoopConfig(total_steps=1000, global_batch_size=rows), mesh,
                           learning_rate_fn=optimizer_lib.learning_rate_schedule(opt_config))
     device_batches = [sharding.device_put_batch(b, mesh) for b in batches]
     first, seconds, _ = _timed(built.train_step, built.state, device_batches, steps)
@@ -248,9 +249,9 @@ def main(argv):
         sys.exit(f"{SCRIPT}: error: --json=FILE is required")
     import jax
 
-    from bert_jax import platform, sharding
-    from bert_jax.data.synthetic import RandomTokenBatches
-    from bert_jax.scaling import chips
+    from bert_jax.data.pretraining.synthetic import RandomTokenBatches
+    from bert_jax.runtime import platform, sharding
+    from bert_jax.tools.scaling import chips
     size = "tiny" if FLAGS.tiny else "full"
     device = jax.devices()[0]
     here = platform.normalise(device.platform)

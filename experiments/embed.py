@@ -10,7 +10,7 @@ Writes out/sentences.npy (float32 [N, hidden], row i = input row i, in input ord
 out/sentences.index.jsonl (line i: {"index": i, "line": its input line, "text": ...}); prints
 one JSON line with the row count and the paths. --workdir takes the encoder of a pre-training
 or fine-tuning run (heads dropped) and the tokenizer of its config.json. How texts are pooled
-and batched: bert_jax/sentence_embeddings.py.
+and batched: bert_jax/embeddings/encode.py.
 
 Exit status: 0 done; 1 with one line `embed.py: error: <what, naming the file and line>` for bad
 input (a bad row, a missing file or checkpoint); nothing is written then.
@@ -20,7 +20,10 @@ import json
 
 from absl import app, flags, logging
 
-from bert_jax import cli, distributed, sentence_embeddings
+from bert_jax import cli
+from bert_jax.embeddings import encode as sentence_embeddings
+from bert_jax.runtime import distributed
+from bert_jax.tools import saved_runs
 
 FLAGS = flags.FLAGS
 SCRIPT = "embed.py"
@@ -30,8 +33,8 @@ def embed_file():
     cli.check_text_encoding(FLAGS.encoding, "--encoding")
     rows = sentence_embeddings.read_rows(FLAGS.input, FLAGS.format, FLAGS.text_column,
                                          FLAGS.encoding)
-    encoder = sentence_embeddings.load_encoder(hf_dir=FLAGS.model, workdir=FLAGS.workdir,
-                                               step=FLAGS.step)
+    encoder = saved_runs.load_encoder(hf_dir=FLAGS.model, workdir=FLAGS.workdir,
+                                      step=FLAGS.step)
     logging.info("embedding %d rows of %s with %s (%s pooling%s)", len(rows), FLAGS.input,
                  encoder.source, FLAGS.pooling, ", normalized" if FLAGS.normalize else "")
     vectors = sentence_embeddings.embed(encoder, [row.text for row in rows], FLAGS.pooling,

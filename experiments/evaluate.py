@@ -22,7 +22,7 @@ count, and never touches the run's own `evaluation/step_<N>*`.
 
 --long_inputs=truncate|slide (fine-tuning runs; default: the run's config.data.long_inputs)
 says how inputs longer than a row are evaluated: truncated, or read in sliding windows
-(bert_jax/run_config.py's data.long_inputs says how the windows are folded).
+(bert_jax/config/run.py's data.long_inputs says how the windows are folded).
 """
 
 import json
@@ -33,10 +33,12 @@ from typing import Optional
 import jax
 from absl import app, flags, logging
 
-from bert_jax import cli, distributed, paths, recipes
-from bert_jax.recipes import common
-from bert_jax.train import checkpointing, params_loading
-from bert_jax.train import workdir as workdir_lib
+from bert_jax import cli, recipes
+from bert_jax.config import settings
+from bert_jax.recipes import run_record
+from bert_jax.runtime import distributed, paths
+from bert_jax.train.checkpoint import params as params_loading
+from bert_jax.train.checkpoint import store as checkpointing
 
 FLAGS = flags.FLAGS
 SCRIPT = "evaluate.py"
@@ -66,8 +68,8 @@ def evaluate_run(workdir: str, step: Optional[int], input_path: Optional[str],
                  file_format: Optional[str], long_inputs: Optional[str] = None
                  ) -> tuple[int, dict, dict]:
     """(step, metrics, what the evaluation JSON adds: the input, its rows, the tables)."""
-    config = workdir_lib.load_config(workdir)
-    common.fit_mesh_to_devices(config)
+    config = run_record.load_config(workdir)
+    settings.fit_mesh_to_devices(config)
     if long_inputs is not None:
         if config.recipe != "finetune":
             raise ValueError(f"--long_inputs is for fine-tuning runs; {workdir} holds a "

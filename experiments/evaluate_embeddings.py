@@ -7,7 +7,7 @@
 BEIR: recall@1/10/100, MRR@10 and nDCG@10 over the judged queries of the split, the corpus
 searched exactly on all devices. STS (--sts_file: .tsv/.csv/.jsonl, --sts_columns names the two
 sentences' and the score's columns): Spearman and Pearson of the pairs' cosine against the gold
-scores. How: bert_jax/retrieval/evaluate.py.
+scores. How: bert_jax/embeddings/evaluate.py.
 
 Writes --output: {"model", "data", "split" (BEIR), "pooling", "similarity" (BEIR), "metrics":
 {name: number}} with the counts read and scored among the metrics; prints one summary line.
@@ -20,8 +20,11 @@ import json
 import jax
 from absl import app, flags, logging
 
-from bert_jax import cli, distributed, paths, sentence_embeddings
-from bert_jax.retrieval import evaluate
+from bert_jax import cli
+from bert_jax.embeddings import encode as sentence_embeddings
+from bert_jax.embeddings import evaluate
+from bert_jax.runtime import distributed, paths
+from bert_jax.tools import saved_runs
 
 FLAGS = flags.FLAGS
 SCRIPT = "evaluate_embeddings.py"
@@ -32,8 +35,8 @@ SUMMARY_KEYS = ("ndcg@10", "mrr@10", "recall@1", "recall@10", "recall@100", "spe
 def run() -> dict:
     data = evaluate.load(beir_dir=FLAGS.beir_dir, split=FLAGS.split, sts_file=FLAGS.sts_file,
                          sts_format=FLAGS.sts_format, sts_columns=FLAGS.sts_columns)
-    encoder = sentence_embeddings.load_encoder(hf_dir=FLAGS.hf_dir, workdir=FLAGS.workdir,
-                                               step=FLAGS.step)
+    encoder = saved_runs.load_encoder(hf_dir=FLAGS.hf_dir, workdir=FLAGS.workdir,
+                                      step=FLAGS.step)
     logging.info("evaluating %s on %s (%s pooling)", encoder.source,
                  FLAGS.beir_dir or FLAGS.sts_file, FLAGS.pooling)
     metrics = evaluate.evaluate(encoder, data, pooling=FLAGS.pooling,

@@ -6,7 +6,7 @@
     python experiments/finetune.py --workdir=/tmp/polarity --mode=evaluate [--step=N]  (the same)
 
 Every key of the config can be overridden with --config.<key>=<value> (--help lists every key
-with its default and meaning; the schema is bert_jax/run_config.py). Training resumes by itself
+with its default and meaning; the schema is bert_jax/config/run.py). Training resumes by itself
 from --workdir. It writes there: config.json (the resolved config),
 task.json (task kind, label map), metrics.jsonl, eval_metrics.jsonl, checkpoints/ and, for the
 final step, predictions/step_<N>/{metrics.json, predictions.*}; evaluation writes
@@ -20,8 +20,8 @@ import json
 from absl import app, flags
 
 from bert_jax import cli
-from bert_jax.recipes import common, finetune
-from bert_jax.train import workdir as workdir_lib
+from bert_jax.config import settings
+from bert_jax.recipes import finetune, run_record
 
 FLAGS = flags.FLAGS
 
@@ -46,9 +46,9 @@ def main(argv):
 
     def evaluate():
         if FLAGS.config is not None:
-            common.check_config(FLAGS.config, "finetune")
-        config = FLAGS.config or workdir_lib.load_config(FLAGS.workdir)
-        common.fit_mesh_to_devices(config)
+            settings.check_config(FLAGS.config, "finetune")
+        config = FLAGS.config or run_record.load_config(FLAGS.workdir)
+        settings.fit_mesh_to_devices(config)
         return finetune.evaluate(config, FLAGS.workdir, FLAGS.step)
 
     with cli.interrupts_stop("finetune.py"):

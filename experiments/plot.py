@@ -11,14 +11,15 @@ optimizer step, --x=seconds against cumulative training seconds (seconds_per_ste
 between log lines; evaluation excluded). Runs are named by repeating --workdir or by listing them
 after the flags. Prints one JSON line {"output", "runs", "metrics", "x"}; bad input (a missing
 workdir, a run without metrics, a metric no run logged) is one line `plot.py: error: ...`,
-exit status 1. The logic is in bert_jax/plotting.py.
+exit status 1. The logic is in bert_jax/tools/plotting.py.
 """
 
 import json
 
 from absl import app, flags
 
-from bert_jax import cli, plotting
+from bert_jax import cli
+from bert_jax.tools import plotting
 
 FLAGS = flags.FLAGS
 SCRIPT = "plot.py"

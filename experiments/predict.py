@@ -35,8 +35,9 @@ import json
 import jax
 from absl import app, flags
 
-from bert_jax import cli, distributed
+from bert_jax import cli
 from bert_jax.recipes.finetune import predict
+from bert_jax.runtime import distributed
 
 FLAGS = flags.FLAGS
 

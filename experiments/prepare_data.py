@@ -26,8 +26,11 @@ import sys
 from absl import app, flags, logging
 
 from bert_jax import cli
-from bert_jax.data import corpora, pretraining_vocab, text_corpus, wordpiece_training
-from bert_jax.data import tokenizer as tok
+from bert_jax.data.corpora import catalog as corpora
+from bert_jax.data.corpora import text_files as text_corpus
+from bert_jax.data.pretraining import vocab as pretraining_vocab
+from bert_jax.data.tokenizers import load as tok
+from bert_jax.data.tokenizers import wordpiece_training
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("corpus", "demo", "'demo', 'text:GLOB' or a TFDS catalog name.")

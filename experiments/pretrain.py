@@ -4,7 +4,7 @@
         [--config.total_steps=500 --config.mesh.fsdp=2 ...]
 
 Every key of the config file can be overridden with --config.<key>=<value> (--help lists every
-key with its default and meaning; the schema is bert_jax/run_config.py). The run resumes by
+key with its default and meaning; the schema is bert_jax/config/run.py). The run resumes by
 itself from the newest checkpoint in --workdir (same command after a preemption or a crash).
 Writes into --workdir: config.json (the resolved config, read by evaluate.py), metrics.jsonl,
 eval_metrics.jsonl, tensorboard/, checkpoints/<step>/ and, for the demo, data/ (corpus + vocab).

@@ -12,7 +12,7 @@
 --targets machines. --target=tpu:<topology> (any name jax.experimental.topologies accepts:
 v5e:2x4, v4:4x4x4, v5p:2x2x1, v6e:2x2, ...) compiles for that slice's chips instead and also
 reports, per chip, memory against the chip's HBM (fits, headroom), XLA's cost analysis, the
-roofline bound on step time and MFU (bert_jax/scaling/roofline.py, chips.py), and the fsdp
+roofline bound on step time and MFU (bert_jax/tools/scaling/roofline.py, chips.py), and the fsdp
 traffic against its all-gather + reduce-scatter ideal. --max_batch finds the largest global
 batch that fits in HBM (in steps of the data-parallel size; about four compilations).
 --recipe=finetune compiles the fine-tuning step of a sequence classifier instead of pre-training.
@@ -27,7 +27,7 @@ The last lines are a markdown table; --json writes every figure, --hlo_dir the p
 The device count must be set before jax starts, so the script runs itself again with
 XLA_FLAGS=--xla_force_host_platform_device_count=N (and JAX_PLATFORMS=cpu) when it is not.
 Exit status: 0 done, 1 bad input (one line `scaling_report.py: error: ...`).
-The library: bert_jax/scaling/.
+The library: bert_jax/tools/scaling/.
 """
 
 import json
@@ -66,8 +66,8 @@ def _run_for_tpu() -> None:
 
 
 def _config(mesh_shape: tuple[int, int, int], batch_size: int):
-    """The config of the flags (bert_jax/run_config.py)."""
-    from bert_jax import run_config
+    """The config of the flags (bert_jax/config/run.py)."""
+    from bert_jax.config import run as run_config
     config = (run_config.pretrain_config() if FLAGS.recipe == "pretrain"
               else run_config.finetune_config("classification"))
     config.model.preset = FLAGS.preset
@@ -89,7 +89,7 @@ def _config(mesh_shape: tuple[int, int, int], batch_size: int):
 
 def _mesh_shapes(devices: int) -> list[tuple[int, int, int]]:
     """The --mesh shapes for `devices` devices (one line and exit 1 for a bad one)."""
-    from bert_jax import sharding
+    from bert_jax.runtime import sharding
     shapes = []
     for text in FLAGS.mesh:
         try:
@@ -106,7 +106,7 @@ def main(argv):
         sys.exit(f"{SCRIPT}: error: unexpected arguments {argv[1:]}")
     on_tpu = FLAGS.target != "cpu"
     if on_tpu:
-        from bert_jax.scaling import topology
+        from bert_jax.tools.scaling import topology
         cli.run_or_exit(SCRIPT, lambda: topology.parse(FLAGS.target))
         _run_for_tpu()
     else:
@@ -115,7 +115,7 @@ def main(argv):
         _run_with_devices(FLAGS.devices)
     import jax
 
-    from bert_jax.scaling import chips, report, targets
+    from bert_jax.tools.scaling import chips, report, targets
 
     for name in FLAGS.targets:
         cli.run_or_exit(SCRIPT, lambda n=name: targets.get(n))
@@ -126,7 +126,7 @@ def main(argv):
     chip = chips.for_device_kind(devices[0].device_kind) if on_tpu else None
     if on_tpu and chip is None:
         sys.exit(f"{SCRIPT}: error: {FLAGS.target}: no figures for the chip "
-                 f"{devices[0].device_kind!r} in bert_jax/scaling/chips.py")
+                 f"{devices[0].device_kind!r} in bert_jax/tools/scaling/chips.py")
     batch_size = FLAGS.batch_size or 32 * len(devices)
     records = []
     for shape in _mesh_shapes(len(devices)):
@@ -161,13 +161,13 @@ def main(argv):
 
 
 def make_mesh_of(shape: tuple[int, int, int], devices):
-    from bert_jax.sharding import make_mesh
+    from bert_jax.runtime.sharding import make_mesh
     return make_mesh(*shape, devices=devices)
 
 
 def compile_step(shape: tuple[int, int, int], mesh, batch_size: int):
     """The recipe's train step of the flags at `batch_size` global rows, compiled for `mesh`."""
-    from bert_jax.scaling import program
+    from bert_jax.tools.scaling import program
     config = _config(shape, batch_size)
     if FLAGS.recipe == "pretrain":
         return program.compile_pretrain_step(config, mesh)
@@ -186,7 +186,7 @@ def largest_batch(shape: tuple[int, int, int], mesh, chip) -> dict:
     CompiledStep}."""
     import jax
 
-    from bert_jax.scaling import memory
+    from bert_jax.tools.scaling import memory
     if chip is None:
         raise ValueError("--max_batch needs --target=tpu:<topology> (a chip with known HBM)")
     unit = shape[0] * shape[1]

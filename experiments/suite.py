@@ -19,7 +19,8 @@ import sys
 
 from absl import app, flags
 
-from bert_jax import cli, distributed
+from bert_jax import cli
+from bert_jax.runtime import distributed
 
 FLAGS = flags.FLAGS
 

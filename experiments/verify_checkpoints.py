@@ -4,7 +4,7 @@
 
 Checks every step folder in `<workdir>/checkpoints` (or the checkpoints folder itself, if given):
 its files against the checksums recorded when it was saved, and that its metadata, its arrays'
-metadata and its data-iterator states can be read (bert_jax.train.checkpoint_verification).
+metadata and its data-iterator states can be read (bert_jax.train.checkpoint.verification).
 Prints one line per step, oldest first: `<dir>/<step>: ok (...)`, `... damaged: <the file at
 fault and what is wrong>`, or `... readable, not verified (...)` for a step saved before
 checksums were recorded. A local folder or a gs:// workdir.
@@ -16,8 +16,9 @@ ones aside), or naming what is wrong with --workdir.
 
 from absl import app, flags
 
-from bert_jax import cli, distributed
-from bert_jax.train import checkpoint_verification
+from bert_jax import cli
+from bert_jax.runtime import distributed
+from bert_jax.train.checkpoint import verification as checkpoint_verification
 
 FLAGS = flags.FLAGS
 SCRIPT = "verify_checkpoints.py"

@@ -34,7 +34,7 @@ def train_on_random_tokens(task, opt_cfg, loop_cfg, mesh, workdir: str, batch_si
                            seq_len: int, predictions: int):
     """In the subprocess: `task` trained through the real loop on RandomTokenBatches (seed 0,
     sentence pairs); (the logged losses, the loop's TrainResult)."""
-    from bert_jax.data.synthetic import RandomTokenBatches
+    from bert_jax.data.pretraining.synthetic import RandomTokenBatches
     from bert_jax.train import loop, optimizer
 
     batches = RandomTokenBatches(batch_size, seq_len, predictions, task.model_config.vocab_size,

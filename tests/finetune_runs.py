@@ -1,6 +1,6 @@
 """Tiny fine-tuning configs shared by the fine-tuning, prediction and export tests."""
 
-from bert_jax import run_config
+from bert_jax.config import run as run_config
 
 
 def set_keys(config, changes):

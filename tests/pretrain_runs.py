@@ -124,7 +124,7 @@ def train_here(workdir, *extra):
 def tiny_pretrain_config(**changes):
     """The pre-training run config of a tiny one-layer BERT on the synthetic corpus, 2 steps, for
     runs made in the test process; `changes` by dotted key ("data.corpus": ...)."""
-    from bert_jax import run_config
+    from bert_jax.config import run as run_config
     config = run_config.pretrain_config()
     config.data.corpus = "synthetic"
     config.tokenizer.vocab_size = 97

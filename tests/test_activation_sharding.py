@@ -20,7 +20,8 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from bert_jax import BertConfig, BertModel, sharding
+from bert_jax import BertConfig, BertModel
+from bert_jax.runtime import sharding
 
 import eight_devices
 
@@ -40,6 +41,7 @@ def _config(scan_layers: bool, layers: int = LAYERS) -> BertConfig:
 
 def _compiled_text(cfg: BertConfig) -> str:
     """The optimised HLO of the loop's train step on a (2, 2, 2) mesh (in the subprocess)."""
+    from bert_jax.config import settings
     from bert_jax.model import BertForPreTraining
     from bert_jax.recipes import pretrain
     from bert_jax.train import loop, optimizer, program
@@ -51,7 +53,7 @@ def _compiled_text(cfg: BertConfig) -> str:
         ids = jnp.zeros((1, SEQ), jnp.int32)
         return model.init(rng, ids, ids[:, :PREDICTIONS])["params"]
 
-    opt_config = optimizer.OptimizerConfig(total_steps=10, warmup_steps=1)
+    opt_config = settings.OptimizerConfig(total_steps=10, warmup_steps=1)
     batch_sharding = sharding.batch_sharding(mesh)
     shapes = {"input_ids": (BATCH, SEQ), "token_type_ids": (BATCH, SEQ),
               "segment_ids": (BATCH, SEQ), "position_ids": (BATCH, SEQ),
@@ -61,7 +63,7 @@ def _compiled_text(cfg: BertConfig) -> str:
     batch["masked_weights"] = jax.ShapeDtypeStruct((BATCH, PREDICTIONS), jnp.float32,
                                                    sharding=batch_sharding)
     task = loop.Task(model_config=cfg, init_fn=init_fn, loss_fn=pretrain.make_loss(model))
-    loop_config = loop.LoopConfig(total_steps=10, global_batch_size=BATCH)
+    loop_config = settings.LoopConfig(total_steps=10, global_batch_size=BATCH)
     train = program.build(task, optimizer.make_optimizer(opt_config), loop_config, mesh,
                           learning_rate_fn=optimizer.learning_rate_schedule(opt_config),
                           abstract=True)

@@ -22,10 +22,11 @@ import pytest
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from bert_jax import BertConfig, BertModel, platform, sharding
-from bert_jax.config import ConfigError
+from bert_jax import BertConfig, BertModel
+from bert_jax.config.bert import ConfigError
 from bert_jax.model import attention
 from bert_jax.model.attention import Mask
+from bert_jax.runtime import platform, sharding
 
 B, S, H, D = 2, 128, 2, 16  # the kernel's smallest sequence: one 128-token block
 F32, BF16, F16 = jnp.float32, jnp.bfloat16, jnp.float16

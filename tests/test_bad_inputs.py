@@ -20,12 +20,15 @@ import numpy as np
 import pytest
 from absl import flags
 
-from bert_jax import BertConfig, BertModel, cli, run_config, run_config_keys, sentence_embeddings
+from bert_jax import BertConfig, BertModel, cli
+from bert_jax.config import run as run_config
+from bert_jax.config import run_keys as run_config_keys
 from bert_jax.convert import hf
 from bert_jax.recipes import pretrain
 from bert_jax.recipes.finetune import predict as predict_lib
 from bert_jax.recipes.finetune import recipe as finetune_recipe
 from bert_jax.recipes.finetune import task_data
+from bert_jax.tools import saved_runs
 from experiments import finetune as finetune_script
 from experiments import pretrain as pretrain_script
 from tests.finetune_runs import set_keys, tiny_finetune_config
@@ -104,7 +107,7 @@ def write_config(folder, name, body):
     return str(path)
 
 
-GOOD_CONFIG = ("from bert_jax import run_config\n\n\ndef get_config():\n"
+GOOD_CONFIG = ("from bert_jax.config import run as run_config\n\n\ndef get_config():\n"
                "    config = run_config.pretrain_config()\n"
                "    config.total_steps = 10\n    return config\n")
 
@@ -353,7 +356,7 @@ def test_embeddings_refuse_a_tokenizer_larger_than_the_model(files, tmp_path):
     hf.save(cfg, params, folder)
     with open(os.path.join(folder, "vocab.txt"), "w", encoding="utf-8") as f:
         f.write(open(files["vocab"], encoding="utf-8").read())
-    message = one_line("embed.py", lambda: sentence_embeddings.load_encoder(hf_dir=folder))
+    message = one_line("embed.py", lambda: saved_runs.load_encoder(hf_dir=folder))
     assert f"has {files['vocab_size']} tokens" in message and "only 10" in message, message
 
 

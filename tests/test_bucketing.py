@@ -18,6 +18,7 @@ import jax
 import numpy as np
 import pytest
 
+from bert_jax.config import settings
 from bert_jax.data import batches, row_layout
 from bert_jax.recipes import common as recipe_common
 from bert_jax.recipes.finetune import recipe, task_data
@@ -286,7 +287,7 @@ def test_heldout_predictions_equal_with_and_without_buckets(task, tmp_path):
     cfg = recipe_common.model_config(config, tokenizer.vocab_size)
     model = data.kind.make_model(cfg, data.labels)
     params = nn.meta.unbox(recipe.make_init_fn(model, MAX_LEN)(jax.random.PRNGKey(0)))
-    mesh = recipe_common.make_mesh(config)
+    mesh = settings.make_mesh(config)
     inputs = {k: data.eval_features[k] for k in ("input_ids", "token_type_ids",
                                                   "attention_mask")}
     results = {}

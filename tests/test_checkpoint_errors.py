@@ -5,8 +5,8 @@ import sys
 
 import pytest
 
-from bert_jax.train import checkpoint_errors
-from bert_jax.train.checkpoint_errors import CheckpointUnreadableError, Reading
+from bert_jax.train.checkpoint import errors as checkpoint_errors
+from bert_jax.train.checkpoint.errors import CheckpointUnreadableError, Reading
 
 
 def test_a_failed_read_names_the_step_item_and_root_cause(monkeypatch):

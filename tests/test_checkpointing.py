@@ -11,9 +11,12 @@ import numpy as np
 import pytest
 
 from bert_jax import BertConfig
+from bert_jax.config import settings
 from bert_jax.model import BertForPreTraining
-from bert_jax.train import checkpointing, optimizer, params_loading, steps
+from bert_jax.train import optimizer, steps
 from bert_jax.train import state as state_lib
+from bert_jax.train.checkpoint import params as params_loading
+from bert_jax.train.checkpoint import store as checkpointing
 
 
 class CountingIterator:
@@ -39,7 +42,7 @@ def tiny_config(**overrides):
 
 def make_state(cfg, with_nsp=False):
     model = BertForPreTraining(cfg, with_nsp=with_nsp)
-    tx = optimizer.make_optimizer(optimizer.OptimizerConfig(total_steps=10, warmup_steps=1))
+    tx = optimizer.make_optimizer(settings.OptimizerConfig(total_steps=10, warmup_steps=1))
 
     def init_fn(rng):
         return model.init(rng, jnp.zeros((1, 8), jnp.int32), jnp.zeros((1, 2), jnp.int32))["params"]
@@ -153,11 +156,11 @@ def test_a_state_from_given_params_is_the_fresh_state_with_them_in_place():
     """fresh_state with initial params (one program in which the replaced leaves' initialisers
     are dead code): the given leaves where the paths match, the others exactly what a fresh
     state without any gives them; a given leaf of another shape is an error naming it."""
-    from bert_jax import pytree
+    from bert_jax.runtime import pytree
 
     cfg = tiny_config()
     model = BertForPreTraining(cfg, with_nsp=True)
-    tx = optimizer.make_optimizer(optimizer.OptimizerConfig(total_steps=10, warmup_steps=1))
+    tx = optimizer.make_optimizer(settings.OptimizerConfig(total_steps=10, warmup_steps=1))
 
     def init_fn(rng):
         return model.init(rng, jnp.zeros((1, 8), jnp.int32), jnp.zeros((1, 2), jnp.int32))["params"]

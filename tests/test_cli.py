@@ -1,9 +1,10 @@
-"""The scripts' shared start-up: where compiled programs are kept (bert_jax.compilation_cache)
-and which of Orbax's log records show (bert_jax.orbax_logs)."""
+"""The scripts' shared start-up: where compiled programs are kept
+(bert_jax.runtime.compilation_cache) and which of Orbax's log records show
+(bert_jax.runtime.orbax_logs)."""
 
 import jax
 
-from bert_jax import compilation_cache, orbax_logs
+from bert_jax.runtime import compilation_cache, orbax_logs
 
 
 def _cache_settings():

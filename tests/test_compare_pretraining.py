@@ -17,8 +17,8 @@ from absl import flags
 from benchmarks import compare_pretraining
 from benchmarks.peers import IMPLEMENTATIONS, heldout, inputs, mlm_blocks, ours_mlm, race
 from bert_jax import cli
-from bert_jax.config import gated_intermediate_size
-from bert_jax.modernbert_config import ModernBertConfig
+from bert_jax.config.bert import gated_intermediate_size
+from bert_jax.config.modernbert import ModernBertConfig
 from bert_jax.recipes import common
 from experiments.configs import modern
 

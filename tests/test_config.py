@@ -6,7 +6,7 @@ import json
 import pytest
 
 from bert_jax import BertConfig, ConfigError
-from bert_jax.config import PRESETS
+from bert_jax.config.bert import PRESETS
 
 
 def test_presets_have_the_published_sizes():

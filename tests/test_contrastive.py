@@ -86,7 +86,7 @@ def test_held_out_ranking_by_hand():
 
 
 def test_settings_it_cannot_train_with_are_refused_by_key():
-    from bert_jax import run_config
+    from bert_jax.config import run as run_config
     from bert_jax.recipes.finetune import contrastive
     config = run_config.finetune_config("contrastive")
     with pytest.raises(ValueError, match="text_pair_column"):
@@ -109,7 +109,7 @@ def test_settings_it_cannot_train_with_are_refused_by_key():
 
 
 def test_rows_are_read_with_their_columns_and_bad_rows_named(tmp_path):
-    from bert_jax import run_config
+    from bert_jax.config import run as run_config
     from bert_jax.data.textfiles import DataError
     from bert_jax.recipes.finetune import contrastive
     config = run_config.finetune_config("contrastive")
@@ -135,8 +135,10 @@ RUNS = {"one_device": (None, "xla"), "data8": ((8, 1, 1), "xla"),
 def _worker(out_dir: str) -> None:
     import jax
 
-    from bert_jax import BertConfig, sharding
+    from bert_jax import BertConfig
+    from bert_jax.config import settings
     from bert_jax.recipes.finetune import kinds, recipe
+    from bert_jax.runtime import sharding
     from bert_jax.train import loop, optimizer, program
 
     cfg = BertConfig.preset("tiny", vocab_size=len(WORDS) + 5, hidden_size=32,
@@ -153,14 +155,14 @@ def _worker(out_dir: str) -> None:
     batch = {"input_ids": rng.integers(5, cfg.vocab_size, (BATCH, SEQ, TEXTS)).astype(np.int32)
              * mask, "token_type_ids": np.zeros((BATCH, SEQ, TEXTS), np.int32),
              "attention_mask": mask}
-    opt = optimizer.make_optimizer(optimizer.OptimizerConfig(
+    opt = optimizer.make_optimizer(settings.OptimizerConfig(
         learning_rate=1e-3, total_steps=1, warmup_steps=0, decay="constant"))
     results = {}
     for name, (shape, collectives) in RUNS.items():
         mesh = (sharding.make_mesh(1, 1, 1, devices=jax.devices()[:1]) if shape is None
                 else sharding.make_mesh(*shape))
-        config = loop.LoopConfig(total_steps=1, global_batch_size=BATCH,
-                                 fsdp_collectives=collectives)
+        config = settings.LoopConfig(total_steps=1, global_batch_size=BATCH,
+                                     fsdp_collectives=collectives)
         built = program.build(task, opt, config, mesh)
         state, metrics = built.train_step(built.state, sharding.device_put_batch(batch, mesh))
         results[name] = {"metrics": {k: float(v) for k, v in jax.device_get(metrics).items()},
@@ -183,7 +185,7 @@ def test_one_step_on_8_devices_is_the_global_batch_step_on_one(tmp_path):
 
 # ----- end to end ------------------------------------------------------------------------------
 
-CONFIG = """from bert_jax import run_config
+CONFIG = """from bert_jax.config import run as run_config
 
 
 def get_config():
@@ -237,10 +239,11 @@ def test_finetune_py_trains_contrastive_pairs_and_embed_py_reads_the_run(tmp_pat
     with open(workdir / "predictions" / "step_12" / "predictions.jsonl") as f:
         assert len(f.readlines()) == 12
 
-    from bert_jax import sentence_embeddings
+    from bert_jax.embeddings import encode as sentence_embeddings
     from bert_jax.recipes.finetune import contrastive
+    from bert_jax.tools import saved_runs
     rows = [json.loads(line) for line in open(tmp_path / "eval.jsonl")]
-    encoder = sentence_embeddings.load_encoder(workdir=str(workdir))
+    encoder = saved_runs.load_encoder(workdir=str(workdir))
     anchors, positives = (sentence_embeddings.embed(encoder, [r[key] for r in rows], "mean",
                                                     True, max_seq_len=16)
                           for key in ("anchor", "positive"))

@@ -547,8 +547,8 @@ def test_an_export_without_a_tokenizer_is_refused_unless_one_is_named(tmp_path):
     a folder without one, transformers 5's AutoTokenizer builds an empty tokenizer silently);
     with --tokenizer=MiniLM's folder the export tokenizes as MiniLM does; with 'none' it holds
     the weights alone."""
-    from bert_jax.convert import runs
-    from bert_jax.data import tokenizer as tok
+    from bert_jax.data.tokenizers import load as tok
+    from bert_jax.tools import convert_runs as runs
 
     runs.hf_to_ours(minilm_dir(), str(tmp_path / "ours"), encoder_only=True)
     with pytest.raises(ValueError, match="no tokenizer to write beside the weights: no run's "

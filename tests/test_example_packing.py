@@ -21,7 +21,8 @@ import ml_collections
 import numpy as np
 import pytest
 
-from bert_jax.data import batches, encoding, example_packing, row_layout
+from bert_jax.data import batches, example_packing, row_layout
+from bert_jax.data.finetuning import encoding
 from bert_jax.model import families
 from bert_jax.recipes.finetune import kinds, recipe, task_data
 

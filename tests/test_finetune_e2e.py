@@ -15,8 +15,8 @@ import sys
 import numpy as np
 import pytest
 
-from bert_jax import run_config
-from bert_jax.data import encoding, readers
+from bert_jax.config import run as run_config
+from bert_jax.data.finetuning import encoding, readers
 from bert_jax.recipes import common as recipe_common
 from bert_jax.recipes.finetune import kinds, recipe
 from bert_jax.recipes.finetune.task_data import build_task_data
@@ -186,7 +186,7 @@ def test_squad_style_qa_learns_spans_across_windows(tmp_path):
 
 
 def tasks_tokenizer(vocab_path):
-    from bert_jax.data import tokenizer
+    from bert_jax.data.tokenizers import load as tokenizer
     return tokenizer.load_tokenizer(vocab_path)
 
 
@@ -249,11 +249,14 @@ def test_init_from_a_pretraining_checkpoint_keeps_only_the_head_fresh(tmp_path):
     import jax
     import jax.numpy as jnp
 
-    from bert_jax import BertConfig, sharding
-    from bert_jax.data.synthetic import RandomTokenBatches
+    from bert_jax import BertConfig
+    from bert_jax.config import settings
+    from bert_jax.data.pretraining.synthetic import RandomTokenBatches
     from bert_jax.model import BertForPreTraining
     from bert_jax.recipes import pretrain
-    from bert_jax.train import loop, optimizer, params_loading, state
+    from bert_jax.runtime import sharding
+    from bert_jax.train import loop, optimizer, state
+    from bert_jax.train.checkpoint import params as params_loading
 
     cfg = BertConfig.preset("tiny", vocab_size=100, hidden_size=32, num_hidden_layers=1,
                             num_attention_heads=2, intermediate_size=64,
@@ -263,11 +266,11 @@ def test_init_from_a_pretraining_checkpoint_keeps_only_the_head_fresh(tmp_path):
     positions = jnp.zeros((1, 2), jnp.int32)
     task = loop.Task(cfg, lambda r: pretraining.init(r, ids, positions)["params"],
                      pretrain.make_loss(pretraining))
-    opt = optimizer.OptimizerConfig(learning_rate=1e-3, total_steps=1, warmup_steps=0)
+    opt = settings.OptimizerConfig(learning_rate=1e-3, total_steps=1, warmup_steps=0)
     pre_dir = str(tmp_path / "pretrain")
     loop.train(task, optimizer.make_optimizer(opt), RandomTokenBatches(4, 16, 2, 100, seed=0),
                pre_dir,
-               loop.LoopConfig(total_steps=1, global_batch_size=4, async_checkpoints=False),
+               settings.LoopConfig(total_steps=1, global_batch_size=4, async_checkpoints=False),
                sharding.make_mesh())
 
     vocab = write_vocab(tmp_path / "vocab.txt")

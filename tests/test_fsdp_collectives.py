@@ -35,10 +35,12 @@ def _worker(out_dir: str) -> None:
     import jax
     import jax.numpy as jnp
 
-    from bert_jax import BertConfig, sharding
-    from bert_jax.data.synthetic import RandomTokenBatches
+    from bert_jax import BertConfig
+    from bert_jax.config import settings
+    from bert_jax.data.pretraining.synthetic import RandomTokenBatches
     from bert_jax.model import BertForPreTraining
     from bert_jax.recipes import pretrain
+    from bert_jax.runtime import sharding
     from bert_jax.train import fsdp, loop, optimizer, program
 
     seq_len, predictions, batch_size = 16, 3, 16
@@ -55,11 +57,11 @@ def _worker(out_dir: str) -> None:
             return model.init(rng, ids, jnp.zeros((1, predictions), jnp.int32))["params"]
 
         task = loop.Task(model_config=cfg, init_fn=init_fn, loss_fn=pretrain.make_loss(model))
-        opt_cfg = optimizer.OptimizerConfig(learning_rate=3e-3, total_steps=STEPS, warmup_steps=1)
-        loop_cfg = loop.LoopConfig(total_steps=STEPS, global_batch_size=batch_size,
-                                   log_every_steps=1, checkpoint_every_steps=0,
-                                   async_checkpoints=False, accumulation_steps=accumulation,
-                                   fsdp_collectives=collectives)
+        opt_cfg = settings.OptimizerConfig(learning_rate=3e-3, total_steps=STEPS, warmup_steps=1)
+        loop_cfg = settings.LoopConfig(total_steps=STEPS, global_batch_size=batch_size,
+                                       log_every_steps=1, checkpoint_every_steps=0,
+                                       async_checkpoints=False, accumulation_steps=accumulation,
+                                       fsdp_collectives=collectives)
         mesh = (sharding.make_mesh(1, 1, 1, devices=jax.devices()[:1]) if shape is None
                 else sharding.make_mesh(*shape))
         two_level = name.endswith("two_level")
@@ -116,10 +118,10 @@ def test_explicit_step_with_dropout_runs(results):
 
 
 def test_choice_is_checked():
-    from bert_jax.train import fsdp, loop
+    from bert_jax.config import settings
     with pytest.raises(ValueError, match="fsdp_collectives='gspmd'"):
-        loop.LoopConfig(total_steps=1, global_batch_size=1, fsdp_collectives="gspmd")
-    assert fsdp.CHOICES == ("xla", "explicit")
+        settings.LoopConfig(total_steps=1, global_batch_size=1, fsdp_collectives="gspmd")
+    assert settings.CHOICES == ("xla", "explicit")
 
 
 if __name__ == "__main__":

@@ -137,8 +137,8 @@ def _subprocess_env(gcs) -> dict:
 # ----- in one process: the pieces --------------------------------------------------------------
 
 def test_paths_keep_uris_and_make_local_paths_absolute(tmp_path, monkeypatch):
-    from bert_jax import paths
-    from bert_jax.train import checkpointing
+    from bert_jax.runtime import paths
+    from bert_jax.train.checkpoint import store as checkpointing
     monkeypatch.chdir(tmp_path)
     assert os.fspath(paths.path("gs://b/run")) == "gs://b/run"
     assert os.fspath(paths.path("run")) == str(tmp_path / "run")
@@ -148,7 +148,7 @@ def test_paths_keep_uris_and_make_local_paths_absolute(tmp_path, monkeypatch):
 
 
 def test_the_lock_on_a_bucket_admits_one_run(gcs):
-    from bert_jax.train import workdir as workdir_lib
+    from bert_jax.train.checkpoint import workdir as workdir_lib
     workdir = f"gs://{BUCKET}/lock_test"
     with workdir_lib.lock(workdir):
         holder = json.loads(_read("lock_test/run.lock"))
@@ -164,7 +164,7 @@ def test_the_lock_on_a_bucket_admits_one_run(gcs):
 def test_creating_an_object_exclusively_is_decided_by_the_bucket(gcs):
     from etils import epath
 
-    from bert_jax import paths
+    from bert_jax.runtime import paths
     target = epath.Path(f"gs://{BUCKET}/exclusive/marker")
     assert paths.create_exclusively(target, "first")
     assert not paths.create_exclusively(target, "second")
@@ -172,7 +172,7 @@ def test_creating_an_object_exclusively_is_decided_by_the_bucket(gcs):
 
 
 def test_data_preparation_on_a_bucket_is_one_process_at_a_time(gcs):
-    from bert_jax.data import data_dir_lock
+    from bert_jax.data.corpora import data_dir_lock
     data_dir = f"gs://{BUCKET}/data_test"
     entered = threading.Event()
 
@@ -193,14 +193,14 @@ def test_data_preparation_on_a_bucket_is_one_process_at_a_time(gcs):
 def test_config_and_metrics_files_on_a_bucket(gcs):
     import ml_collections
 
-    from bert_jax import run_config
+    from bert_jax.config import run as run_config
+    from bert_jax.recipes import run_record
     from bert_jax.train import metrics_writer
-    from bert_jax.train import workdir as workdir_lib
     workdir = f"gs://{BUCKET}/files_test"
     config = ml_collections.ConfigDict({"recipe": "pretrain", "total_steps": 3})
-    workdir_lib.record_config(config, workdir)
+    run_record.record_config(config, workdir)
     assert json.loads(_read("files_test/config.json")) == config.to_dict()
-    assert workdir_lib.load_config(workdir).to_dict() == run_config.complete(config.to_dict())
+    assert run_record.load_config(workdir).to_dict() == run_config.complete(config.to_dict())
 
     writer = metrics_writer.MetricsWriter(workdir, start_step=0)
     for step in (1, 2, 3):
@@ -224,9 +224,9 @@ def test_a_vocabulary_and_a_hugging_face_folder_on_a_bucket(gcs, tmp_path):
     import numpy as np
     from flax import linen as nn
 
-    from bert_jax.config import BertConfig
+    from bert_jax.config.bert import BertConfig
     from bert_jax.convert import hf
-    from bert_jax.data import tokenizer as tokenizer_lib
+    from bert_jax.data.tokenizers import load as tokenizer_lib
     from bert_jax.model import BertModel
 
     tokens = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "cat", "sat"]
@@ -328,7 +328,7 @@ def test_evaluate_reads_the_bucket_in_a_new_process(gcs, bucket_run):
         assert saved["metrics"][key] == final[key]
 
 
-FINETUNE_CONFIG = """from bert_jax import run_config
+FINETUNE_CONFIG = """from bert_jax.config import run as run_config
 
 
 def get_config():

@@ -6,7 +6,7 @@ import importlib
 import pytest
 
 from bert_jax.convert import hf
-from bert_jax.data.readers import DataError
+from bert_jax.data.finetuning.readers import DataError
 from bert_jax.recipes.finetune import kinds, recipe
 
 CONFIGS = {"classification": "classification", "pairs": "classification",

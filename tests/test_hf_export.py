@@ -35,22 +35,19 @@ from bert_jax import (
     BertForSequenceClassification,
     BertForTokenClassification,
     BertModel,
-    run_config,
 )
+from bert_jax.config import run as run_config
 from bert_jax.convert import hf
-from bert_jax.convert import runs as convert_runs
-from bert_jax.data import (
-    demo_corpus,
-    encoding,
-    hf_tokenizer,
-    readers,
-    subword_tokenizer,
-    wordpiece,
-    wordpiece_training,
-)
-from bert_jax.data import tokenizer as tok
+from bert_jax.data.corpora import demo as demo_corpus
+from bert_jax.data.finetuning import encoding, readers
+from bert_jax.data.tokenizers import hf_folder as hf_tokenizer
+from bert_jax.data.tokenizers import load as tok
+from bert_jax.data.tokenizers import subword as subword_tokenizer
+from bert_jax.data.tokenizers import wordpiece, wordpiece_training
 from bert_jax.recipes.finetune import recipe
-from bert_jax.train import checkpointing, params_loading
+from bert_jax.tools import convert_runs
+from bert_jax.train.checkpoint import params as params_loading
+from bert_jax.train.checkpoint import store as checkpointing
 
 import hf_peer
 from finetune_runs import tiny_finetune_config
@@ -576,7 +573,7 @@ def test_pretraining_run_in_bert_for_masked_lm(tmp_path):
 
     theirs_tokenizer = transformers.AutoTokenizer.from_pretrained(tmp_path / "hf")
     masked_lm = transformers.BertForMaskedLM.from_pretrained(tmp_path / "hf").eval()
-    from bert_jax.recipes import saved_runs
+    from bert_jax.tools import saved_runs
     ours_tokenizer = saved_runs.run_tokenizer(workdir)
     cfg, params = load_run_params(workdir)
     model = BertForPreTraining(cfg, with_nsp=False)

@@ -14,6 +14,12 @@ a package's `__init__.py` is the package. `from bert_jax.x import y` is an edge 
 `bert_jax.x` (y is a name defined there). An import's implicit parent packages are not edges.
 Imports by computed name (`importlib.import_module(f"...{name}")`) cannot be read and are not
 counted.
+
+The same graph keeps the library in layers (docs/architecture.md, "Layout"): each top-level
+folder of bert_jax/ has a layer (LAYERS), and an import goes to a folder of a lower layer or stays
+within its own folder; folders of one layer (config/ and data/; convert/, train/ and embeddings/)
+are peers that do not import each other. cli.py, the scripts' front door, imports runtime/ and
+config/ only, and no library module imports it or a deprecated former path (DEPRECATED).
 """
 
 import ast
@@ -21,6 +27,30 @@ import pathlib
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 PACKAGE = "bert_jax"
+
+# Top-level folder (or module) of bert_jax -> its layer: imports go to a lower number, or within
+# the folder. The package itself and the deprecated former paths re-export from below and sit on
+# top; nothing in the library imports them.
+LAYERS = {
+    "bert_jax.runtime": 1,
+    "bert_jax.config": 2,
+    "bert_jax.data": 2,
+    "bert_jax.model": 3,
+    "bert_jax.convert": 4,
+    "bert_jax.train": 4,
+    "bert_jax.embeddings": 4,
+    "bert_jax.recipes": 5,
+    "bert_jax.tools": 6,
+    "bert_jax.cli": 7,
+    "bert_jax.sentence_embeddings": 7,
+    "bert_jax.retrieval": 7,
+    "bert_jax": 7,
+}
+CLI = "bert_jax.cli"
+CLI_MAY_IMPORT = ("bert_jax.runtime", "bert_jax.config")
+# Former module paths kept for users, each warning that it moved (tests/test_public_paths.py).
+DEPRECATED = ("bert_jax.sentence_embeddings", "bert_jax.retrieval",
+              "bert_jax.train.checkpointing")
 
 
 def module_files(root: pathlib.Path = ROOT) -> dict[str, pathlib.Path]:
@@ -107,12 +137,12 @@ def test_graph_has_the_edges_it_should():
     assert len(graph) > 50 and sum(map(len, graph.values())) > 100
     # `from bert_jax.train import steps`: the submodule, not the package.
     assert "bert_jax.train.steps" in graph["bert_jax.train.loop"]
-    # A package's __init__.py is the package: `from bert_jax.config import BertConfig`.
-    assert "bert_jax.config" in graph["bert_jax"]
+    # A package's __init__.py is the package: `from bert_jax.model import BertModel, ...`.
+    assert "bert_jax.model" in graph["bert_jax"]
     # Inside a function: `from bert_jax import model` (a package).
     assert "bert_jax.model" in graph["bert_jax.convert.hf"]
-    # Under `if TYPE_CHECKING:`: `from bert_jax.data.subword_tokenizer import SubwordTokenizer`.
-    assert "bert_jax.data.subword_tokenizer" in graph["bert_jax.convert.hf_export"]
+    # Under `if TYPE_CHECKING:`: `from bert_jax.data.tokenizers.subword import SubwordTokenizer`.
+    assert "bert_jax.data.tokenizers.subword" in graph["bert_jax.convert.hf_export"]
 
 
 def test_find_cycle_reports_a_chain():
@@ -124,3 +154,69 @@ def test_find_cycle_reports_a_chain():
 def test_no_import_cycles():
     cycle = find_cycle(import_graph())
     assert not cycle, "import cycle: " + " -> ".join(cycle)
+
+
+def folder(module: str) -> str:
+    """The LAYERS entry `module` belongs to: its top-level folder (bert_jax.data for
+    bert_jax.data.corpora.catalog), a top-level module, or the package itself."""
+    if module == PACKAGE:
+        return PACKAGE
+    parts = module.split(".")
+    return ".".join(parts[:2])
+
+
+def layer_edges(graph: dict[str, set[str]]) -> list[tuple[str, str]]:
+    """The edges (importer, imported) that leave their folder without going to a lower layer."""
+    return sorted((source, target) for source, targets in graph.items() for target in targets
+                  if folder(source) != folder(target)
+                  and LAYERS[folder(target)] >= LAYERS[folder(source)])
+
+
+def _edge_lines(edges) -> str:
+    return "\n".join(f"  {a} -> {b} (layer {LAYERS[folder(a)]} -> {LAYERS[folder(b)]})"
+                      for a, b in edges)
+
+
+def test_every_module_has_a_layer():
+    unplaced = sorted(m for m in import_graph() if folder(m) not in LAYERS)
+    assert not unplaced, "modules in no folder of LAYERS: " + ", ".join(unplaced)
+
+
+def test_layer_edges_finds_upward_and_sideways_imports():
+    graph = {"bert_jax.runtime.paths": {"bert_jax.data.textfiles"},  # up
+             "bert_jax.train.loop": {"bert_jax.embeddings.metrics",  # sideways: peers
+                                     "bert_jax.train.steps", "bert_jax.model"},
+             "bert_jax.recipes.finetune.recipe": {"bert_jax.recipes.common"}}
+    assert layer_edges(graph) == [("bert_jax.runtime.paths", "bert_jax.data.textfiles"),
+                                  ("bert_jax.train.loop", "bert_jax.embeddings.metrics")]
+
+
+def test_imports_go_down_the_layers():
+    edges = layer_edges(import_graph())
+    assert not edges, ("imports that leave their folder but not for a lower layer "
+                       "(LAYERS):\n" + _edge_lines(edges))
+
+
+def test_no_two_folders_import_each_other():
+    graph = import_graph()
+    arrows = {(folder(a), folder(b)) for a, targets in graph.items() for b in targets
+              if folder(a) != folder(b)}
+    both = sorted((a, b) for a, b in arrows if (b, a) in arrows and a < b)
+    edges = [(a, b) for a, targets in sorted(graph.items()) for b in sorted(targets)
+             if (folder(a), folder(b)) in {*both, *((b, a) for a, b in both)}]
+    assert not both, "folders that import each other:\n" + _edge_lines(edges)
+
+
+def test_cli_imports_runtime_and_config_only():
+    graph = import_graph()
+    outside = sorted(t for t in graph[CLI] if folder(t) not in CLI_MAY_IMPORT)
+    assert not outside, f"{CLI} imports " + ", ".join(outside) + f"; it may import {CLI_MAY_IMPORT}"
+
+
+def test_the_library_imports_neither_cli_nor_a_deprecated_path():
+    graph = import_graph()
+    shims = set(DEPRECATED) | {PACKAGE}
+    edges = sorted((a, b) for a, targets in graph.items() for b in targets
+                   if a not in shims and (b == CLI or b in DEPRECATED))
+    assert not edges, ("imports of cli.py or of a deprecated path (use the new one):\n"
+                       + _edge_lines(edges))

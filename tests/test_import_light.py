@@ -35,11 +35,13 @@ SCRIPT = textwrap.dedent("""
     import jax.numpy as jnp
     import optax
 
-    from bert_jax import sharding
-    from bert_jax.config import BertConfig
-    from bert_jax.data.synthetic import RandomTokenBatches
+    from bert_jax.runtime import sharding
+    from bert_jax.config import settings
+    from bert_jax.config.bert import BertConfig
+    from bert_jax.data.pretraining.synthetic import RandomTokenBatches
     from bert_jax.model import BertForPreTraining
-    from bert_jax.train import checkpointing, evaluation, loop, metrics_writer, program, steps
+    from bert_jax.train.checkpoint import store as checkpointing
+    from bert_jax.train import evaluation, loop, metrics_writer, program, steps
     from bert_jax.train import optimizer as optimizer_lib
 
     SEQ, PREDICTIONS, VOCAB, ROWS = 16, 4, 64, 4
@@ -68,12 +70,13 @@ SCRIPT = textwrap.dedent("""
                  "nsp_loss": (jnp.sum(nsp), jnp.sum(rows))}, {})
 
     mesh = sharding.make_mesh()
-    opt_config = optimizer_lib.OptimizerConfig(learning_rate=1e-3, total_steps=10,
-                                               warmup_steps=1)
+    opt_config = settings.OptimizerConfig(learning_rate=1e-3, total_steps=10,
+                                          warmup_steps=1)
     optimizer = optimizer_lib.make_optimizer(opt_config)
     init_rng, state_rng = jax.random.split(jax.random.PRNGKey(0))
     task = loop.Task(model_config=cfg, init_fn=init_fn, loss_fn=loss_fn)
-    train = program.build(task, optimizer, loop.LoopConfig(total_steps=10, global_batch_size=ROWS),
+    train = program.build(task, optimizer,
+                          settings.LoopConfig(total_steps=10, global_batch_size=ROWS),
                           mesh, learning_rate_fn=optimizer_lib.learning_rate_schedule(opt_config))
     state, train_step = train.state, train.train_step
     batch = next(RandomTokenBatches(ROWS, SEQ, PREDICTIONS, VOCAB, seed=0, sentence_pairs=True))

@@ -1,5 +1,5 @@
 """Input at scale: each host reads only its own shard of the corpus, and a run resumes on another
-number of hosts (bert_jax.data.host_shards).
+number of hosts (bert_jax.data.pretraining.host_shards).
 
 The corpus: eight text files prepared into eight array_record files per split, so that which
 files a host opens can be seen. Four separate processes read it as hosts 0..3 of 4, each counting
@@ -24,7 +24,10 @@ import pytest
 import tensorflow_datasets as tfds
 import xla_flags
 
-from bert_jax.data import corpora, host_shards, pretraining, wordpiece_training
+from bert_jax.data.corpora import catalog as corpora
+from bert_jax.data.pretraining import host_shards
+from bert_jax.data.pretraining import pipeline as pretraining
+from bert_jax.data.tokenizers import wordpiece_training
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NUM_FILES = 8  # array_record files of the train split
@@ -73,7 +76,8 @@ def file_name(index: int) -> str:
 
 READ_SCRIPT = """
 import json, os, sys
-from bert_jax.data import corpora, pretraining
+from bert_jax.data.corpora import catalog as corpora
+from bert_jax.data.pretraining import pipeline as pretraining
 
 config, index, count, out = json.loads(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 
@@ -241,8 +245,8 @@ def test_checkpoint_of_two_processes_starts_a_new_pass_or_is_refused(corpus, tmp
     (`process_<i>-of-2.json`, the states of hosts 0 and 1 of 2)."""
     import jax.numpy as jnp
 
-    from bert_jax.config import BertConfig
-    from bert_jax.train import checkpointing
+    from bert_jax.config.bert import BertConfig
+    from bert_jax.train.checkpoint import store as checkpointing
 
     cfg = data_config(corpus, seed=5)
     hosts = [pretraining.make_iterator(cfg, "train", 8, i, 2) for i in range(2)]

@@ -14,11 +14,14 @@ import numpy as np
 import pytest
 
 from benchmarks.first_batch import write_corpus
-from bert_jax.data import corpora, document_tokens, pretraining, wordpiece_training
-from bert_jax.data import tokenizer as tok
-from bert_jax.data.document_packing import PackedRowsIterDataset, PackingSpec
-from bert_jax.data.document_tokens import DocumentTokens, window_end
-from bert_jax.data.subword_tokenizer import WordPieceTokenizer
+from bert_jax.data.corpora import catalog as corpora
+from bert_jax.data.pretraining import document_tokens
+from bert_jax.data.pretraining import pipeline as pretraining
+from bert_jax.data.pretraining.document_packing import PackedRowsIterDataset, PackingSpec
+from bert_jax.data.pretraining.document_tokens import DocumentTokens, window_end
+from bert_jax.data.tokenizers import load as tok
+from bert_jax.data.tokenizers import wordpiece_training
+from bert_jax.data.tokenizers.subword import WordPieceTokenizer
 
 MIXED_TEXT = ("Élan vital\tand CAFÉ au lait. 東京は大きい都市です。 Don't stop-believing!\n"
               "naïve coöperation, résumé; x1y2z3 ##hash [MASK] tokens.\n  \n") * 40
@@ -171,7 +174,7 @@ def test_resume_inside_a_long_document_starts_at_its_window(corpus, monkeypatch)
 
 
 def test_sentences_by_window_are_those_of_the_whole_text(vocab):
-    from bert_jax.data.sentence_pairs import PairSpec, Sentences, split_sentences
+    from bert_jax.data.pretraining.sentence_pairs import PairSpec, Sentences, split_sentences
 
     ends = tuple(vocab.token_to_id(t) for t in (".", "!"))
     spec = PairSpec(32, vocab.cls_id, vocab.sep_id, vocab.pad_id, ends, 0.1,

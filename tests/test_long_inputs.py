@@ -1,9 +1,9 @@
 """data.long_inputs: inputs longer than a row, truncated (the default) or read in sliding
 windows in evaluation and prediction.
 
-The windowing units (bert_jax.data.windows) against brute force (the window rows of
-bert_jax.data.encoding are tested in tests/test_tasks.py); then tiny runs (the point is the
-arithmetic, not accuracy) whose long inputs are predicted in windows, checked against the
+The windowing units (bert_jax.data.finetuning.windows) against brute force (the window rows of
+bert_jax.data.finetuning.encoding are tested in tests/test_tasks.py); then tiny runs (the point is
+the arithmetic, not accuracy) whose long inputs are predicted in windows, checked against the
 model applied directly to window rows built here: a text's logits are the mean of its
 windows', a word's logits are those of the window whose centre is nearest to it; and the
 default, truncation, against the truncated row.
@@ -16,9 +16,10 @@ import os
 import numpy as np
 import pytest
 
-from bert_jax import run_config, run_config_keys
-from bert_jax.config import ConfigError
-from bert_jax.data import encoding, readers, windows
+from bert_jax.config import run as run_config
+from bert_jax.config import run_keys as run_config_keys
+from bert_jax.config.bert import ConfigError
+from bert_jax.data.finetuning import encoding, readers, windows
 from bert_jax.recipes.finetune import kinds, predict, recipe, task_data
 from bert_jax.train import evaluation
 
@@ -372,7 +373,7 @@ def test_the_long_inputs_benchmark_hides_its_sentences_past_the_first_row(tmp_pa
 
     from benchmarks import long_inputs
     from bert_jax.convert import hf
-    from bert_jax.data.tokenizer import load_tokenizer
+    from bert_jax.data.tokenizers.load import load_tokenizer
     counts = long_inputs.make_data(str(tmp_path), 128, variants=2, docs_per_sentence=1, seed=0)
     assert counts == {"train_rows": 200, "eval_documents": 100}
     tokenizer = load_tokenizer(hf.packaged_minilm_dir())

@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 
 from benchmarks import long_rows_memory as bench
+from bert_jax.config.modernbert import ModernBertConfig
 from bert_jax.model import modernbert
 from bert_jax.model.attention import Mask
 from bert_jax.model.encoder import positions_from_segments
 from bert_jax.model.layers import rotary_angles
-from bert_jax.modernbert_config import ModernBertConfig
 
 TINY = {"batch": 1, "seq_len": 256, "hidden": 32, "heads": 2, "intermediate": 48, "layers": 3,
         "window": 32, "steps": 2, "max_temp_gib": 1.0}
@@ -78,7 +78,7 @@ def test_cpu_step_runs_times_and_tables():
 def test_tpu_step_compiles_for_one_v5e_chip():
     """Compiled for one chip of v5e:2x2, not run: splash on global and local layers with auto;
     with xla, the xla composition on the global layer and the blocked kernel on local ones. The
-    bytes per chip are the compiled program's (bert_jax.scaling.memory); a program XLA:TPU
+    bytes per chip are the compiled program's (bert_jax.tools.scaling.memory); a program XLA:TPU
     refuses is reported with its error."""
     tpu = {**TINY, "seq_len": 512, "target": "tpu:v5e:2x2", "mode": "alternating"}
     auto, xla = (bench.step({**tpu, "attention": attention}) for attention in ("auto", "xla"))

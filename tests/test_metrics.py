@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 import scipy.stats
 
+from bert_jax.embeddings import metrics as embedding_metrics
 from bert_jax.recipes.finetune import metrics
 
 
@@ -38,9 +39,11 @@ def test_pearson_spearman_match_scipy_with_ties():
     rng = np.random.default_rng(1)
     x = rng.integers(0, 6, 50).astype(float)  # many ties
     y = x + rng.normal(0, 2, 50)
-    assert metrics.pearson(x, y) == pytest.approx(scipy.stats.pearsonr(x, y)[0], abs=1e-12)
-    assert metrics.spearman(x, y) == pytest.approx(scipy.stats.spearmanr(x, y)[0], abs=1e-12)
-    np.testing.assert_allclose(metrics.average_ranks(x), scipy.stats.rankdata(x))
+    assert embedding_metrics.pearson(x, y) == pytest.approx(scipy.stats.pearsonr(x, y)[0],
+                                                            abs=1e-12)
+    assert embedding_metrics.spearman(x, y) == pytest.approx(scipy.stats.spearmanr(x, y)[0],
+                                                             abs=1e-12)
+    np.testing.assert_allclose(embedding_metrics.average_ranks(x), scipy.stats.rankdata(x))
 
 
 def test_entity_chunks_follow_conlleval_rules():

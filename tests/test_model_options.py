@@ -18,7 +18,8 @@ import numpy as np
 import pytest
 
 from bert_jax import BertConfig, BertForPreTraining, BertModel
-from bert_jax.config import ConfigError, gated_intermediate_size
+from bert_jax.config import settings
+from bert_jax.config.bert import ConfigError, gated_intermediate_size
 from bert_jax.convert import hf_export
 from bert_jax.convert.hf_layout import CheckpointError
 from bert_jax.model.layers import Embeddings, FeedForward, apply_rotary, rotary_angles
@@ -320,7 +321,7 @@ def test_each_option_trains_a_step(name, dtype):
     model = BertForPreTraining(cfg, with_nsp=False)
     params = unboxed_init(model, jnp.zeros((1, SEQ), jnp.int32),
                           jnp.zeros((1, PREDICTIONS), jnp.int32))
-    tx = optimizer.make_optimizer(optimizer.OptimizerConfig(
+    tx = optimizer.make_optimizer(settings.OptimizerConfig(
         learning_rate=1e-3, total_steps=2, warmup_steps=0, decay="constant"))
     state = steps.TrainState.create(params, tx, jax.random.PRNGKey(0))
     train_step = jax.jit(steps.make_train_step(pretrain.make_loss(model), tx))

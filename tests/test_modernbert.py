@@ -21,12 +21,12 @@ import transformers
 from jax.sharding import PartitionSpec as P
 from safetensors import numpy as safetensors_numpy
 
-from bert_jax import sharding
-from bert_jax.config import ConfigError
+from bert_jax.config.bert import ConfigError
+from bert_jax.config.modernbert import PRESETS, ModernBertConfig
 from bert_jax.convert import modernbert as convert
 from bert_jax.convert.hf_layout import CheckpointError
 from bert_jax.model import modernbert, modernbert_scan
-from bert_jax.modernbert_config import PRESETS, ModernBertConfig
+from bert_jax.runtime import sharding
 
 import hf_peer
 
@@ -397,7 +397,8 @@ def test_model_init_tree_is_what_the_converter_writes(tmp_path):
                                   scan_layers=True)  # layer 0, then one scanned group
     model = modernbert.ModernBertForMaskedLM(cfg)
     shapes = jax.eval_shape(model.init, jax.random.key(0), np.ones((1, 8), np.int64))["params"]
-    # logical axes for the mesh rules (bert_jax.sharding), the fused parts on axes of their own
+    # logical axes for the mesh rules (bert_jax.runtime.sharding), the fused parts on axes of
+    # their own
     specs = nn.get_partition_spec(shapes)["bert"]
     assert specs["embeddings"]["tok_embeddings"]["embedding"] == P("vocab", "embed")
     assert specs["encoder"]["layers"]["member_0"]["attn"]["Wqkv"]["kernel"] == P(

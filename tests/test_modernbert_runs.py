@@ -87,7 +87,8 @@ def test_modernbert_pretraining_resumes_exactly_after_sigterm_and_evaluates(tmp_
     import time
 
     from bert_jax.model import families
-    from bert_jax.train import checkpointing, params_loading
+    from bert_jax.train.checkpoint import params as params_loading
+    from bert_jax.train.checkpoint import store as checkpointing
 
     reference_dir = str(tmp_path / "uninterrupted")
     _script("pretrain.py", f"--workdir={reference_dir}", *TINY_PRETRAINING)
@@ -134,7 +135,7 @@ WORDS = ["john", "mary", "paris", "berlin", "acme", "globex", "visited", "met", 
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 LABELS = ("person", "place", "org")
 
-FINETUNE_CONFIG = """from bert_jax import run_config
+FINETUNE_CONFIG = """from bert_jax.config import run as run_config
 
 
 def get_config():
@@ -196,10 +197,12 @@ def _transformers_logits(folder, input_ids, attention_mask):
 def test_a_transformers_modernbert_folder_fine_tuned_predicted_and_exported(tmp_path):
     import jax
 
-    from bert_jax.convert import hf, runs
+    from bert_jax.convert import hf
     from bert_jax.model import families
     from bert_jax.model.modernbert import ModernBertForSequenceClassification
-    from bert_jax.train import checkpointing, params_loading
+    from bert_jax.tools import convert_runs as runs
+    from bert_jax.train.checkpoint import params as params_loading
+    from bert_jax.train.checkpoint import store as checkpointing
 
     rng = np.random.default_rng(0)
     train, dev = _text_rows(rng, 64), _text_rows(rng, 24)
@@ -243,7 +246,7 @@ def test_a_transformers_modernbert_folder_fine_tuned_predicted_and_exported(tmp_
     written = json.loads((export / "config.json").read_text())
     assert written["architectures"] == ["ModernBertForSequenceClassification"]
     assert sorted(written["id2label"].values()) == sorted(LABELS)
-    from bert_jax.data.tokenizer import load_tokenizer
+    from bert_jax.data.tokenizers.load import load_tokenizer
     tokenizer = load_tokenizer(str(export))
     rows = [[tokenizer.cls_id] + ids[:22] + [tokenizer.sep_id]
             for ids in tokenizer.encode_batch([t for t, _ in dev])]
@@ -269,8 +272,9 @@ def test_sentence_embeddings_of_a_modernbert_folder_are_transformers_mean_pooled
     import torch
     import transformers
 
-    from bert_jax import sentence_embeddings
-    from bert_jax.data.tokenizer import load_tokenizer
+    from bert_jax.data.tokenizers.load import load_tokenizer
+    from bert_jax.embeddings import encode as sentence_embeddings
+    from bert_jax.tools import saved_runs
 
     torch.manual_seed(0)
     hf_config = transformers.ModernBertConfig(
@@ -282,7 +286,7 @@ def test_sentence_embeddings_of_a_modernbert_folder_are_transformers_mean_pooled
     (tmp_path / "vocab.txt").write_text("\n".join(SPECIALS + WORDS) + "\n", encoding="utf-8")
     texts = [t for t, _ in _text_rows(np.random.default_rng(1), 6)]
 
-    vectors = sentence_embeddings.embed(sentence_embeddings.load_encoder(hf_dir=str(tmp_path)),
+    vectors = sentence_embeddings.embed(saved_runs.load_encoder(hf_dir=str(tmp_path)),
                                         texts, pooling="mean")
     tokenizer = load_tokenizer(str(tmp_path))
     rows = [[tokenizer.cls_id] + ids + [tokenizer.sep_id] for ids in tokenizer.encode_batch(texts)]
@@ -302,9 +306,9 @@ def test_sentence_embeddings_of_a_modernbert_folder_are_transformers_mean_pooled
 # ----- the family in a checkpoint --------------------------------------------------------------
 
 def test_family_saved_with_the_checkpoint_and_a_bert_dict_still_reads_as_bert():
-    from bert_jax.config import BertConfig
+    from bert_jax.config.bert import BertConfig
     from bert_jax.model import families
-    from bert_jax.train import checkpointing
+    from bert_jax.train.checkpoint import store as checkpointing
 
     modern = families.get("modernbert").preset("tiny", vocab_size=97)
     assert modern.pad_token_id == 0  # ModernBERT's own ids do not fit 97 tokens
@@ -362,11 +366,12 @@ def _eight_device_side(out_dir):
     import jax
     from ml_collections import ConfigDict
 
-    from bert_jax import sharding
-    from bert_jax.data.synthetic import RandomTokenBatches
+    from bert_jax.config import settings
+    from bert_jax.data.pretraining.synthetic import RandomTokenBatches
     from bert_jax.model import families
     from bert_jax.recipes import pretrain
-    from bert_jax.train import loop, optimizer, program
+    from bert_jax.runtime import sharding
+    from bert_jax.train import optimizer, program
 
     import eight_devices
 
@@ -376,13 +381,13 @@ def _eight_device_side(out_dir):
     config = ConfigDict({"max_seq_len": SEQ, "batch_size": BATCH,
                          "data": {"max_predictions": PREDICTIONS, "sentence_pairs": False}})
     task = pretrain.make_task(config, cfg)
-    opt_config = optimizer.OptimizerConfig(learning_rate=1e-3, total_steps=STEPS, warmup_steps=0)
+    opt_config = settings.OptimizerConfig(learning_rate=1e-3, total_steps=STEPS, warmup_steps=0)
     results = {}
     for name, shape in (("one_device", None), ("2x2x2", (2, 2, 2))):
         mesh = (sharding.make_mesh(1, 1, 1, devices=jax.devices()[:1]) if shape is None
                 else sharding.make_mesh(*shape))
         built = program.build(task, optimizer.make_optimizer(opt_config),
-                              loop.LoopConfig(total_steps=STEPS, global_batch_size=BATCH), mesh)
+                              settings.LoopConfig(total_steps=STEPS, global_batch_size=BATCH), mesh)
         batches = RandomTokenBatches(BATCH, SEQ, PREDICTIONS, cfg.vocab_size, seed=0)
         state, losses = built.state, []
         for _ in range(STEPS):

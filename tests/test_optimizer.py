@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from bert_jax import BertConfig
+from bert_jax.config import settings
 from bert_jax.model import BertForPreTraining
 from bert_jax.train import optimizer
 
@@ -23,15 +24,15 @@ def params():
 
 
 def test_schedule_warms_up_linearly_then_decays_linearly_to_zero():
-    cfg = optimizer.OptimizerConfig(learning_rate=1e-3, total_steps=100, warmup_steps=10)
+    cfg = settings.OptimizerConfig(learning_rate=1e-3, total_steps=100, warmup_steps=10)
     lr = optimizer.learning_rate_schedule(cfg)
     np.testing.assert_allclose([lr(0), lr(5), lr(10), lr(55), lr(100)],
                                [0.0, 5e-4, 1e-3, 5e-4, 0.0], rtol=1e-6, atol=1e-12)
 
 
 def test_cosine_decay_and_end_ratio():
-    cfg = optimizer.OptimizerConfig(learning_rate=1.0, total_steps=110, warmup_steps=10,
-                                    decay="cosine", end_learning_rate_ratio=0.1)
+    cfg = settings.OptimizerConfig(learning_rate=1.0, total_steps=110, warmup_steps=10,
+                                   decay="cosine", end_learning_rate_ratio=0.1)
     lr = optimizer.learning_rate_schedule(cfg)
     np.testing.assert_allclose([lr(10), lr(60), lr(110)], [1.0, 0.55, 0.1], rtol=1e-5)
 
@@ -52,8 +53,8 @@ def test_decay_mask_excludes_biases_and_layer_norm(params):
 
 
 def test_weight_decay_touches_only_the_masked_leaves(params):
-    cfg = optimizer.OptimizerConfig(learning_rate=1.0, total_steps=10, warmup_steps=0,
-                                    decay="constant", weight_decay=0.1, clip_norm=0.0)
+    cfg = settings.OptimizerConfig(learning_rate=1.0, total_steps=10, warmup_steps=0,
+                                   decay="constant", weight_decay=0.1, clip_norm=0.0)
     tx = optimizer.make_optimizer(cfg)
     zero_grads = jax.tree.map(jnp.zeros_like, params)
     updates, _ = tx.update(zero_grads, tx.init(params), params)
@@ -69,7 +70,7 @@ def test_weight_decay_touches_only_the_masked_leaves(params):
 def test_clipping_to_global_norm(params):
     # eps=1 makes Adam's update depend on the gradient's scale, so clipping shows in the update.
     def make(clip_norm):
-        return optimizer.make_optimizer(optimizer.OptimizerConfig(
+        return optimizer.make_optimizer(settings.OptimizerConfig(
             learning_rate=1e-2, total_steps=10, warmup_steps=0, clip_norm=clip_norm, eps=1.0))
 
     rng = np.random.default_rng(0)
@@ -90,7 +91,7 @@ def test_lamb_differs_from_adamw(params):
     grads = jax.tree.map(jnp.ones_like, params)
     updates = {}
     for name in ("adamw", "lamb"):
-        tx = optimizer.make_optimizer(optimizer.OptimizerConfig(
+        tx = optimizer.make_optimizer(settings.OptimizerConfig(
             learning_rate=1e-2, total_steps=10, warmup_steps=0, name=name))
         updates[name], _ = tx.update(grads, tx.init(params), params)
     kernel = lambda u: u["bert"]["encoder"]["layer_0"]["attention"]["query"]["kernel"]
@@ -105,12 +106,12 @@ def test_lamb_differs_from_adamw(params):
 ])
 def test_bad_config_is_named(bad, message):
     with pytest.raises(ValueError, match=message):
-        optimizer.OptimizerConfig(**bad)
+        settings.OptimizerConfig(**bad)
 
 
 def test_wsd_schedule_warms_up_holds_the_peak_then_decays_over_the_last_fraction():
-    cfg = optimizer.OptimizerConfig(learning_rate=1.0, total_steps=100, warmup_steps=10,
-                                    decay="wsd", decay_fraction=0.2, end_learning_rate_ratio=0.1)
+    cfg = settings.OptimizerConfig(learning_rate=1.0, total_steps=100, warmup_steps=10,
+                                   decay="wsd", decay_fraction=0.2, end_learning_rate_ratio=0.1)
     schedule = optimizer.learning_rate_schedule(cfg)
     assert cfg.wsd_decay_start == 80
     expected = {0: 0.0, 5: 0.5, 10: 1.0, 50: 1.0, 80: 1.0, 90: 0.55, 100: 0.1, 150: 0.1}
@@ -119,15 +120,15 @@ def test_wsd_schedule_warms_up_holds_the_peak_then_decays_over_the_last_fraction
 
 
 def test_wsd_schedule_without_warmup_and_default_fraction():
-    cfg = optimizer.OptimizerConfig(learning_rate=2.0, total_steps=50, warmup_steps=0, decay="wsd")
+    cfg = settings.OptimizerConfig(learning_rate=2.0, total_steps=50, warmup_steps=0, decay="wsd")
     schedule = optimizer.learning_rate_schedule(cfg)
     for step, value in {0: 2.0, 39: 2.0, 40: 2.0, 45: 1.0, 50: 0.0}.items():
         np.testing.assert_allclose(float(schedule(step)), value, rtol=1e-6, atol=1e-7)
 
 
 def test_one_cycle_schedule_rises_to_the_peak_over_the_warmup_then_anneals():
-    cfg = optimizer.OptimizerConfig(learning_rate=1.0, total_steps=100, warmup_steps=10,
-                                    decay="one_cycle", end_learning_rate_ratio=0.01)
+    cfg = settings.OptimizerConfig(learning_rate=1.0, total_steps=100, warmup_steps=10,
+                                   decay="one_cycle", end_learning_rate_ratio=0.01)
     schedule = optimizer.learning_rate_schedule(cfg)
     start, end = 1.0 / optimizer.ONE_CYCLE_DIV_FACTOR, 0.01
     expected = {0: start, 5: start + (1 - start) * 0.5, 10: 1.0,
@@ -146,14 +147,14 @@ def test_one_cycle_schedule_rises_to_the_peak_over_the_warmup_then_anneals():
 ])
 def test_bad_schedule_options_are_named(bad, message):
     with pytest.raises(ValueError, match=message):
-        optimizer.OptimizerConfig(**bad)
+        settings.OptimizerConfig(**bad)
 
 
 @pytest.mark.parametrize("decay", ["wsd", "one_cycle"])
 def test_new_schedules_build_an_optimizer_from_the_config_blocks(decay):
-    from bert_jax import run_config
+    from bert_jax.config import run as run_config
     block = run_config.optimizer_block(decay=decay)
     assert block.decay_fraction == 0.2
-    cfg = optimizer.OptimizerConfig(learning_rate=1e-3, total_steps=10, warmup_steps=1,
-                                    **block.to_dict())
+    cfg = settings.OptimizerConfig(learning_rate=1e-3, total_steps=10, warmup_steps=1,
+                                   **block.to_dict())
     optimizer.make_optimizer(cfg).init({"w": jnp.zeros((2,))})

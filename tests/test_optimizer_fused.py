@@ -16,6 +16,7 @@ import numpy as np
 import optax
 import pytest
 
+from bert_jax.config import settings
 from bert_jax.train import optimizer
 
 SHAPES = {
@@ -58,7 +59,7 @@ def _gradients(params):
             ("clipped", normal(0.5)), ("nan", poisoned(np.nan, 5)), ("not clipped", normal(1e-3))]
 
 
-def _reference(cfg: optimizer.OptimizerConfig) -> optax.GradientTransformation:
+def _reference(cfg: settings.OptimizerConfig) -> optax.GradientTransformation:
     """The chain make_optimizer replaced, written with optax's own transformations."""
     schedule = optimizer.learning_rate_schedule(cfg)
     build = optax.adamw if cfg.name == "adamw" else optax.lamb
@@ -72,8 +73,8 @@ def _reference(cfg: optimizer.OptimizerConfig) -> optax.GradientTransformation:
 def _config(name, clip_norm):
     # A large learning rate (decaying linearly from the first step, so it is never 0 here) and
     # weight decay: every applied step moves the parameters.
-    return optimizer.OptimizerConfig(learning_rate=1e-2, total_steps=STEPS, warmup_steps=0,
-                                     name=name, weight_decay=0.1, clip_norm=clip_norm)
+    return settings.OptimizerConfig(learning_rate=1e-2, total_steps=STEPS, warmup_steps=0,
+                                    name=name, weight_decay=0.1, clip_norm=clip_norm)
 
 
 def _jitted_step(tx):

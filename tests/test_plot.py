@@ -1,5 +1,5 @@
-"""experiments/plot.py and bert_jax/plotting.py (curves of runs into a PNG), and the progress bars
-of bert_jax/progress.py (shown only when asked for, never changing a result)."""
+"""experiments/plot.py and bert_jax/tools/plotting.py (curves of runs into a PNG), and the progress
+bars of bert_jax/runtime/progress.py (shown only when asked for, never changing a result)."""
 
 import json
 import os
@@ -9,7 +9,8 @@ import sys
 import numpy as np
 import pytest
 
-from bert_jax import plotting, progress
+from bert_jax.runtime import progress
+from bert_jax.tools import plotting
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(ROOT, "experiments", "plot.py")
@@ -115,7 +116,7 @@ def test_progress_bar_hidden_when_not_a_terminal_and_forced_by_env(monkeypatch, 
 
 
 def test_progress_bars_change_no_vocabulary(tmp_path, monkeypatch, capsys):
-    from bert_jax.data import wordpiece_training
+    from bert_jax.data.tokenizers import wordpiece_training
 
     texts = [f"the cat number {i} sat on the mat, said the dog {i % 7}." for i in range(40)]
     monkeypatch.setenv(progress.ENV_VAR, "1")
@@ -132,7 +133,7 @@ def test_progress_bars_change_no_evaluation_result(monkeypatch, capsys):
     import jax
     import jax.numpy as jnp
 
-    from bert_jax import sharding
+    from bert_jax.runtime import sharding
     from bert_jax.train import evaluation
 
     def loss_fn(params, batch, rng, deterministic):

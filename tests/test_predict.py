@@ -17,7 +17,7 @@ import sys
 import numpy as np
 import pytest
 
-from bert_jax.data import readers, unlabelled
+from bert_jax.data.finetuning import readers, unlabelled
 from bert_jax.recipes.finetune import recipe
 
 from finetune_runs import ner_sentence, text_rows, tiny_finetune_config

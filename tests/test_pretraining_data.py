@@ -11,15 +11,13 @@ import grain
 import numpy as np
 import pytest
 
-from bert_jax.data import (
-    corpora,
-    masking,
-    pretraining,
-    pretraining_rows,
-    pretraining_vocab,
-    wordpiece_training,
-)
-from bert_jax.data import tokenizer as tok
+from bert_jax.data.corpora import catalog as corpora
+from bert_jax.data.pretraining import masking
+from bert_jax.data.pretraining import pipeline as pretraining
+from bert_jax.data.pretraining import rows as pretraining_rows
+from bert_jax.data.pretraining import vocab as pretraining_vocab
+from bert_jax.data.tokenizers import load as tok
+from bert_jax.data.tokenizers import wordpiece_training
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -276,7 +274,7 @@ def test_held_out_rows_mask_at_eval_mask_rate(demo, tmp_path):
     """Training at 30% keeps the held-out rows at 15% (eval_mask_rate), so runs that train at
     different rates are compared on the same kind of rows. (The demo corpus and vocabulary of
     this module, given as tokenizer.path: the recipe reads them as it would its own.)"""
-    from bert_jax import run_config
+    from bert_jax.config import run as run_config
     from bert_jax.recipes import pretrain
     config = run_config.pretrain_config()
     config.data.data_dir = demo[0]
@@ -299,8 +297,9 @@ def test_the_step_compiles_before_the_first_step(demo, tmp_path):
     iterator's shape_examples): the first step itself compiles nothing."""
     import jax
 
-    from bert_jax import run_config, sharding
+    from bert_jax.config import run as run_config
     from bert_jax.recipes import pretrain
+    from bert_jax.runtime import sharding
 
     from test_bucketing import CompileCounter
     config = run_config.pretrain_config()
@@ -364,7 +363,7 @@ def test_same_seed_same_batches(demo):
 RESUME_SCRIPT = """
 import json, sys
 import numpy as np
-from bert_jax.data import pretraining
+from bert_jax.data.pretraining import pipeline as pretraining
 cases = json.load(open(sys.argv[1]))
 for i, case in enumerate(cases):
     it = pretraining.make_iterator(pretraining.PretrainingDataConfig(**case["config"]),

@@ -1,4 +1,4 @@
-"""Embedding evaluation (bert_jax/retrieval, experiments/evaluate_embeddings.py): ranking
+"""Embedding evaluation (bert_jax/embeddings, experiments/evaluate_embeddings.py): ranking
 metrics against hand arithmetic, the sharded exact search against a numpy brute force on 8 CPU
 devices (in a subprocess: this file run as a script), the BEIR and STS readers on tiny fixtures
 written here, and the script on a tiny BEIR folder with the packaged MiniLM."""
@@ -12,10 +12,10 @@ import sys
 import numpy as np
 import pytest
 
-from bert_jax import sharding
 from bert_jax.convert import hf
 from bert_jax.data.textfiles import DataError
-from bert_jax.retrieval import beir, evaluate, metrics, search, sts
+from bert_jax.embeddings import beir, evaluate, metrics, search, sts
+from bert_jax.runtime import sharding
 
 import eight_devices
 

@@ -27,12 +27,17 @@ import torch
 import transformers
 from tokenizers import decoders, models, normalizers, pre_tokenizers, processors, trainers
 
-from bert_jax import BertConfig, BertForPreTraining, BertModel, ConfigError, sentence_embeddings
-from bert_jax.convert import hf, runs
-from bert_jax.data import demo_corpus, encoding, masking, readers, squad
-from bert_jax.data import tokenizer as tok
+from bert_jax import BertConfig, BertForPreTraining, BertModel, ConfigError
+from bert_jax.convert import hf
+from bert_jax.data.corpora import demo as demo_corpus
+from bert_jax.data.finetuning import encoding, readers, squad
+from bert_jax.data.pretraining import masking
+from bert_jax.data.tokenizers import load as tok
+from bert_jax.embeddings import encode as sentence_embeddings
 from bert_jax.recipes.finetune import recipe
-from bert_jax.train import params_loading
+from bert_jax.tools import convert_runs as runs
+from bert_jax.tools import saved_runs
+from bert_jax.train.checkpoint import params as params_loading
 
 import hf_peer
 from finetune_runs import tiny_finetune_config
@@ -391,7 +396,7 @@ def test_export_with_tokenizer_loads_in_auto_classes(tmp_path, kind):
     cfg, params = hf.load(tmp_path / "in")
     hf.save(cfg, params, tmp_path / "out", tokenizer=ours)
     auto = transformers.AutoTokenizer.from_pretrained(tmp_path / "out")
-    # the tokenizer.json as it is (bert_jax/data/hf_tokenizer.py says why)
+    # the tokenizer.json as it is (bert_jax/data/tokenizers/hf_folder.py says why)
     assert isinstance(auto, transformers.PreTrainedTokenizerFast) and auto.model_max_length == 64
     assert (auto.cls_token_id, auto.sep_token_id, auto.pad_token_id, auto.mask_token_id) == \
         (ours.cls_id, ours.sep_id, ours.pad_id, ours.mask_id)
@@ -409,7 +414,7 @@ def test_export_with_tokenizer_loads_in_auto_classes(tmp_path, kind):
     assert max(diffs.values()) <= FP32_TOLERANCE
     # Sentence embeddings of the folder: our tokenizer, rows of at most max_sequence_length.
     vectors = sentence_embeddings.embed(
-        sentence_embeddings.load_encoder(hf_dir=str(tmp_path / "out")), TEXTS, pooling="mean")
+        saved_runs.load_encoder(hf_dir=str(tmp_path / "out")), TEXTS, pooling="mean")
     weights = batch["attention_mask"][:, :, None]
     expected = (reference.last_hidden_state.numpy() * weights).sum(1) / weights.sum(1)
     assert np.abs(vectors - expected).max() <= FP32_TOLERANCE

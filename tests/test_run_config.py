@@ -1,4 +1,4 @@
-"""The run config's schema (bert_jax/run_config.py): the loop's defaults come from it, and a saved
+"""The run config's schema (bert_jax/config/run.py): the loop's defaults come from it, and a saved
 config that predates a key reads as the schema's default."""
 
 import json
@@ -6,20 +6,19 @@ import json
 import ml_collections
 import pytest
 
-from bert_jax import run_config
-from bert_jax.recipes import common
-from bert_jax.train import loop
-from bert_jax.train import workdir as workdir_lib
+from bert_jax.config import run as run_config
+from bert_jax.config import settings
+from bert_jax.recipes import run_record
 
 
 def test_the_loop_defaults_are_the_schema_defaults():
-    plain = loop.LoopConfig(total_steps=5, global_batch_size=32)
+    plain = settings.LoopConfig(total_steps=5, global_batch_size=32)
     assert {key: getattr(plain, key) for key in run_config.LOOP_DEFAULTS} == \
         run_config.LOOP_DEFAULTS
     config = run_config.pretrain_config()
-    assert common.loop_config(config, total_steps=5) == plain
+    assert settings.loop_config(config, total_steps=5) == plain
     config.nonfinite, config.seed = "skip", 3
-    built = common.loop_config(config, total_steps=5)
+    built = settings.loop_config(config, total_steps=5)
     assert (built.nonfinite, built.seed, built.global_batch_size) == ("skip", 3, 32)
 
 
@@ -36,19 +35,19 @@ def test_a_saved_config_older_than_a_key_reads_as_the_default(tmp_path):
     del saved["dropout_rng"], saved["fsdp_collectives"], saved["data"]["pack_examples"]
     saved["data"]["a_key_of_its_own"] = 7
     (tmp_path / "config.json").write_text(json.dumps(saved))
-    loaded = workdir_lib.load_config(str(tmp_path))
+    loaded = run_record.load_config(str(tmp_path))
     assert loaded.dropout_rng == "threefry" and loaded.fsdp_collectives == "xla"
     assert loaded.data.pack_examples == 0 and loaded.data.a_key_of_its_own == 7
     assert loaded.learning_rate == 5e-5 and loaded.task == "classification"
     # a rerun with the current config is the same run, but for a key whose default changed
     # since: named, not switched silently (that run drew threefry's dropout bits) ...
     del saved["data"]["a_key_of_its_own"]
-    assert workdir_lib.config_differences(saved, config) == ["dropout_rng: 'threefry' -> 'hash'"]
+    assert run_record.config_differences(saved, config) == ["dropout_rng: 'threefry' -> 'hash'"]
     config.dropout_rng = "threefry"
-    assert workdir_lib.config_differences(saved, config) == []
+    assert run_record.config_differences(saved, config) == []
     # ... unless it switches the new key on
     config.fsdp_collectives = "explicit"
-    assert workdir_lib.config_differences(saved, config) == [
+    assert run_record.config_differences(saved, config) == [
         "fsdp_collectives: 'xla' -> 'explicit'"]
 
 

@@ -1,4 +1,4 @@
-"""The scaling report (bert_jax/scaling, experiments/scaling_report.py).
+"""The scaling report (bert_jax/tools/scaling, experiments/scaling_report.py).
 
 The HLO reader on hand-written programs (every spelling of device groups, while-loop trip
 counts, async collectives, where a value comes from, the all-reduce patterns a GPU/TPU compiler
@@ -28,7 +28,7 @@ import numpy as np
 import pytest
 import xla_flags
 
-from bert_jax.scaling import collectives, groups, hlo, projection, targets, traffic
+from bert_jax.tools.scaling import collectives, groups, hlo, projection, targets, traffic
 
 import eight_devices
 
@@ -252,7 +252,7 @@ def test_step_time_bounds():
 # ----- the compiled pre-training step on 8 devices ---------------------------------------------
 
 def _config(mesh_shape, accumulation_steps):
-    from bert_jax import run_config
+    from bert_jax.config import run as run_config
     config = run_config.pretrain_config()
     config.model.preset = "tiny"
     config.model.num_hidden_layers = 1  # what moves per layer is the same in every layer
@@ -270,8 +270,8 @@ def _worker(out_dir: str) -> None:
     """Runs in the 8-device subprocess; writes what the tests compare into out_dir."""
     import jax
 
-    from bert_jax.scaling import program, report
-    from bert_jax.sharding import make_mesh
+    from bert_jax.runtime.sharding import make_mesh
+    from bert_jax.tools.scaling import program, report
 
     assert jax.device_count() == 8
     results = {}

@@ -25,14 +25,19 @@ import safetensors.numpy
 import torch
 import transformers
 
-from bert_jax import BertConfig, BertModel, run_config, sharding
+from bert_jax import BertConfig, BertModel
+from bert_jax.config import run as run_config
+from bert_jax.config import settings
 from bert_jax.convert import hf
-from bert_jax.data.synthetic import RandomTokenBatches
+from bert_jax.data.pretraining.synthetic import RandomTokenBatches
 from bert_jax.model import BertForPreTraining, scan
-from bert_jax.pytree import flatten_dict
 from bert_jax.recipes import common as recipe_common
 from bert_jax.recipes import pretrain
-from bert_jax.train import checkpointing, optimizer, params_loading, steps
+from bert_jax.runtime import sharding
+from bert_jax.runtime.pytree import flatten_dict
+from bert_jax.train import optimizer, steps
+from bert_jax.train.checkpoint import params as params_loading
+from bert_jax.train.checkpoint import store as checkpointing
 from experiments.configs import demo
 
 import pretrain_runs
@@ -62,7 +67,7 @@ def train(cfg: BertConfig, params):
     """(losses, final params) of STEPS AdamW steps of the masked-LM loss on random tokens."""
     model = BertForPreTraining(cfg, with_nsp=False)
     opt = optimizer.make_optimizer(
-        optimizer.OptimizerConfig(learning_rate=1e-3, total_steps=STEPS, warmup_steps=2))
+        settings.OptimizerConfig(learning_rate=1e-3, total_steps=STEPS, warmup_steps=2))
     train_step = jax.jit(steps.make_train_step(pretrain.make_loss(model), opt))
     state = steps.TrainState.create(params, opt, jax.random.PRNGKey(1))
     batches = RandomTokenBatches(ROWS, SEQ, PREDICTIONS, cfg.vocab_size, seed=0)

@@ -23,10 +23,14 @@ def _worker(out_dir: str) -> None:
     import jax
     import jax.numpy as jnp
 
-    from bert_jax import BertConfig, sharding
+    from bert_jax import BertConfig
+    from bert_jax.config import settings
     from bert_jax.model import BertForPreTraining
-    from bert_jax.train import checkpointing, loop, optimizer, params_loading, steps
+    from bert_jax.runtime import sharding
+    from bert_jax.train import loop, optimizer, steps
     from bert_jax.train import state as state_lib
+    from bert_jax.train.checkpoint import params as params_loading
+    from bert_jax.train.checkpoint import store as checkpointing
 
     assert jax.device_count() == 8
     from bert_jax.recipes import pretrain
@@ -42,9 +46,10 @@ def _worker(out_dir: str) -> None:
         return model.init(rng, ids, jnp.zeros((1, predictions), jnp.int32))["params"]
 
     task = loop.Task(model_config=cfg, init_fn=init_fn, loss_fn=pretrain.make_loss(model))
-    opt_cfg = optimizer.OptimizerConfig(learning_rate=1e-3, total_steps=STEPS, warmup_steps=2)
-    loop_cfg = loop.LoopConfig(total_steps=STEPS, global_batch_size=batch_size, log_every_steps=1,
-                               checkpoint_every_steps=0, async_checkpoints=False)
+    opt_cfg = settings.OptimizerConfig(learning_rate=1e-3, total_steps=STEPS, warmup_steps=2)
+    loop_cfg = settings.LoopConfig(total_steps=STEPS, global_batch_size=batch_size,
+                                   log_every_steps=1, checkpoint_every_steps=0,
+                                   async_checkpoints=False)
     results = {}
     for name, shape in MESHES.items():
         mesh = (sharding.make_mesh(1, 1, 1, devices=jax.devices()[:1]) if shape is None

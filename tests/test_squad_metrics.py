@@ -6,8 +6,8 @@ import types
 import numpy as np
 import pytest
 
-from bert_jax import run_config
-from bert_jax.data.readers import Answer, QAExample
+from bert_jax.config import run as run_config
+from bert_jax.data.finetuning.readers import Answer, QAExample
 from bert_jax.recipes.finetune import metrics, span_qa
 
 

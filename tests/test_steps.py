@@ -9,6 +9,7 @@ import optax
 import pytest
 
 from bert_jax import BertConfig
+from bert_jax.config import settings
 from bert_jax.model import BertForPreTraining
 from bert_jax.recipes import pretrain
 from bert_jax.train import optimizer, steps
@@ -132,8 +133,8 @@ def test_eval_sums_add_up_across_batches(setup):
 
 def test_train_steps_learn_a_fixed_batch(setup):
     _, params, loss_fn = setup
-    cfg = optimizer.OptimizerConfig(learning_rate=3e-3, total_steps=30, warmup_steps=0,
-                                    decay="constant")
+    cfg = settings.OptimizerConfig(learning_rate=3e-3, total_steps=30, warmup_steps=0,
+                                   decay="constant")
     tx = optimizer.make_optimizer(cfg)
     step = jax.jit(steps.make_train_step(loss_fn, tx), donate_argnums=0)
     own_params = jax.tree.map(jnp.copy, params)  # the donated state must not hold the fixture's
@@ -151,8 +152,8 @@ def test_dropout_depends_on_the_step(setup):
     model, params, _ = setup
     dropout_model = BertForPreTraining(model.cfg.replace(hidden_dropout_prob=0.3), with_nsp=True)
     loss_fn = pretrain.make_loss(dropout_model)
-    tx = optimizer.make_optimizer(optimizer.OptimizerConfig(learning_rate=1e-9, total_steps=10,
-                                                            warmup_steps=0))
+    tx = optimizer.make_optimizer(settings.OptimizerConfig(learning_rate=1e-9, total_steps=10,
+                                                           warmup_steps=0))
     step = jax.jit(steps.make_train_step(loss_fn, tx))
     state = steps.TrainState.create(params, tx, jax.random.PRNGKey(0))
     batch = make_batch(8)

@@ -15,10 +15,10 @@ import types
 import numpy as np
 import pytest
 
-from bert_jax.data import readers
+from bert_jax.data.finetuning import readers
+from bert_jax.recipes import run_record
 from bert_jax.recipes.finetune import kinds
 from bert_jax.recipes.suite import runner, scores, spec
-from bert_jax.train import workdir as workdir_lib
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORDS = ["the", "a", "cat", "dog", "sat", "ran", "on", "mat", "big", "small", "red", "is",
@@ -173,7 +173,7 @@ def write_vocab(path):
 
 
 TINY_SUITE = """
-from bert_jax import run_config
+from bert_jax.config import run as run_config
 from experiments.configs import glue
 
 
@@ -387,7 +387,7 @@ def test_glue_suite_end_to_end_resumes_after_a_kill(tmp_path):
 
     # Each run is an ordinary fine-tuning workdir: its config.json reads CoLA's header-less files
     # again as evaluate.py and predict.py would
-    saved = workdir_lib.load_config(str(cola))
+    saved = run_record.load_config(str(cola))
     assert (saved.data.format, saved.data.text_column, saved.data.label_column) == (
         "tsv_no_header", "3", "1")
     examples = kinds.get(saved.task).read(saved.data.eval_path, saved)

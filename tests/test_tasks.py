@@ -8,8 +8,10 @@ import numpy as np
 import pytest
 
 from bert_jax.convert import hf
-from bert_jax.data import batches, demo_corpus, encoding, readers, row_layout, squad, tfds_tasks
-from bert_jax.data import tokenizer as tok
+from bert_jax.data import batches, row_layout
+from bert_jax.data.corpora import demo as demo_corpus
+from bert_jax.data.finetuning import encoding, readers, squad, tfds_tasks
+from bert_jax.data.tokenizers import load as tok
 
 
 @pytest.fixture(scope="module")

@@ -5,8 +5,8 @@ import os
 import pytest
 
 from bert_jax.convert import hf
-from bert_jax.data import tokenizer as tok
-from bert_jax.data import wordpiece, wordpiece_training
+from bert_jax.data.tokenizers import load as tok
+from bert_jax.data.tokenizers import wordpiece, wordpiece_training
 
 MINILM = hf.packaged_minilm_dir()
 TEXTS = [

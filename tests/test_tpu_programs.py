@@ -1,4 +1,4 @@
-"""Programs compiled for a TPU slice on this CPU host (bert_jax/scaling: topology, chips,
+"""Programs compiled for a TPU slice on this CPU host (bert_jax/tools/scaling: topology, chips,
 roofline; the `test` extra brings libtpu, so these run in CI).
 
 - The real pre-training step of a tiny BERT compiled for v5e:2x2 (4 chips, fsdp=4): the report's
@@ -6,9 +6,9 @@ roofline; the `test` extra brings libtpu, so these run in CI).
   traffic beside its ideal) hold consistent figures, and the parameters are gathered with
   all-gathers over fsdp.
 - A step traced for TPU devices is the program a TPU host would trace: the platform-dependent
-  choices follow the mesh (`bert_jax.platform`), not the CPU host. The bf16 matmuls' CPU-only
-  row-major transposes (model/precision.py: a [a, b/2, 2] view) are in the host's program and
-  not in the TPU one, which equals the program traced with the platform set to "tpu"; XLA:CPU's
+  choices follow the mesh (`bert_jax.runtime.platform`), not the CPU host. The bf16 matmuls'
+  CPU-only row-major transposes (model/precision.py: a [a, b/2, 2] view) are in the host's program
+  and not in the TPU one, which equals the program traced with the platform set to "tpu"; XLA:CPU's
   scheduler option is not passed.
 """
 
@@ -18,8 +18,9 @@ import re
 import jax
 import pytest
 
-from bert_jax import platform, run_config, sharding, xla_options
-from bert_jax.scaling import chips, program, report, roofline, topology
+from bert_jax.config import run as run_config
+from bert_jax.runtime import platform, sharding, xla_options
+from bert_jax.tools.scaling import chips, program, report, roofline, topology
 
 
 @pytest.fixture(scope="module")

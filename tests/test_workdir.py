@@ -7,7 +7,8 @@ import os
 import ml_collections
 import pytest
 
-from bert_jax.train import workdir
+from bert_jax.recipes import run_record
+from bert_jax.train.checkpoint import workdir
 
 
 def config(**data):
@@ -17,24 +18,24 @@ def config(**data):
 
 def test_differences_name_the_keys_that_change_the_run():
     saved = config().to_dict()
-    assert workdir.config_differences(saved, config()) == []
+    assert run_record.config_differences(saved, config()) == []
     changed = config(mask_rate=0.3)
-    assert workdir.config_differences(saved, changed) == ["data.mask_rate: 0.15 -> 0.3"]
+    assert run_record.config_differences(saved, changed) == ["data.mask_rate: 0.15 -> 0.3"]
     neutral = config()
     neutral.log_every_steps = 50
     neutral.data.eval_mask_rate = 0.2
-    assert workdir.config_differences(saved, neutral) == []
+    assert run_record.config_differences(saved, neutral) == []
 
 
 def test_a_key_added_after_the_run_started_counts_only_when_switched_on():
     """config.json of an older run lacks keys added since; their off values are how it ran."""
     saved = config().to_dict()
-    assert workdir.config_differences(saved, config(group_by_length=0, scan="")) == []
-    assert workdir.config_differences(saved, config(group_by_length=8)) == [
+    assert run_record.config_differences(saved, config(group_by_length=0, scan="")) == []
+    assert run_record.config_differences(saved, config(group_by_length=8)) == [
         "data.group_by_length: '(absent)' -> 8"]
     removed = config().to_dict()
     removed["data"]["old_key"] = 0
-    assert workdir.config_differences(removed, config()) == ["data.old_key: 0 -> '(absent)'"]
+    assert run_record.config_differences(removed, config()) == ["data.old_key: 0 -> '(absent)'"]
 
 
 # ----- a run whose config.json is gone, a workdir that cannot be written --------------------------
@@ -56,14 +57,14 @@ def test_a_lost_config_json_is_checked_against_the_newest_checkpoint(tmp_path):
     _checkpoint_with(tmp_path, 20, {"run_config": config().to_dict(), "params_finite": True})
     changed = _allowing(config())
     changed.learning_rate = 0.5
-    with pytest.raises(workdir.ConfigChangedError) as error:
-        workdir.record_config(changed, str(tmp_path))
+    with pytest.raises(run_record.ConfigChangedError) as error:
+        run_record.record_config(changed, str(tmp_path))
     assert str(error.value) == (
         f"{tmp_path}/config.json is missing, and the newest checkpoint (step 20) was saved with "
         "another config (learning_rate: 0.001 -> 0.5): rerun with the config it was saved with, "
         "or --config.allow_config_change=true if the change is meant")
     assert not (tmp_path / "config.json").exists()
-    workdir.record_config(_allowing(config()), str(tmp_path))  # the same config: written anew
+    run_record.record_config(_allowing(config()), str(tmp_path))  # the same config: written anew
     assert json.loads((tmp_path / "config.json").read_text())["learning_rate"] == 1e-3
 
 
@@ -71,10 +72,10 @@ def test_a_lost_config_json_with_a_change_that_is_meant_or_an_older_checkpoint(t
     _checkpoint_with(tmp_path, 10, {"model_config": {}})  # saved before configs were kept
     changed = _allowing(config())
     changed.learning_rate = 0.5
-    workdir.record_config(changed, str(tmp_path))  # nothing to compare with: a warning
+    run_record.record_config(changed, str(tmp_path))  # nothing to compare with: a warning
     (tmp_path / "config.json").unlink()
     _checkpoint_with(tmp_path, 20, {"run_config": config().to_dict()})
-    workdir.record_config(_allowing(changed, allow=True), str(tmp_path))
+    run_record.record_config(_allowing(changed, allow=True), str(tmp_path))
     assert json.loads((tmp_path / "config.json").read_text())["learning_rate"] == 0.5
 
 

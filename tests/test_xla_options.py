@@ -1,12 +1,12 @@
-"""bert_jax.xla_options: the compiler options of the step and the initialiser, less those that
-the installed jaxlib does not know (XLA's options come and go between releases; jax.jit fails
-on an unknown one)."""
+"""bert_jax.runtime.xla_options: the compiler options of the step and the initialiser, less
+those that the installed jaxlib does not know (XLA's options come and go between releases;
+jax.jit fails on an unknown one)."""
 
 import jax
 import numpy as np
 import pytest
 
-from bert_jax import xla_options
+from bert_jax.runtime import xla_options
 
 
 def test_the_host_backends_options_are_known_here():

@@ -1,7 +1,8 @@
 """What every implementation shares, made once per comparison before any worker starts.
 
-    prepare_vocabulary   the corpus prepared (bert_jax.data.corpora) and a WordPiece vocabulary
-                         trained on its train split by bert_jax's trainer, cached under data_dir
+    prepare_vocabulary   the corpus prepared (bert_jax.data.corpora.catalog) and a WordPiece
+                         vocabulary trained on its train split by bert_jax's trainer, cached
+                         under data_dir
     write_heldout        the held-out rows (benchmarks/peers/heldout.py): bert_jax's pipeline on
                          the held-out split, masked once with HELDOUT_SEED at 15%
     write_blocks         the peers' 128-token training blocks (benchmarks/peers/mlm_blocks.py)
@@ -28,14 +29,14 @@ HELDOUT_SEED = 31337  # the held-out masks; no run's seed
 def data_config(corpus: str, data_dir: str, vocab_path: str):
     """The PretrainingDataConfig of the held-out rows (its text options are the defaults that
     bert_jax's recipe also uses, so the splits are the recipe's)."""
-    from bert_jax.data import pretraining  # pylint: disable=import-outside-toplevel
+    from bert_jax.data.pretraining import pipeline as pretraining  # pylint: disable=import-outside-toplevel
     return pretraining.PretrainingDataConfig(
         corpus=corpus, data_dir=data_dir, vocab_path=vocab_path, seq_len=SEQ_LEN,
         max_predictions=MAX_PREDICTIONS, mask_rate=MASK_RATE, seed=HELDOUT_SEED)
 
 
 def _text_options(corpus: str) -> dict:
-    from bert_jax.data import corpora  # pylint: disable=import-outside-toplevel
+    from bert_jax.data.corpora import catalog as corpora  # pylint: disable=import-outside-toplevel
     if not corpus.startswith(corpora.TEXT_PREFIX):
         return {}
     return data_config(corpus, "", "").text_options()
@@ -44,11 +45,9 @@ def _text_options(corpus: str) -> dict:
 def prepare_vocabulary(corpus: str, data_dir: str, vocab_size: int) -> str:
     """vocab.txt of a vocabulary of at most vocab_size pieces trained on the train split (once:
     a folder keyed by the prepared corpus and the size is reused)."""
-    from bert_jax.data import (  # pylint: disable=import-outside-toplevel
-        corpora,
-        pretraining,
-        tokenizer,  # pylint: disable=import-outside-toplevel
-    )
+    from bert_jax.data.corpora import catalog as corpora
+    from bert_jax.data.pretraining import pipeline as pretraining
+    from bert_jax.data.tokenizers import load as tokenizer  # pylint: disable=import-outside-toplevel
 
     if corpus == corpora.DEMO:
         return pretraining.prepare_demo(data_dir, vocab_size)
@@ -67,7 +66,8 @@ def write_heldout(corpus: str, data_dir: str, vocab_path: str, path: str,
     """Writes the held-out rows (at most max_rows; 0: the whole split) to `path` (.npz) and
     returns {"path", "sha256", "rows", "masked_tokens", "mask_fraction"}."""
     # pylint: disable-next=import-outside-toplevel
-    from bert_jax.data import batches, pretraining, row_layout
+    from bert_jax.data import batches, row_layout
+    from bert_jax.data.pretraining import pipeline as pretraining
 
     iterator = pretraining.make_iterator(
         data_config(corpus, data_dir, vocab_path), split="validation",
@@ -106,7 +106,7 @@ def mask_fraction(rows: heldout_lib.Heldout, vocab_path: str) -> float:
 
 def write_blocks(corpus: str, data_dir: str, vocab_path: str, path: str) -> dict:
     """Writes the peers' training blocks [N, SEQ_LEN] int32 (.npy); returns {"path", "blocks"}."""
-    from bert_jax.data import corpora  # pylint: disable=import-outside-toplevel
+    from bert_jax.data.corpora import catalog as corpora  # pylint: disable=import-outside-toplevel
 
     source = corpora.load_source(corpus, "train", data_dir, **_text_options(corpus))
     blocks = mlm_blocks.make_blocks(corpora.SourceTexts(source), vocab_path, SEQ_LEN)

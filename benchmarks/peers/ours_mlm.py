@@ -41,10 +41,11 @@ import numpy as np
 
 from benchmarks.peers import heldout as heldout_lib
 from benchmarks.peers import inputs
-from bert_jax import run_config, sharding
-from bert_jax.config import gated_intermediate_size
+from bert_jax.config import run as run_config
+from bert_jax.config.bert import gated_intermediate_size
 from bert_jax.model import families
 from bert_jax.recipes import pretrain
+from bert_jax.runtime import sharding
 from bert_jax.train import evaluation
 
 EFFICIENT_MODULE = "experiments.configs.efficient"

@@ -73,7 +73,7 @@ class Settings:
 
 def model_config(settings: Settings, vocab_size: int):
     """The classic BertConfig of the comparison's size (the peers' model, ours_classic's)."""
-    from bert_jax.config import BertConfig  # pylint: disable=import-outside-toplevel
+    from bert_jax.config.bert import BertConfig  # pylint: disable=import-outside-toplevel
     sizes = {k: v for k, v in settings.sizes.items() if v is not None}
     return BertConfig.preset(settings.preset, vocab_size=vocab_size, **sizes)
 
@@ -90,14 +90,14 @@ def check_sizes(settings: Settings) -> None:
 
 def train_settings() -> dict:
     """The optimizer every classic recipe shares: the project's AdamW block (BERT's values)."""
-    from bert_jax import run_config
+    from bert_jax.config import run as run_config
     block = run_config.optimizer_block().to_dict()
     return {k: block[k] for k in ("b1", "b2", "eps", "weight_decay", "clip_norm")}
 
 
 def prepare_shared(settings: Settings) -> dict:
     """The vocabulary, held-out rows and blocks; returns what the specs and the report need."""
-    from bert_jax.data import tokenizer  # pylint: disable=import-outside-toplevel
+    from bert_jax.data.tokenizers import load as tokenizer  # pylint: disable=import-outside-toplevel
 
     check_sizes(settings)  # a bad size fails before anything long runs
     shared_dir = os.path.join(settings.output_dir, "shared")

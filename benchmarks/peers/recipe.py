@@ -48,7 +48,7 @@ class Recipe:
            optimizer: Mapping[str, Any]) -> Recipe:
         """The recipe of a run's settings: `optimizer` holds OPTIMIZER_KEYS (a config's
         optimizer block, or the race's spec); the warm-up is round(warmup_fraction x
-        total_steps) steps, as bert_jax.recipes.common.optimizer_config counts it."""
+        total_steps) steps, as bert_jax.config.settings.optimizer_config counts it."""
         return cls(learning_rate=learning_rate, total_steps=total_steps,
                    warmup_steps=round(warmup_fraction * total_steps),
                    **{key: optimizer[key] for key in OPTIMIZER_KEYS})

@@ -48,7 +48,7 @@ from etils import epath
 from safetensors import numpy as safetensors_numpy
 from safetensors import safe_open
 
-from bert_jax.config import BertConfig, ConfigError
+from bert_jax.config.bert import BertConfig, ConfigError
 
 # Re-exported: the names below are part of this module's interface (see __all__).
 from bert_jax.convert.hf_export import (
@@ -404,7 +404,7 @@ def save(cfg, params: Mapping[str, Any], directory: str | os.PathLike, *, tokeni
         with open(path, "w", encoding="utf-8") as f:
             f.write(json.dumps(written, indent=2, sort_keys=True) + "\n")
     if tokenizer is not None:
-        from bert_jax.data import hf_tokenizer
+        from bert_jax.data.tokenizers import hf_folder as hf_tokenizer
         hf_tokenizer.save_hf(tokenizer, os.fspath(directory),
                              model_max_length=cfg.max_position_embeddings)
 

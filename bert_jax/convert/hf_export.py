@@ -26,7 +26,7 @@ import numpy as np
 from etils import epath
 from safetensors import numpy as safetensors_numpy
 
-from bert_jax.config import OFFSET_MODEL_TYPES, BertConfig
+from bert_jax.config.bert import OFFSET_MODEL_TYPES, BertConfig
 from bert_jax.convert.hf_layout import (
     CONFIG,
     SAFETENSORS,
@@ -40,10 +40,10 @@ from bert_jax.convert.hf_layout import (
     num_classes,
     pooler_in_encoder,
 )
-from bert_jax.pytree import flatten_dict
+from bert_jax.runtime.pytree import flatten_dict
 
 if TYPE_CHECKING:
-    from bert_jax.data.subword_tokenizer import SubwordTokenizer
+    from bert_jax.data.tokenizers.subword import SubwordTokenizer
 
 # BertConfig fields that transformers' BertConfig holds under the same name and meaning.
 HF_BERT_FIELDS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
@@ -200,7 +200,7 @@ def save(cfg: BertConfig, params: Mapping[str, Any], directory: str | os.PathLik
     with the encoder under `roberta.` (`hf_layout.FAMILIES`). The MLM decoder weight is not
     written: transformers ties it to the word embeddings on load.
 
-    tokenizer: a bert_jax.data.subword_tokenizer.SubwordTokenizer (WordPiece, BPE or Unigram),
+    tokenizer: a bert_jax.data.tokenizers.subword.SubwordTokenizer (WordPiece, BPE or Unigram),
       written by `hf_tokenizer.save_hf` (tokenizer.json, tokenizer_config.json with
       model_max_length = cfg.max_sequence_length, special_tokens_map.json; vocab.txt for
       WordPiece); its vocabulary must fit cfg.vocab_size, and for RoBERTa its pad id must be
@@ -227,7 +227,7 @@ def save(cfg: BertConfig, params: Mapping[str, Any], directory: str | os.PathLik
     num_labels = num_classes(plain) if "classifier" in heads else None
     hf_config.update(_label_entries(hf_class, num_labels, label_map, problem_type))
     if tokenizer is not None:
-        from bert_jax.data import hf_tokenizer
+        from bert_jax.data.tokenizers import hf_folder as hf_tokenizer
         if tokenizer.vocab_size > cfg.vocab_size:
             raise CheckpointError(f"tokenizer {tokenizer.source} has {tokenizer.vocab_size} tokens "
                                   f"but the model's vocab_size is {cfg.vocab_size}")

@@ -29,7 +29,7 @@ from typing import Any, Callable, Mapping, Optional
 
 import numpy as np
 
-from bert_jax.config import BertConfig
+from bert_jax.config.bert import BertConfig
 
 HEADS = ("mlm", "nsp", "classifier", "qa_outputs")
 

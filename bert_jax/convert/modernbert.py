@@ -36,11 +36,11 @@ import numpy as np
 from safetensors import SafetensorError, safe_open
 from safetensors import numpy as safetensors_numpy
 
-from bert_jax.config import ConfigError
+from bert_jax.config.bert import ConfigError
+from bert_jax.config.modernbert import ModernBertConfig
 from bert_jax.convert.hf_layout import CONFIG, SAFETENSORS, CheckpointError, Entry, Layout
 from bert_jax.model import modernbert_scan
-from bert_jax.modernbert_config import ModernBertConfig
-from bert_jax.pytree import flatten_dict
+from bert_jax.runtime.pytree import flatten_dict
 
 Params = dict[str, Any]
 

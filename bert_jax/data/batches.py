@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Optional
 
 import numpy as np
 
-from bert_jax.data.readers import DataError
 from bert_jax.data.row_layout import EXAMPLE_WEIGHTS, MASK_KEY, row_lengths
+from bert_jax.data.textfiles import DataError
 
 if TYPE_CHECKING:
     import grain

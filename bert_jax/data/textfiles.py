@@ -1,9 +1,9 @@
 """Local text files read line by line, with errors that name the file and line at fault.
 
-What the readers of labelled examples (`bert_jax.data.readers`) and of unlabelled input
-(`bert_jax.data.unlabelled`) share: opening a file in a given encoding (a UTF-8 byte-order mark
-dropped), the records of CSV/TSV and JSONL files, the format a file's extension says, and
-`DataError`, the one error they raise for input that cannot be read.
+What the readers of labelled examples (`bert_jax.data.finetuning.readers`) and of unlabelled input
+(`bert_jax.data.finetuning.unlabelled`) share: opening a file in a given encoding (a UTF-8
+byte-order mark dropped), the records of CSV/TSV and JSONL files, the format a file's extension
+says, and `DataError`, the one error they raise for input that cannot be read.
 
 `table_rows` and `jsonl_records` yield a row's fault (a str) in place of its record, so that
 each reader decides what a bad row means: the labelled readers stop at the first, the

@@ -20,7 +20,7 @@ The kernels (`choose` states which one runs where):
   (padding: `PADDING_SEGMENT`, which no real token has), so it agrees with xla at real tokens
   (the outputs at padding, which nothing reads, differ). Off TPU it runs in interpret mode (how
   the CPU tests check it). Under a mesh it runs per device in `jax.shard_map`: batch over
-  (data, fsdp), heads over tensor, as the activations are laid out (bert_jax.sharding).
+  (data, fsdp), heads over tensor, as the activations are laid out (bert_jax.runtime.sharding).
 - "cudnn": cuDNN's fused attention through jax.nn.dot_product_attention, the padding mask as
   sequence lengths (right padding, as every pipeline here pads).
 - "local" (sliding windows only): bert_jax.model.local_attention, query blocks against their
@@ -41,10 +41,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bert_jax import platform as platform_lib
-from bert_jax.config import ATTENTION_IMPLEMENTATIONS
+from bert_jax.config.bert import ATTENTION_IMPLEMENTATIONS
 from bert_jax.model import local_attention
-from bert_jax.sharding import LOGICAL_AXIS_RULES, mesh_axes_for
+from bert_jax.runtime import platform as platform_lib
+from bert_jax.runtime.sharding import LOGICAL_AXIS_RULES, mesh_axes_for
 
 Array = jax.Array
 
@@ -192,7 +192,7 @@ def attend(query: Array, key: Array, value: Array, mask: Mask, *, implementation
            dropout: Optional[Callable[[Array], Array]] = None,
            window: Optional[int] = None) -> Array:
     """softmax(Q K^T / sqrt(head_dim)) V per head by the kernel `choose` picks for
-    `implementation` on the platform being compiled for (bert_jax.platform.current()).
+    `implementation` on the platform being compiled for (bert_jax.runtime.platform.current()).
 
     query, key, value: [batch, seq, heads, head_dim] -> [batch, seq, heads, head_dim].
     dropout: None, or what to apply to the attention probabilities (training); then xla runs.
@@ -311,8 +311,8 @@ def _splash_local(query: Array, key: Array, value: Array, segment_ids: Optional[
 def splash(query: Array, key: Array, value: Array, mask: Mask,
            window: Optional[int] = None) -> Array:
     """The splash attention kernel (interpret mode off TPU); with a window, its LocalMask. Under
-    a mesh (an abstract mesh in context, as `bert_jax.sharding.activation_sharding` sets), per
-    device in jax.shard_map with the activations' layout: a Pallas TPU kernel is not
+    a mesh (an abstract mesh in context, as `bert_jax.runtime.sharding.activation_sharding` sets),
+    per device in jax.shard_map with the activations' layout: a Pallas TPU kernel is not
     partitioned by XLA."""
     interpret = platform_lib.current() != "tpu"
     segment_ids = mask.kernel_segment_ids()

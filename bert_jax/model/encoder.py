@@ -23,7 +23,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from bert_jax.config import BertConfig
+from bert_jax.config.bert import BertConfig
 from bert_jax.model.attention import Mask
 from bert_jax.model.layers import Embeddings, EncoderLayer, dense, layer_norm, rotary_angles
 from bert_jax.model.scan import LAYERS, layer_name
@@ -83,7 +83,7 @@ def scanned_layers(cfg: BertConfig) -> type[nn.Module]:
     """The num_hidden_layers layers as one nn.scan of a (rematerialised) layer.
 
     Parameters are stacked on a leading axis, the logical axis `layers` (replicated by the rules
-    in bert_jax.sharding); each layer draws its own init and dropout keys. The mask, the
+    in bert_jax.runtime.sharding); each layer draws its own init and dropout keys. The mask, the
     deterministic flag and the rotary angles are the same for every layer (broadcast).
     """
     return nn.scan(rematerialised(ScanStep, cfg, prevent_cse=False), variable_axes={"params": 0},

@@ -1,7 +1,7 @@
 """The encoder families, and the one place that picks a family's classes.
 
     bert        BertConfig (BERT as published, its options, RoBERTa / XLM-R weights)
-    modernbert  ModernBertConfig (bert_jax.modernbert_config)
+    modernbert  ModernBertConfig (bert_jax.config.modernbert)
 
 Each family has its config class and presets, the fields that fix its parameter tree, its
 models in the same interfaces (an encoder like BertModel, a masked-LM model like
@@ -19,10 +19,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable, Mapping
 
-from bert_jax import config as bert_config
-from bert_jax import modernbert_config
-from bert_jax.config import BertConfig, ConfigError
-from bert_jax.modernbert_config import ModernBertConfig
+from bert_jax.config import bert as bert_config
+from bert_jax.config import modernbert as modernbert_config
+from bert_jax.config.bert import BertConfig, ConfigError
+from bert_jax.config.modernbert import ModernBertConfig
 
 FAMILY_KEY = "family"
 BERT, MODERNBERT = "bert", "modernbert"

@@ -15,11 +15,11 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from bert_jax.config import BertConfig
+from bert_jax.config.bert import BertConfig
 from bert_jax.model.activations import ACTIVATION_FNS
 from bert_jax.model.encoder import BertModel
 from bert_jax.model.layers import dense, layer_norm, zeros_init
-from bert_jax.sharding import constrain
+from bert_jax.runtime.sharding import constrain
 
 Array = jax.Array
 

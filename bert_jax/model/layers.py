@@ -4,10 +4,10 @@ The options of BertConfig (pre-LN, gated FFN, no biases, rotary positions) are r
 defaults compute BERT as published.
 
 Every parameter carries logical axis names (`vocab`, `embed`, `heads`, `kv`, `mlp`); the rules in
-`bert_jax.sharding` map them onto a device mesh, so the model itself knows nothing of devices.
-The activations whose layout matters are named too (`constrain`: the residual stream, queries,
-keys, values and context per head, the FFN's inner activation, and the word-embedding table where
-rows are looked up); outside a sharded step (a plain `model.apply`) that is a no-op.
+`bert_jax.runtime.sharding` map them onto a device mesh, so the model itself knows nothing of
+devices. The activations whose layout matters are named too (`constrain`: the residual stream,
+queries, keys, values and context per head, the FFN's inner activation, and the word-embedding table
+where rows are looked up); outside a sharded step (a plain `model.apply`) that is a no-op.
 """
 
 from __future__ import annotations
@@ -18,15 +18,15 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from bert_jax.config import BertConfig
+from bert_jax.config.bert import BertConfig
 from bert_jax.model import attention
 from bert_jax.model.activations import ACTIVATION_FNS
 from bert_jax.model.precision import Dense, matmul_transposed
-from bert_jax.sharding import constrain
+from bert_jax.runtime.sharding import constrain
 
 Array = jax.Array
 
-# Logical axes of the activations (bert_jax.sharding.constrain).
+# Logical axes of the activations (bert_jax.runtime.sharding.constrain).
 HIDDEN_AXES = ("batch", "length", "embed")  # [batch, seq, hidden]: the residual stream
 HEAD_AXES = ("batch", "length", "heads", "kv")  # [batch, seq, heads, head_dim]
 MLP_AXES = ("batch", "length", "mlp")  # [batch, seq, intermediate]

@@ -21,10 +21,10 @@ The interface is BertModel's (bert_jax.model.encoder): BertOutput, `attend` for 
 packed rows through segment_ids (positions restart at each segment, attention stays within it
 and within the window), composites with the encoder under `bert`. Parameters are named as in the
 Hugging Face checkpoints (tok_embeddings, Wqkv, Wo, Wi, attn_norm, mlp_norm, final_norm) and carry
-the logical axes of bert_jax.sharding; the fused kernels keep their parts on an axis of their own
-(Wqkv [hidden, 3, heads, head_dim], Wi [hidden, 2, intermediate]) so that tensor parallelism
-splits each part alike. Weights are initialised as transformers does (truncated normal, cut at
-initializer_cutoff_factor standard deviations; output projections scaled by 1/sqrt(2N)).
+the logical axes of bert_jax.runtime.sharding; the fused kernels keep their parts on an axis of
+their own (Wqkv [hidden, 3, heads, head_dim], Wi [hidden, 2, intermediate]) so that tensor
+parallelism splits each part alike. Weights are initialised as transformers does (truncated normal,
+cut at initializer_cutoff_factor standard deviations; output projections scaled by 1/sqrt(2N)).
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from bert_jax.config.modernbert import ModernBertConfig
 from bert_jax.model import attention
 from bert_jax.model.activations import ACTIVATION_FNS
 from bert_jax.model.attention import Mask
@@ -53,8 +54,7 @@ from bert_jax.model.layers import (
 )
 from bert_jax.model.modernbert_scan import LAYERS, layer_name, member_name, scan_plan
 from bert_jax.model.precision import Dense, matmul_transposed
-from bert_jax.modernbert_config import ModernBertConfig
-from bert_jax.sharding import constrain
+from bert_jax.runtime.sharding import constrain
 
 Array = jax.Array
 Rotary = tuple[Array, Array]  # rotary_angles(...): cos, sin, each [batch, seq, 1, head_dim/2]

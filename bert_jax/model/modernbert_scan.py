@@ -25,8 +25,8 @@ from typing import Any, Callable, Mapping, Optional
 import jax.numpy as jnp
 import numpy as np
 
+from bert_jax.config.modernbert import ModernBertConfig
 from bert_jax.model import scan
-from bert_jax.modernbert_config import ModernBertConfig
 
 ENCODER = "encoder"
 LAYERS = "layers"  # the scanned groups' name, and the logical axis of their leading dimension

@@ -37,7 +37,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bert_jax import platform
+from bert_jax.runtime import platform
 
 Array = jax.Array
 
@@ -52,7 +52,7 @@ def transpose_row_major(x: Array, row_major: bool | None = None) -> Array:
     tensor=2, the 3-D view costs extra collectives; values are unaffected. Meshes of CPU devices
     are for tests; GPU/TPU take the plain transpose.)
     row_major: materialise the transpose (default: when the program is for a CPU,
-    `bert_jax.platform.current()`).
+    `bert_jax.runtime.platform.current()`).
     """
     a, b = x.shape
     if row_major is None:

@@ -19,8 +19,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
-from bert_jax.config import BertConfig
-from bert_jax.pytree import flatten_dict
+from bert_jax.config.bert import BertConfig
+from bert_jax.runtime.pytree import flatten_dict
 
 ENCODER = "encoder"
 LAYERS = "layers"  # the scanned stack's name, and the logical axis of its leading dimension

@@ -1,8 +1,9 @@
-"""What every recipe builds the same way from its config: mesh, model config, initial weights,
-tokenizer, optimizer, loop settings, and a checkpoint's parameters placed on the mesh. (A saved
-run's tokenizer, whatever its recipe: bert_jax.recipes.saved_runs.)
+"""What every recipe builds the same way from its config: model config, initial weights,
+tokenizer, the train program and loop, and a checkpoint's parameters placed on the mesh. (The
+mesh, the optimizer and loop settings and the config checks: bert_jax.config.settings. A saved
+run's tokenizer, whatever its recipe: bert_jax.tools.saved_runs.)
 
-The config keys read here mean the same in every recipe; bert_jax/run_config.py is their schema
+The config keys read here mean the same in every recipe; bert_jax/config/run.py is their schema
 (each key once, with its default and its meaning).
 """
 
@@ -13,29 +14,13 @@ from typing import Any, Callable, Optional
 import jax
 from absl import logging
 
-from bert_jax import run_config, run_config_keys, sharding
-from bert_jax.config import BertConfig
+from bert_jax.config.bert import BertConfig
+from bert_jax.config.settings import Config, loop_config, optimizer_config
 from bert_jax.model import families
-from bert_jax.train import checkpointing, loop, optimizer, params_loading, program, schedule_change
-
-Config = Any  # an ml_collections.ConfigDict (imported where configs are read, not here)
-
-
-def make_mesh(config: Config):
-    return sharding.make_mesh(config.mesh.data, config.mesh.fsdp, config.mesh.tensor)
-
-
-def fit_mesh_to_devices(config: Config) -> None:
-    """Keep config.mesh if it fits the devices here, else use all of them data-parallel.
-
-    For evaluating a saved run elsewhere: checkpoints restore onto any mesh, and held-out
-    figures do not depend on the layout.
-    """
-    try:
-        sharding.mesh_shape(config.mesh.data, config.mesh.fsdp, config.mesh.tensor)
-    except ValueError as e:
-        logging.warning("%s; evaluating on mesh (%d, 1, 1) instead", e, jax.device_count())
-        config.mesh.data, config.mesh.fsdp, config.mesh.tensor = -1, 1, 1
+from bert_jax.runtime import sharding
+from bert_jax.train import loop, optimizer, program
+from bert_jax.train.checkpoint import params as params_loading
+from bert_jax.train.checkpoint import store as checkpointing
 
 
 def _model_overrides(config: Config) -> dict[str, Any]:
@@ -89,17 +74,6 @@ def check_token_ids(tokenizer_size: int, model_vocab_size: int, what: str) -> No
                          f"least {tokenizer_size} tokens or the tokenizer it was trained with")
 
 
-def check_config(config: Config, recipe: str) -> None:
-    """The config of a new run of `recipe` against the schema (bert_jax.run_config_keys.check):
-    its recipe, unknown keys, types, the learning rate, the text encoding, values no run can
-    use. Before anything of the run is written."""
-    if config.get("recipe") != recipe:
-        script = {"pretrain": "pretrain.py", "finetune": "finetune.py"}.get(config.get("recipe"))
-        raise ValueError(f"config.recipe={config.get('recipe')!r}, but this is a {recipe!r} run"
-                         + (f": train it with experiments/{script}" if script else ""))
-    run_config_keys.check(config)
-
-
 def initial_weights(config: Config, workdir: Optional[str] = None
                     ) -> tuple[Optional[BertConfig], Optional[dict]]:
     """(BertConfig, params) of config.init, or (None, None) to start from random weights.
@@ -142,7 +116,7 @@ def initial_weights(config: Config, workdir: Optional[str] = None
 def load_tokenizer(config: Config):
     """The WordPiece tokenizer of config.tokenizer.path (default: init.hf_dir's vocabulary);
     tokenizer.lowercase applies to a vocab.txt whose casing nothing else states (a folder's
-    tokenizer_config.json does: `bert_jax.data.tokenizer.load_tokenizer`)."""
+    tokenizer_config.json does: `bert_jax.data.tokenizers.load.load_tokenizer`)."""
     path = config.tokenizer.path or config.init.hf_dir
     if not path:
         raise ValueError("config.tokenizer.path is empty and there is no config.init.hf_dir to "
@@ -151,52 +125,13 @@ def load_tokenizer(config: Config):
 
 
 def read_tokenizer(path: str, lowercase: bool):
-    """bert_jax.data.tokenizer.load_tokenizer, with a file that is not text at all (a binary
+    """bert_jax.data.tokenizers.load.load_tokenizer, with a file that is not text at all (a binary
     file named as the vocabulary) a ValueError naming it."""
-    from bert_jax.data import tokenizer
+    from bert_jax.data.tokenizers import load as tokenizer
     try:
         return tokenizer.load_tokenizer(path, lowercase=lowercase)
     except UnicodeDecodeError as e:
         raise ValueError(f"{path} is not a vocabulary: not UTF-8 text (byte {e.start})") from None
-
-
-def check_lengths(config: Config, cfg: BertConfig) -> None:
-    if config.max_seq_len > cfg.max_sequence_length:  # RoBERTa: max_position_embeddings - 2
-        offset = getattr(cfg, "position_offset", 0)
-        raise ValueError(f"config.max_seq_len={config.max_seq_len} exceeds the model's "
-                         f"max_position_embeddings={cfg.max_position_embeddings}"
-                         + (f" less position_offset={offset}" if offset else ""))
-
-
-def optimizer_config(config: Config, total_steps: int) -> optimizer.OptimizerConfig:
-    """config.optimizer with the learning rate and a warm-up of warmup_fraction x total_steps
-    (or config.warmup_steps when > 0)."""
-    if not 0.0 <= config.warmup_fraction <= 1.0:
-        raise ValueError(f"config.warmup_fraction={config.warmup_fraction} must be in [0, 1]")
-    return optimizer.OptimizerConfig(
-        learning_rate=config.learning_rate, total_steps=total_steps,
-        warmup_steps=schedule_change.warmup_steps(config, total_steps),
-        **config.optimizer.to_dict())
-
-
-def loop_config(config: Config, total_steps: int) -> loop.LoopConfig:
-    """The loop settings of `config` (checked: counts in range, a known nonfinite policy)."""
-    return loop.LoopConfig(total_steps=total_steps, global_batch_size=config.batch_size,
-                           **{key: config[key] for key in run_config.LOOP_DEFAULTS})
-
-
-def check_run(config: Config, mesh, total_steps: int, cfg: BertConfig) -> None:
-    """Every check that needs no write: batch sizes on the mesh, optimizer and loop settings,
-    the model's lengths. Recipes call it before anything in the workdir is written."""
-    loop.check_batch_size(config.batch_size, mesh, config.accumulation_steps)
-    loop.check_batch_size(config.eval_batch_size, mesh)
-    optimizer_config(config, total_steps)
-    loop_config(config, total_steps)
-    check_lengths(config, cfg)
-    if config.optimizer.name == "lamb" and cfg.scan_layers:
-        raise ValueError("optimizer.name=lamb with model.scan_layers=True: LAMB's trust ratio is "
-                         "taken per parameter array, and scanned layers stack every layer into "
-                         "one array; train LAMB with scan_layers=False")
 
 
 def train(config: Config, workdir: str, task: loop.Task, train_iterator, mesh,

@@ -27,12 +27,13 @@ import jax.numpy as jnp
 import optax
 from etils import epath
 
-from bert_jax.config import BertConfig
+from bert_jax.config import settings
+from bert_jax.config.bert import BertConfig
 from bert_jax.model import BertForPreTraining, families
-from bert_jax.recipes import common
+from bert_jax.recipes import common, run_record
 from bert_jax.train import evaluation, flops, loop, program, steps
 from bert_jax.train import optimizer as optimizer_lib
-from bert_jax.train import workdir as workdir_lib
+from bert_jax.train.checkpoint import workdir as workdir_lib
 
 SYNTHETIC = "synthetic"
 
@@ -78,9 +79,9 @@ def make_loss(model: BertForPreTraining) -> steps.LossFn:
 
 # ----- data ------------------------------------------------------------------------------------
 
-def data_config(config: common.Config, workdir: str):
-    """The PretrainingDataConfig of a run (bert_jax.data.pretraining)."""
-    from bert_jax.data import pretraining
+def data_config(config: settings.Config, workdir: str):
+    """The PretrainingDataConfig of a run (bert_jax.data.pretraining.pipeline)."""
+    from bert_jax.data.pretraining import pipeline as pretraining
     data_dir = config.data.data_dir or os.fspath(epath.Path(workdir) / "data")  # local or gs://
     return pretraining.PretrainingDataConfig(
         corpus=config.data.corpus, document_delimiter=config.data.document_delimiter,
@@ -93,19 +94,20 @@ def data_config(config: common.Config, workdir: str):
         num_workers=config.data.num_workers)
 
 
-def load_tokenizer(config: common.Config, workdir: str):
+def load_tokenizer(config: settings.Config, workdir: str):
     """The run's WordPiece tokenizer: tokenizer.path, else the vocabulary of the demo or `text:`
     corpus under the run's data dir (`data_config`; trained there on the corpus's train split on
     first use, tokenizer.vocab_size tokens); None for the synthetic corpus (random token ids, no
     vocabulary)."""
     if config.data.corpus == SYNTHETIC:
         return None
-    from bert_jax.data import pretraining, tokenizer
+    from bert_jax.data.pretraining import pipeline as pretraining
+    from bert_jax.data.tokenizers import load as tokenizer
     path = pretraining.resolve_vocab_path(data_config(config, workdir))
     return tokenizer.load_tokenizer(path, lowercase=config.tokenizer.lowercase)
 
 
-def checked_vocab_size(config: common.Config) -> int:
+def checked_vocab_size(config: settings.Config) -> int:
     """The size of the run's vocabulary as far as it is known without writing anything (the
     demo's and a text corpus's are trained on first use: the configured size), after the
     inputs that need no preparation are checked: a `text:` glob that matches no file, a
@@ -114,7 +116,7 @@ def checked_vocab_size(config: common.Config) -> int:
     corpus = config.data.corpus
     if corpus == SYNTHETIC:
         return config.tokenizer.vocab_size
-    from bert_jax.data import corpora
+    from bert_jax.data.corpora import catalog as corpora
     if corpus.startswith(corpora.TEXT_PREFIX):
         corpora.matched_files(corpus[len(corpora.TEXT_PREFIX):])
     if config.tokenizer.path:
@@ -127,19 +129,19 @@ def checked_vocab_size(config: common.Config) -> int:
                      "prints")
 
 
-def vocab_size_of(config: common.Config, workdir: str) -> int:
+def vocab_size_of(config: settings.Config, workdir: str) -> int:
     """The tokenizer's vocabulary size; the demo vocabulary is trained here on first use."""
     if config.data.corpus == SYNTHETIC:
         return config.tokenizer.vocab_size
     return load_tokenizer(config, workdir).vocab_size
 
 
-def make_data(config: common.Config, workdir: str, vocab_size: int
+def make_data(config: settings.Config, workdir: str, vocab_size: int
               ) -> tuple[Iterator, Callable[[], Iterator]]:
     """(train iterator, make_eval_iterator): host-local batches of this process's rows."""
     process_index, process_count = jax.process_index(), jax.process_count()
     if config.data.corpus == SYNTHETIC:
-        from bert_jax.data.synthetic import RandomTokenBatches
+        from bert_jax.data.pretraining.synthetic import RandomTokenBatches
         shape = dict(seq_len=config.max_seq_len, max_predictions=config.data.max_predictions,
                      vocab_size=vocab_size, process_index=process_index,
                      sentence_pairs=config.data.sentence_pairs)
@@ -148,7 +150,7 @@ def make_data(config: common.Config, workdir: str, vocab_size: int
         return train, lambda: RandomTokenBatches(
             config.eval_batch_size // process_count, seed=config.seed + 1_000_003,
             num_batches=config.eval_batches or 4, **shape)
-    from bert_jax.data import pretraining
+    from bert_jax.data.pretraining import pipeline as pretraining
     data = data_config(config, workdir)
     train = pretraining.make_iterator(data, split="train", global_batch_size=config.batch_size,
                                       process_index=process_index, process_count=process_count,
@@ -161,13 +163,13 @@ def make_data(config: common.Config, workdir: str, vocab_size: int
 
 # ----- the task --------------------------------------------------------------------------------
 
-def make_model(config: common.Config, cfg: BertConfig) -> BertForPreTraining:
+def make_model(config: settings.Config, cfg: BertConfig) -> BertForPreTraining:
     """The masked-LM model of cfg's family (BertForPreTraining, ModernBertForMaskedLM), with
     the NSP head when the run trains on sentence pairs (BERT only)."""
     return families.of(cfg).masked_lm(cfg, with_nsp=bool(config.data.sentence_pairs))
 
 
-def make_init_fn(model: BertForPreTraining, config: common.Config) -> Callable[[jax.Array], Any]:
+def make_init_fn(model: BertForPreTraining, config: settings.Config) -> Callable[[jax.Array], Any]:
     """rng -> boxed params of the model, traced on one row of the run's shapes."""
     seq_len, max_predictions = config.max_seq_len, config.data.max_predictions
 
@@ -180,8 +182,8 @@ def make_init_fn(model: BertForPreTraining, config: common.Config) -> Callable[[
     return init_fn
 
 
-def make_task(config: common.Config, cfg: BertConfig, initial_params: Any = None) -> loop.Task:
-    common.check_lengths(config, cfg)
+def make_task(config: settings.Config, cfg: BertConfig, initial_params: Any = None) -> loop.Task:
+    settings.check_lengths(config, cfg)
     model = make_model(config, cfg)
     with_nsp = bool(config.data.sentence_pairs)
     return loop.Task(
@@ -203,7 +205,7 @@ class Pieces:
     task: loop.Task
     optimizer: optax.GradientTransformation
     learning_rate_fn: optax.Schedule
-    loop_config: loop.LoopConfig
+    loop_config: settings.LoopConfig
     train_iterator: Iterator
     make_eval_iterator: Callable[[], Iterator]
     mesh: Any
@@ -216,36 +218,36 @@ class Pieces:
                              train_iterator=self.train_iterator)
 
 
-def pieces(config: common.Config, workdir: str) -> Pieces:
+def pieces(config: settings.Config, workdir: str) -> Pieces:
     """The pieces of a run, checked and assembled as train_and_evaluate assembles them, without
     taking the workdir's lock, recording the config or training."""
-    mesh = common.make_mesh(config)
+    mesh = settings.make_mesh(config)
     init_cfg, initial_params = common.initial_weights(config)
     vocab_size = vocab_size_of(config, workdir)
     cfg = common.model_config(config, vocab_size, init_cfg)
-    common.check_run(config, mesh, config.total_steps, cfg)
+    settings.check_run(config, mesh, config.total_steps, cfg)
     train_iterator, make_eval_iterator = make_data(config, workdir, vocab_size)
-    opt_config = common.optimizer_config(config, config.total_steps)
+    opt_config = settings.optimizer_config(config, config.total_steps)
     return Pieces(make_task(config, cfg, initial_params), optimizer_lib.make_optimizer(opt_config),
                   optimizer_lib.learning_rate_schedule(opt_config),
-                  common.loop_config(config, config.total_steps), train_iterator,
+                  settings.loop_config(config, config.total_steps), train_iterator,
                   make_eval_iterator, mesh)
 
 
 # ----- entry points ----------------------------------------------------------------------------
 
-def train_and_evaluate(config: common.Config, workdir: str) -> loop.TrainResult:
+def train_and_evaluate(config: settings.Config, workdir: str) -> loop.TrainResult:
     """Check the config, then (holding the workdir) prepare data, build the task and train,
     resuming from workdir. Errors name the fault; a config refused leaves the workdir as it
     was (every check that needs no preparation comes before the workdir's lock)."""
-    common.check_config(config, "pretrain")
-    mesh = common.make_mesh(config)
+    settings.check_config(config, "pretrain")
+    mesh = settings.make_mesh(config)
     vocab_size = checked_vocab_size(config)
     init_cfg, initial_params = common.initial_weights(config, workdir)
-    common.check_run(config, mesh, config.total_steps,
-                     common.model_config(config, vocab_size, init_cfg))
+    settings.check_run(config, mesh, config.total_steps,
+                       common.model_config(config, vocab_size, init_cfg))
     with workdir_lib.lock(workdir):
-        workdir_lib.record_config(config, workdir)
+        run_record.record_config(config, workdir)
         vocab_size = vocab_size_of(config, workdir)
         task = make_task(config, common.model_config(config, vocab_size, init_cfg),
                          initial_params)
@@ -256,10 +258,10 @@ def train_and_evaluate(config: common.Config, workdir: str) -> loop.TrainResult:
                             evaluate=evaluate_fn)
 
 
-def evaluate(config: common.Config, workdir: str, step: int | None = None
+def evaluate(config: settings.Config, workdir: str, step: int | None = None
              ) -> tuple[int, dict[str, float]]:
     """(step, held-out metrics) of a saved step (default: the newest) of a pre-training run."""
-    mesh = common.make_mesh(config)
+    mesh = settings.make_mesh(config)
     step, cfg, params = common.load_checkpoint(
         workdir, step, lambda c: make_init_fn(make_model(config, c), config), mesh)
     task = make_task(config, cfg)

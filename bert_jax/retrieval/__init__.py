@@ -1,10 +1,17 @@
-"""Embedding evaluation: retrieval over a BEIR-format folder and STS correlation.
+"""Deprecated: this package is bert_jax.embeddings now (metrics, beir, search, sts, evaluate).
+Importing it warns (DeprecationWarning); `from bert_jax.retrieval import <module>` still gives
+bert_jax.embeddings.<module>. Import from bert_jax.embeddings instead."""
 
-    metrics   ranking metrics (recall@k, MRR@10, nDCG@10) of a ranking against qrels
-    beir      reading a BEIR folder (corpus.jsonl, queries.jsonl, qrels/<split>.tsv)
-    search    exact top-k search, the corpus sharded over a device mesh
-    sts       Spearman / Pearson of cosine similarity against gold pair scores
-    evaluate  an encoder + a BEIR folder or an STS file -> the metrics dict
+import importlib
+import warnings
 
-Importing the package imports none of them (no JAX start-up for a caller of `metrics`).
-"""
+_MODULES = ("metrics", "beir", "search", "sts", "evaluate")
+
+warnings.warn("bert_jax.retrieval is deprecated: it is bert_jax.embeddings now; import its "
+              "modules from there", DeprecationWarning, stacklevel=2)
+
+
+def __getattr__(name: str):
+    if name in _MODULES:
+        return importlib.import_module(f"bert_jax.embeddings.{name}")
+    raise AttributeError(f"module 'bert_jax.retrieval' has no attribute {name!r}")

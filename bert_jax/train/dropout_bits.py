@@ -1,5 +1,5 @@
 """Dropout's random bits from a counter hash: the "hash" PRNG implementation of
-`config.dropout_rng` (bert_jax.train.steps.DROPOUT_RNGS).
+`config.dropout_rng` (bert_jax.config.settings.DROPOUT_RNGS).
 
     key = jax.random.wrap_key_data(uint32[2] data, impl=hash_impl())
     nn.Dropout(rate)(x, deterministic=False, rng=key)     # flax draws from it as from any key

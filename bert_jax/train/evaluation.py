@@ -11,8 +11,8 @@ Both are `evaluate(params) -> dict[str, float]`, what `loop.train(evaluate=...)`
 restored checkpoint, so a run's logged figures and a later re-evaluation come from the same code.
 A last, partial batch is padded with zero rows weighted 0 (`bert_jax.data.batches.pad_rows`):
 every batch has one shape (one compilation; with length buckets, one per bucket) and padding
-counts in no sum. Each pass shows a progress bar of its batches (`bert_jax.progress`: process
-0, on a terminal or with BERT_JAX_PROGRESS=1), which changes no result.
+counts in no sum. Each pass shows a progress bar of its batches (`bert_jax.runtime.progress`:
+process 0, on a terminal or with BERT_JAX_PROGRESS=1), which changes no result.
 """
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ import jax
 import numpy as np
 from jax.sharding import Mesh
 
-from bert_jax import progress, sharding
 from bert_jax.data import batches as batches_lib
 from bert_jax.data import row_layout
+from bert_jax.runtime import progress, sharding
 from bert_jax.train import steps
 
 Evaluator = Callable[[Any], dict[str, float]]

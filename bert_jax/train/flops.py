@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import jax
 
-from bert_jax.config import BertConfig
+from bert_jax.config.bert import BertConfig
 
 # Dense peak FLOP/s per device by jax `device_kind` (bf16 unless said otherwise). The CPU figure is
 # not a vendor peak: it is a measured bf16 x bf16 -> fp32 matmul rate of XLA:CPU's YNNPACK kernel

@@ -13,8 +13,8 @@ up to 2.8x the bytes of the ideal. Here the batch axes (`data`, `fsdp`) are manu
     all-reduces them over `data`, and every gradient of a parameter that is not fsdp-split
     over (`data`, `fsdp`)
 
-which is the ideal that bert_jax.scaling.roofline.fsdp_ideal_bytes counts. Where the fsdp axis is
-a whole TPU slice of more than 8 chips, each gather and reduce-scatter runs in two levels
+which is the ideal that bert_jax.tools.scaling.roofline.fsdp_ideal_bytes counts. Where the fsdp axis
+is a whole TPU slice of more than 8 chips, each gather and reduce-scatter runs in two levels
 (`two_level_mesh`: XLA:TPU would run one over the whole torus as an all-reduce). The gathered
 parameters live for the whole step (what XLA's own fsdp program keeps as well, unless remat).
 
@@ -34,10 +34,10 @@ import jax.numpy as jnp
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from bert_jax import platform
+from bert_jax.config.settings import CHOICES
+from bert_jax.runtime import platform
 
 BATCH_AXES = ("data", "fsdp")  # the manual axes: the batch's rows are split over both
-CHOICES = ("xla", "explicit")  # config.fsdp_collectives
 # fsdp axes of more devices than TWO_LEVEL_ABOVE that span a whole slice of these platforms run
 # their collectives in two levels (two_level_mesh).
 TWO_LEVEL_ABOVE, TWO_LEVEL_PLATFORMS = 8, ("tpu",)

@@ -19,7 +19,8 @@ What varies between pre-training and fine-tuning is a `Task`:
 
 `evaluate(params) -> dict[str, float]` is called every `eval_every_steps` and at the end
 (`bert_jax.train.evaluation`: a held-out loss, or predictions scored by the task). Step counts
-are in optimizer steps: for epochs use `steps_for_epochs(num_examples, batch_size, epochs)`.
+are in optimizer steps: for epochs use `settings.steps_for_epochs(num_examples, batch_size,
+epochs)` (bert_jax.config.settings, where LoopConfig lives).
 The train iterator yields host-local numpy batches (this process's rows) and, to resume exactly,
 has get_state/set_state.
 
@@ -42,7 +43,6 @@ lines past the restored step are dropped so the files read as one run.
 from __future__ import annotations
 
 import dataclasses
-import math
 import signal
 from typing import Any, Callable, Iterator, Mapping, Optional
 
@@ -54,10 +54,12 @@ from absl import logging
 from etils import epath
 from jax.sharding import Mesh
 
-from bert_jax import run_config, sharding
-from bert_jax.config import BertConfig
-from bert_jax.train import checkpointing, fsdp, preemption, program, steps
-from bert_jax.train import workdir as workdir_lib
+from bert_jax.config.bert import BertConfig
+from bert_jax.config.settings import LoopConfig, check_batch_size
+from bert_jax.runtime import sharding
+from bert_jax.train import preemption, program, steps
+from bert_jax.train.checkpoint import store as checkpointing
+from bert_jax.train.checkpoint import workdir as workdir_lib
 from bert_jax.train.evaluation import Evaluator
 from bert_jax.train.metrics_writer import (
     MetricsWriteError,
@@ -68,54 +70,8 @@ from bert_jax.train.metrics_writer import (
 from bert_jax.train.optimizer import every_element_finite
 from bert_jax.train.throughput import Throughput
 
-_DEFAULTS = run_config.LOOP_DEFAULTS
-
-
-@dataclasses.dataclass(frozen=True)
-class LoopConfig:
-    """Step counts and the global batch size of a run (everything else lives in the Task)."""
-
-    total_steps: int
-    global_batch_size: int
-    # The rest are the config keys of the same names, meant and defaulted as in
-    # bert_jax.run_config.LOOP_DEFAULTS.
-    log_every_steps: int = _DEFAULTS["log_every_steps"]
-    eval_every_steps: int = _DEFAULTS["eval_every_steps"]
-    checkpoint_every_steps: int = _DEFAULTS["checkpoint_every_steps"]
-    keep_checkpoints: int = _DEFAULTS["keep_checkpoints"]
-    async_checkpoints: bool = _DEFAULTS["async_checkpoints"]
-    accumulation_steps: int = _DEFAULTS["accumulation_steps"]
-    seed: int = _DEFAULTS["seed"]
-    peak_flops_per_device: float = _DEFAULTS["peak_flops_per_device"]
-    nonfinite: str = _DEFAULTS["nonfinite"]  # NONFINITE_POLICIES
-    max_nonfinite_in_a_row: int = _DEFAULTS["max_nonfinite_in_a_row"]
-    dropout_rng: str = _DEFAULTS["dropout_rng"]  # steps.DROPOUT_RNGS
-    fsdp_collectives: str = _DEFAULTS["fsdp_collectives"]  # fsdp.CHOICES
-
-    def __post_init__(self):
-        for name, least in (("total_steps", 1), ("global_batch_size", 1), ("log_every_steps", 1),
-                            ("eval_every_steps", 0), ("checkpoint_every_steps", 0),
-                            ("keep_checkpoints", 1), ("accumulation_steps", 1),
-                            ("max_nonfinite_in_a_row", 1)):
-            value = getattr(self, name)
-            if not isinstance(value, int) or value < least:
-                raise ValueError(f"config.{_CONFIG_KEYS.get(name, name)}={value!r} must be an "
-                                 f"integer >= {least}")
-        if self.nonfinite not in NONFINITE_POLICIES:
-            raise ValueError(f"config.nonfinite={self.nonfinite!r}: choose one of "
-                             f"{NONFINITE_POLICIES}")
-        if self.dropout_rng not in steps.DROPOUT_RNGS:
-            raise ValueError(f"config.dropout_rng={self.dropout_rng!r}: choose one of "
-                             f"{steps.DROPOUT_RNGS}")
-        if self.fsdp_collectives not in fsdp.CHOICES:
-            raise ValueError(f"config.fsdp_collectives={self.fsdp_collectives!r}: choose one of "
-                             f"{fsdp.CHOICES}")
-
-
-NONFINITE_POLICIES = ("stop", "skip")
 _ADVICE = ("Lower the learning rate, set optimizer.clip_norm, or set nonfinite=skip to go on past "
            "such steps")
-_CONFIG_KEYS = {"global_batch_size": "batch_size"}  # LoopConfig field -> the config key
 
 
 class NonFiniteError(ValueError):
@@ -170,33 +126,6 @@ class TrainResult:
     signal_number: Optional[int] = None
 
 
-def steps_for_epochs(num_examples: int, global_batch_size: int, epochs: float) -> int:
-    """Optimizer steps for `epochs` passes over `num_examples` (the last partial batch counts)."""
-    return max(1, math.ceil(epochs * math.ceil(num_examples / global_batch_size)))
-
-
-def check_batch_size(global_batch_size: int, mesh: Mesh, accumulation_steps: int = 1,
-                     process_count: Optional[int] = None) -> None:
-    """Raise ValueError naming the fault if the batch doesn't split over devices/micro-batches."""
-    data_parallel = sharding.data_parallel_size(mesh)
-    process_count = jax.process_count() if process_count is None else process_count
-    if global_batch_size <= 0:
-        raise ValueError(f"batch_size={global_batch_size} must be positive")
-    if global_batch_size % data_parallel:
-        raise ValueError(
-            f"global batch_size={global_batch_size} is not divisible by the data-parallel size "
-            f"{data_parallel} (mesh data={mesh.shape['data']} x fsdp={mesh.shape['fsdp']}); "
-            "change batch_size or mesh.data/mesh.fsdp")
-    if global_batch_size % process_count:
-        raise ValueError(f"global batch_size={global_batch_size} is not divisible by the "
-                         f"{process_count} processes")
-    if global_batch_size % (accumulation_steps * data_parallel):
-        raise ValueError(
-            f"global batch_size={global_batch_size} is not divisible by accumulation_steps="
-            f"{accumulation_steps} x data-parallel size {data_parallel}: each micro-batch must "
-            "split evenly over the devices")
-
-
 # ----- the loop --------------------------------------------------------------------------------
 
 class _Run:
@@ -224,7 +153,8 @@ class _Run:
             raise
         self.start_step, self.checked_step = self.step, self.step
         # Kept with every checkpoint: the run's config.json, so that a rerun whose config.json
-        # is gone can be checked against it (workdir.record_config); params_finite: see save.
+        # is gone can be checked against it (recipes/run_record.record_config); params_finite:
+        # see save.
         self.checkpoint_metadata = {**task.checkpoint_metadata, "params_finite": True,
                                     **workdir_lib.saved_config_metadata(workdir)}
         self.finite_saves: set[int] = set()  # steps saved by this invocation (finite params)
@@ -290,7 +220,7 @@ class _Run:
         """Which checkpoint holds finite parameters, checked: the newest step saved by this
         invocation (save checked it), else marked params_finite in its metadata, else whose
         parameters load finite; steps that cannot be read are passed over."""
-        from bert_jax.train import params_loading
+        from bert_jax.train.checkpoint import params as params_loading
         try:
             self.manager.wait_until_finished()  # the newest save is on disk (or failed)
         except checkpointing.CheckpointWriteError as e:

@@ -26,7 +26,7 @@ import jax
 from absl import logging
 from etils import epath
 
-from bert_jax import paths
+from bert_jax.runtime import paths
 
 TRAIN_FILE = "metrics.jsonl"
 EVAL_FILE = "eval_metrics.jsonl"

@@ -26,64 +26,16 @@ global batch and its step counter counts optimizer steps.
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import optax
 
-from bert_jax import pytree
+from bert_jax.config.settings import OptimizerConfig
+from bert_jax.runtime import pytree
 
-OPTIMIZERS = ("adamw", "lamb")
-DECAYS = ("linear", "cosine", "constant", "wsd", "one_cycle")
 ONE_CYCLE_DIV_FACTOR = 25.0  # one_cycle starts at learning_rate / this
-
-
-@dataclasses.dataclass(frozen=True)
-class OptimizerConfig:
-    """Hyper-parameters of the optimizer and its learning-rate schedule (paper defaults)."""
-
-    learning_rate: float = 1e-4
-    total_steps: int = 1_000_000
-    warmup_steps: int = 10_000
-    decay: str = "linear"  # after warm-up: linear | cosine | constant | wsd | one_cycle
-    end_learning_rate_ratio: float = 0.0  # final lr = ratio * learning_rate
-    decay_fraction: float = 0.2  # wsd: the share of total_steps spent decaying, at the end
-    name: str = "adamw"  # adamw | lamb
-    b1: float = 0.9
-    b2: float = 0.999
-    eps: float = 1e-6
-    weight_decay: float = 0.01
-    clip_norm: float = 1.0  # global-norm clipping; 0 disables it
-
-    def __post_init__(self):
-        if self.name not in OPTIMIZERS:
-            raise ValueError(f"optimizer name={self.name!r} is unknown; choose one of {OPTIMIZERS}")
-        if self.decay not in DECAYS:
-            raise ValueError(f"optimizer decay={self.decay!r} is unknown; choose one of {DECAYS}")
-        if self.total_steps <= 0:
-            raise ValueError(f"optimizer total_steps={self.total_steps} must be positive")
-        if not 0 <= self.warmup_steps <= self.total_steps:
-            raise ValueError(f"optimizer warmup_steps={self.warmup_steps} must be in "
-                             f"[0, total_steps={self.total_steps}]")
-        if self.learning_rate <= 0:
-            raise ValueError(f"optimizer learning_rate={self.learning_rate} must be positive")
-        if not 0.0 < self.decay_fraction <= 1.0:
-            raise ValueError(f"optimizer decay_fraction={self.decay_fraction} must be in (0, 1]")
-        if self.decay == "wsd" and self.wsd_decay_start < self.warmup_steps:
-            raise ValueError(
-                f"optimizer decay='wsd': the decay (the last decay_fraction={self.decay_fraction} "
-                f"of total_steps={self.total_steps}) would start before the warm-up "
-                f"(warmup_steps={self.warmup_steps}) ends")
-        if self.decay == "one_cycle" and not 0.0 <= self.end_learning_rate_ratio < 1.0:
-            raise ValueError(f"optimizer decay='one_cycle' needs end_learning_rate_ratio in "
-                             f"[0, 1), got {self.end_learning_rate_ratio}")
-
-    @property
-    def wsd_decay_start(self) -> int:
-        """decay="wsd": the step where the decay starts, total_steps * (1 - decay_fraction)."""
-        return self.total_steps - round(self.decay_fraction * self.total_steps)
 
 
 def learning_rate_schedule(cfg: OptimizerConfig) -> optax.Schedule:

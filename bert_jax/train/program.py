@@ -6,8 +6,9 @@ times or compiles the train step.
     compiled = program.compile(batch)    # ahead of time; with abstract=True nothing is allocated
 
 `loop.train` builds its program here, and so do the pre-training recipe's `Pieces`,
-`bert_jax.scaling.program` (the scaling report), `experiments/device_check.py` and every script
-in benchmarks/: a benchmark times, and a report reads, the very program a training run executes.
+`bert_jax.tools.scaling.program` (the scaling report), `experiments/device_check.py` and every
+script in benchmarks/: a benchmark times, and a report reads, the very program a training run
+executes.
 
 What `build` makes:
 
@@ -37,7 +38,7 @@ What `build` makes:
                 compile when it comes; the log's `compilations` shows it).
 
 This module sits below loop.py in the import graph (loop imports it): `task` is a loop.Task and
-`config` a loop.LoopConfig, read by their fields (init_fn, loss_fn, initial_params,
+`config` a settings.LoopConfig, read by their fields (init_fn, loss_fn, initial_params,
 model_config; seed, accumulation_steps, dropout_rng, fsdp_collectives, total_steps).
 """
 
@@ -54,7 +55,7 @@ import optax
 from absl import logging
 from jax.sharding import Mesh, NamedSharding
 
-from bert_jax import platform, sharding, xla_options
+from bert_jax.runtime import platform, sharding, xla_options
 from bert_jax.train import fsdp, steps
 from bert_jax.train import state as state_lib
 

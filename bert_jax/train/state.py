@@ -36,9 +36,10 @@ import optax
 from absl import logging
 from jax.sharding import Mesh, NamedSharding
 
-from bert_jax import platform, pytree, sharding, xla_options
-from bert_jax.config import BertConfig
-from bert_jax.train import checkpointing, steps
+from bert_jax.config.bert import BertConfig
+from bert_jax.runtime import platform, pytree, sharding, xla_options
+from bert_jax.train import steps
+from bert_jax.train.checkpoint import store as checkpointing
 
 
 def state_shardings(abstract_params_boxed: Any, optimizer: optax.GradientTransformation,

@@ -30,6 +30,7 @@ import numpy as np
 import optax
 from jax.sharding import NamedSharding
 
+from bert_jax.config.settings import DROPOUT_RNGS
 from bert_jax.train import dropout_bits, fsdp
 from bert_jax.train import optimizer as optimizer_lib
 
@@ -40,12 +41,6 @@ Weighted = tuple[Array, Array]  # (sum over the batch, weight it was summed over
 LossFn = Callable[[Params, Batch, Array, bool],
                   tuple[dict[str, Weighted], dict[str, Weighted]]]
 TrainStep = Callable[["TrainState", Batch], tuple["TrainState", dict[str, Array]]]
-# Random-bit generators for dropout: "hash" (a counter hash, bert_jax.train.dropout_bits: the
-# cheapest to compile and run, the same bits on any mesh and backend), "threefry" (JAX's default
-# generator: the same on any mesh and backend) or "rbg" (XLA's RngBitGenerator: the same bits for
-# the same program, so resumption stays exact, but not necessarily under another sharding or
-# backend).
-DROPOUT_RNGS = ("hash", "threefry", "rbg")
 
 
 @flax.struct.dataclass

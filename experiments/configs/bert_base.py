@@ -25,7 +25,7 @@ Expected result: roughly 70% held-out masked-LM and ~98% next-sentence accuracy 
 text, as published for BERT-base (not yet run to the end).
 """
 
-from bert_jax import run_config
+from bert_jax.config import run as run_config
 
 PHASES = {
     # phase: (max_seq_len, max_predictions, total_steps, warmup_steps)

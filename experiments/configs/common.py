@@ -1,5 +1,5 @@
 """Config helpers the experiment files share: starting points that the schema
-(bert_jax/run_config.py: every key, its default and its meaning) does not hold because they are
+(bert_jax/config/run.py: every key, its default and its meaning) does not hold because they are
 choices of these experiments, e.g. fine-tuning from the packaged MiniLM encoder.
 """
 
@@ -7,7 +7,7 @@ import os
 
 import ml_collections
 
-from bert_jax import run_config
+from bert_jax.config import run as run_config
 
 
 def cache_dir(name: str) -> str:

@@ -1,6 +1,7 @@
 """Contrastive sentence embeddings: the packaged MiniLM fine-tuned on real text pairs that ship
-with Python (bert_jax/data/docstring_pairs.py: a docstring's summary paragraph -> the rest of it,
-standard-library functions and classes, split by module file so no module is in both splits).
+with Python (bert_jax/data/finetuning/docstring_pairs.py: a docstring's summary paragraph -> the
+rest of it, standard-library functions and classes, split by module file so no module is in both
+splits).
 
     python experiments/finetune.py --config=experiments/configs/contrastive_docstrings.py \
         --workdir=/tmp/contrastive_docstrings
@@ -18,7 +19,7 @@ untuned (docs/results.md).
 
 import os
 
-from bert_jax.data import docstring_pairs
+from bert_jax.data.finetuning import docstring_pairs
 from experiments.configs import common
 
 

@@ -20,7 +20,7 @@ masking (held-out rows at 15%), a gated (GEGLU) FFN of the same parameter count.
 any model size.
 """
 
-from bert_jax import run_config
+from bert_jax.config import run as run_config
 
 
 def apply(config):

@@ -18,9 +18,9 @@ For GLUE SST-2 itself (network needed once): --config.data.tfds_name=glue/sst2
 
 import os
 
-from bert_jax import run_config
+from bert_jax.config import run as run_config
 from bert_jax.convert import hf
-from bert_jax.data import demo_corpus
+from bert_jax.data.corpora import demo as demo_corpus
 
 
 def get_config():

@@ -20,7 +20,7 @@ cores, about an hour on one accelerator. Expected result: EM / F1 around 75 / 84
 tests/test_finetune_e2e.py learns a synthetic QA set to > 0.9 EM.
 """
 
-from bert_jax import run_config
+from bert_jax.config import run as run_config
 from experiments.configs import common
 
 

@@ -29,7 +29,7 @@ model averages about 79 on the dev sets); an estimate, not yet measured here.
 
 import ml_collections
 
-from bert_jax import run_config
+from bert_jax.config import run as run_config
 from experiments.configs import common
 
 TASKS = "cola,sst2,mrpc,qqp,stsb,mnli,qnli,rte"

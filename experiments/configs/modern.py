@@ -33,7 +33,7 @@ while 400 steps of 128-token rows leave it (12.3% at step 200, 16.9% at 400) and
 then go on learning. Both phases see 4,096 tokens a step.
 """
 
-from bert_jax import run_config
+from bert_jax.config import run as run_config
 
 PHASES = {  # phase: (row length, rows per batch, steps)
     "short": (128, 32, 400),

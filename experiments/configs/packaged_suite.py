@@ -24,8 +24,10 @@ import os
 
 import ml_collections
 
-from bert_jax import paths, run_config
-from bert_jax.data import demo_corpus, readers
+from bert_jax.config import run as run_config
+from bert_jax.data.corpora import demo as demo_corpus
+from bert_jax.data.finetuning import readers
+from bert_jax.runtime import paths
 from experiments.configs import common
 
 

@@ -22,18 +22,17 @@ import optax
 import pytest
 from etils import epath
 
-from bert_jax import BertConfig, cli, sharding
-from bert_jax.data.synthetic import RandomTokenBatches
+from bert_jax import BertConfig, cli
+from bert_jax.config import settings
+from bert_jax.data.pretraining.synthetic import RandomTokenBatches
 from bert_jax.model import BertForPreTraining
 from bert_jax.recipes import pretrain
-from bert_jax.train import (
-    checkpoint_verification,
-    checkpointing,
-    checksums,
-    loop,
-    optimizer,
-    params_loading,
-)
+from bert_jax.runtime import sharding
+from bert_jax.train import loop, optimizer
+from bert_jax.train.checkpoint import checksums
+from bert_jax.train.checkpoint import params as params_loading
+from bert_jax.train.checkpoint import store as checkpointing
+from bert_jax.train.checkpoint import verification as checkpoint_verification
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TOTAL_STEPS = 8  # checkpoints every 2 steps, the newest 3 kept: 4, 6, 8
@@ -47,11 +46,11 @@ def train(workdir, async_checkpoints=False, tx=None, total_steps=TOTAL_STEPS):
     ids, positions = jnp.zeros((1, 16), jnp.int32), jnp.zeros((1, 2), jnp.int32)
     task = loop.Task(cfg, lambda rng: model.init(rng, ids, positions)["params"],
                      pretrain.make_loss(model))
-    tx = tx or optimizer.make_optimizer(optimizer.OptimizerConfig(
+    tx = tx or optimizer.make_optimizer(settings.OptimizerConfig(
         learning_rate=1e-3, total_steps=TOTAL_STEPS, warmup_steps=1))
-    config = loop.LoopConfig(total_steps=total_steps, global_batch_size=4, log_every_steps=1,
-                             checkpoint_every_steps=2, keep_checkpoints=3,
-                             async_checkpoints=async_checkpoints)
+    config = settings.LoopConfig(total_steps=total_steps, global_batch_size=4, log_every_steps=1,
+                                 checkpoint_every_steps=2, keep_checkpoints=3,
+                                 async_checkpoints=async_checkpoints)
     return loop.train(task, tx, RandomTokenBatches(4, 16, 2, 100, seed=0), str(workdir), config,
                       sharding.make_mesh())
 

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from bert_jax.data import readers
+from bert_jax.data.finetuning import readers
 
 
 def write(path, text, encoding="utf-8"):
@@ -93,7 +93,7 @@ def test_malformed_csv_quote_names_the_line(tmp_path):
 
 PREPARE_DEMO = """
 import sys
-from bert_jax.data import pretraining_vocab
+from bert_jax.data.pretraining import vocab as pretraining_vocab
 print(pretraining_vocab.prepare_demo(sys.argv[1], vocab_size=512))
 """
 

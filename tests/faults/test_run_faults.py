@@ -42,7 +42,7 @@ def _error_line(done) -> str:
 def _finite_checkpoints(workdir):
     import jax
 
-    from bert_jax.train import params_loading
+    from bert_jax.train.checkpoint import params as params_loading
     directory = os.path.join(workdir, "checkpoints")
     steps = sorted(int(s) for s in os.listdir(directory) if s.isdigit())
     for step in steps:

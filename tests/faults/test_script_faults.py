@@ -15,7 +15,9 @@ import pytest
 
 from bert_jax import BertConfig, BertModel, ConfigError
 from bert_jax.convert import hf
-from bert_jax.train import checkpointing, metrics_writer, params_loading
+from bert_jax.train import metrics_writer
+from bert_jax.train.checkpoint import params as params_loading
+from bert_jax.train.checkpoint import store as checkpointing
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -127,7 +129,7 @@ def convert_in_process(direction, hf_dir, checkpoint_dir):
     conversion), in this process: the SystemExit it ends with, which a script turns into exit
     status 1 and its message as the last stderr line (one subprocess above shows that)."""
     from bert_jax import cli
-    from bert_jax.convert import runs
+    from bert_jax.tools import convert_runs as runs
 
     if direction == "hf_to_ours":
         fn = lambda: runs.hf_to_ours(hf_dir, checkpoint_dir, False)
@@ -238,7 +240,7 @@ def test_more_damaged_files_raise_errors_naming_the_file(hf_folder, tmp_path):
 
 
 def test_a_failed_read_back_is_still_a_bug_not_a_user_error(hf_folder, tmp_path, monkeypatch):
-    from bert_jax.convert import runs
+    from bert_jax.tools import convert_runs as runs
     real = params_loading.load_params
 
     def corrupted(*args, **kwargs):

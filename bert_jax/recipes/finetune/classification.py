@@ -11,7 +11,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from bert_jax.data import encoding
+from bert_jax.data.finetuning import encoding
 from bert_jax.recipes.finetune import metrics
 from bert_jax.recipes.finetune.kinds import by_label, register, softmax
 from bert_jax.recipes.finetune.losses import softmax_cross_entropy

@@ -4,7 +4,7 @@ into one L2-normalised vector, trained with in-batch negatives over the global b
 Rows: CSV/TSV (header row) or JSONL, the anchor under config.data.text_column, the positive
 under config.data.text_pair_column and, when config.contrastive.negative_column names one, a
 hard negative. Each text is its own row [CLS] pieces [SEP] (token types 0, cut to max_seq_len),
-pooled as bert_jax.sentence_embeddings.pool does (config.contrastive.pooling: mean or cls,
+pooled as bert_jax.embeddings.encode.pool does (config.contrastive.pooling: mean or cls,
 then L2-normalised): exactly what experiments/embed.py --workdir=RUN --pooling=P --normalize
 computes from the run, whose encoder is the usual {"bert": ...} tree (no head, no pooler).
 
@@ -18,7 +18,7 @@ texts and returns SentenceVectors: vectors [B, K, H] and the loss settings the r
 Loss: bert_jax/recipes/finetune/in_batch_negatives.py (every anchor against the positives, and
 hard negatives, of the global batch; config.contrastive.scale, .symmetric). Evaluation: each
 held-out anchor ranks all distinct held-out positives by cosine; recall@1/10/100, MRR@10 and
-nDCG@10 (bert_jax.retrieval.metrics), one prediction record per anchor.
+nDCG@10 (bert_jax.embeddings.metrics), one prediction record per anchor.
 
 Refused, with the keys named: accumulation_steps > 1 (the micro-batches would have fewer
 negatives: another loss), data.group_by_length (it sorts rows of one text by length) and
@@ -37,14 +37,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bert_jax import sentence_embeddings
-from bert_jax.config import BertConfig
+from bert_jax.config.bert import BertConfig
 from bert_jax.data import textfiles
 from bert_jax.data.textfiles import DataError
+from bert_jax.embeddings import encode as sentence_embeddings
+from bert_jax.embeddings import metrics as retrieval_metrics
 from bert_jax.model import families
 from bert_jax.recipes.finetune import in_batch_negatives
 from bert_jax.recipes.finetune.kinds import TaskKind, register
-from bert_jax.retrieval import metrics as retrieval_metrics
 
 TOP_K = 100  # corpus documents ranked per held-out anchor (recall@100 needs 100)
 ANCHOR_CHUNK = 1024  # held-out anchors scored at once ([chunk, corpus] scores on the host)

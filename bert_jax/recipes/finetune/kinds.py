@@ -53,10 +53,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bert_jax import paths, run_config
-from bert_jax.config import BertConfig, ConfigError
-from bert_jax.data import example_packing, unlabelled
+from bert_jax.config import run as run_config
+from bert_jax.config.bert import BertConfig, ConfigError
+from bert_jax.data import example_packing
+from bert_jax.data.finetuning import unlabelled
 from bert_jax.recipes.finetune.losses import LossOutput
+from bert_jax.runtime import paths
 
 MODEL_INPUTS = ("input_ids", "token_type_ids", "attention_mask")
 

@@ -27,6 +27,11 @@ from typing import Iterable, Mapping, Optional, Sequence
 
 import numpy as np
 
+# Re-exported (`x as x`): the regression kind and the suites score with metrics.pearson and
+# metrics.spearman; the correlations live in bert_jax.embeddings.metrics (STS uses them too).
+from bert_jax.embeddings.metrics import pearson as pearson
+from bert_jax.embeddings.metrics import spearman as spearman
+
 # ----- classification ---------------------------------------------------------------------------
 
 def accuracy(predictions: Sequence[int], labels: Sequence[int]) -> float:
@@ -131,35 +136,6 @@ def matthews_corrcoef(predictions: Sequence[int], labels: Sequence[int],
     denominator = np.sqrt((total ** 2 - predicted_per_class @ predicted_per_class)
                           * (total ** 2 - true_per_class @ true_per_class))
     return float(numerator / denominator) if denominator > 0 else 0.0
-
-
-# ----- regression -------------------------------------------------------------------------------
-
-def pearson(x: Sequence[float], y: Sequence[float]) -> float:
-    x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
-    x, y = x - x.mean(), y - y.mean()
-    denominator = np.sqrt((x @ x) * (y @ y))
-    return float((x @ y) / denominator) if denominator > 0 else 0.0
-
-
-def average_ranks(values: Sequence[float]) -> np.ndarray:
-    """Ranks 1..n; tied values share the mean of the ranks they span."""
-    values = np.asarray(values, np.float64)
-    order = np.argsort(values, kind="stable")
-    sorted_values = values[order]
-    ranks = np.empty(len(values), np.float64)
-    start = 0
-    while start < len(values):
-        stop = start
-        while stop + 1 < len(values) and sorted_values[stop + 1] == sorted_values[start]:
-            stop += 1
-        ranks[order[start:stop + 1]] = (start + stop) / 2 + 1
-        start = stop + 1
-    return ranks
-
-
-def spearman(x: Sequence[float], y: Sequence[float]) -> float:
-    return pearson(average_ranks(x), average_ranks(y))
 
 
 # ----- entity-level F1 (NER) --------------------------------------------------------------------

@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from bert_jax.data import encoding, readers
+from bert_jax.data.finetuning import encoding, readers
 from bert_jax.recipes.finetune.kinds import by_label, register
 from bert_jax.recipes.finetune.text import TextTask
 

@@ -38,12 +38,13 @@ import jax
 import numpy as np
 from absl import logging
 
-from bert_jax import paths, progress, sharding
-from bert_jax.data import batches, readers, row_layout, unlabelled
-from bert_jax.recipes import common
+from bert_jax.config import settings
+from bert_jax.data import batches, row_layout
+from bert_jax.data.finetuning import readers, unlabelled
+from bert_jax.recipes import common, run_record
 from bert_jax.recipes.finetune import kinds, recipe, task_data
-from bert_jax.train import evaluation, loop
-from bert_jax.train import workdir as workdir_lib
+from bert_jax.runtime import paths, progress, sharding
+from bert_jax.train import evaluation
 
 LISTED_BAD_ROWS = 20  # bad rows named in the summary (the log names all of them)
 
@@ -95,7 +96,7 @@ class PredictSummary:
 
 def load_run(workdir: str) -> tuple[Any, kinds.TaskKind, dict[str, Any]]:
     """(config, kind, labels) of a fine-tuning run's workdir; ValueError for any other run."""
-    config = workdir_lib.load_config(workdir)
+    config = run_record.load_config(workdir)
     if config.recipe != "finetune":
         raise ValueError(f"{workdir} holds a {config.recipe!r} run; "
                          "predictions need the workdir of a fine-tuning run (finetune.py)")
@@ -144,9 +145,9 @@ def load_predictor(workdir: str, config, kind: kinds.TaskKind, labels: Mapping[s
                    options: PredictOptions) -> Predictor:
     """The checkpoint of options.step on the devices at hand (the run's mesh if it fits, else
     all data-parallel), computing in options.dtype (default: the run's)."""
-    common.fit_mesh_to_devices(config)
-    mesh = common.make_mesh(config)
-    loop.check_batch_size(options.batch_size, mesh)
+    settings.fit_mesh_to_devices(config)
+    mesh = settings.make_mesh(config)
+    settings.check_batch_size(options.batch_size, mesh)
     tokenizer = common.load_tokenizer(config)
     step, cfg, params = common.load_checkpoint(
         workdir, options.step,

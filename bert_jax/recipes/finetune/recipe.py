@@ -23,9 +23,9 @@ import jax
 import jax.numpy as jnp
 from absl import logging
 
-from bert_jax import paths, sharding
-from bert_jax.config import BertConfig
-from bert_jax.recipes import common
+from bert_jax.config import settings
+from bert_jax.config.bert import BertConfig
+from bert_jax.recipes import common, run_record
 from bert_jax.recipes.finetune import kinds
 from bert_jax.recipes.finetune.task_data import (
     TASK_FILE,
@@ -36,8 +36,9 @@ from bert_jax.recipes.finetune.task_data import (
     save_task_file,
     training_batches,
 )
+from bert_jax.runtime import paths, sharding
 from bert_jax.train import evaluation, flops, loop, steps
-from bert_jax.train import workdir as workdir_lib
+from bert_jax.train.checkpoint import workdir as workdir_lib
 
 
 def _forward(model: nn.Module, params, batch, rng, deterministic: bool,
@@ -128,26 +129,26 @@ def write_results(directory: str, step: int, result: Mapping[str, float], data: 
 
 def total_steps_of(config, num_train_rows: int) -> int:
     """config.total_steps, or the optimizer steps of config.epochs passes when it is 0."""
-    return config.total_steps or loop.steps_for_epochs(num_train_rows, config.batch_size,
-                                                       config.epochs)
+    return config.total_steps or settings.steps_for_epochs(num_train_rows, config.batch_size,
+                                                           config.epochs)
 
 
 def train_and_evaluate(config, workdir: str) -> loop.TrainResult:
     """Fine-tune as config says (resuming from workdir), then evaluate the final step. The
     config, tokenizer, model and data are all checked before anything is written: a refused
     run leaves the workdir as it was."""
-    common.check_config(config, "finetune")
-    mesh = common.make_mesh(config)
+    settings.check_config(config, "finetune")
+    mesh = settings.make_mesh(config)
     tokenizer = common.load_tokenizer(config)
     init_cfg, initial_params = common.initial_weights(config, workdir)
     cfg = common.model_config(config, tokenizer.vocab_size, init_cfg)
-    common.check_lengths(config, cfg)
+    settings.check_lengths(config, cfg)
     data = build_task_data(config, tokenizer, saved_task=read_task_file(workdir))
     num_rows = len(data.train_features["input_ids"])
     total_steps = total_steps_of(config, num_rows)
-    common.check_run(config, mesh, total_steps, cfg)
+    settings.check_run(config, mesh, total_steps, cfg)
     with workdir_lib.lock(workdir):
-        workdir_lib.record_config(config, workdir)
+        run_record.record_config(config, workdir)
         save_task_file(workdir, data)
         return _train(config, workdir, cfg, data, initial_params, mesh, total_steps)
 
@@ -180,7 +181,7 @@ def evaluate(config, workdir: str, step: Optional[int] = None,
     if saved_task is None:
         raise FileNotFoundError(f"{os.path.join(workdir, TASK_FILE)} not found: is {workdir} the "
                                 "workdir of a fine-tuning run?")
-    mesh = common.make_mesh(config)
+    mesh = settings.make_mesh(config)
     data = build_task_data(config, common.load_tokenizer(config), saved_task=saved_task,
                            with_train_features=False)
     step, cfg, params = common.load_checkpoint(

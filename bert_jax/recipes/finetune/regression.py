@@ -8,7 +8,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpy as np
 
-from bert_jax.data import encoding
+from bert_jax.data.finetuning import encoding
 from bert_jax.recipes.finetune import metrics
 from bert_jax.recipes.finetune.kinds import register
 from bert_jax.recipes.finetune.text import TextTask

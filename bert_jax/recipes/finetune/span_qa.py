@@ -34,11 +34,12 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from bert_jax import paths
-from bert_jax.data import readers, squad, textfiles, unlabelled
+from bert_jax.data import textfiles
+from bert_jax.data.finetuning import readers, squad, unlabelled
 from bert_jax.model import BertForQuestionAnswering
 from bert_jax.recipes.finetune import metrics
 from bert_jax.recipes.finetune.kinds import TaskKind, register
+from bert_jax.runtime import paths
 
 
 def span_logits(start, end, attention_mask):

@@ -31,10 +31,11 @@ import jax
 import numpy as np
 from etils import epath
 
-from bert_jax import paths
-from bert_jax.config import ConfigError
-from bert_jax.data import batches, example_packing, readers, tfds_tasks
+from bert_jax.config.bert import ConfigError
+from bert_jax.data import batches, example_packing
+from bert_jax.data.finetuning import readers, tfds_tasks
 from bert_jax.recipes.finetune import kinds
+from bert_jax.runtime import paths
 
 TASK_FILE = "task.json"
 # Packed training batches have a multiple of batch_size / PACKED_ROW_COUNTS rows (and of the

@@ -13,8 +13,9 @@ from typing import Any, Mapping, Optional, Sequence
 
 import numpy as np
 
-from bert_jax.config import BertConfig, ConfigError
-from bert_jax.data import encoding, readers, textfiles, unlabelled, windows
+from bert_jax.config.bert import BertConfig, ConfigError
+from bert_jax.data import textfiles
+from bert_jax.data.finetuning import encoding, readers, unlabelled, windows
 from bert_jax.model import families
 from bert_jax.recipes.finetune.kinds import TaskKind, window_stride
 

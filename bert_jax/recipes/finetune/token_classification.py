@@ -6,8 +6,8 @@ under its own tokens (example_packing's token keys), so the loss, a sum over tag
 the unpacked batch's. A sentence longer than a row is truncated (its last words tagged "O"),
 or, in evaluation and prediction with data.long_inputs='slide', cut at word boundaries into
 overlapping windows, each word tagged from the window whose centre is nearest to it
-(bert_jax.data.windows): every word gets a tag. CoNLL-2003. Metrics: entity-level precision /
-recall / F1 (conlleval chunks) over each sentence once, overall and per entity type.
+(bert_jax.data.finetuning.windows): every word gets a tag. CoNLL-2003. Metrics: entity-level
+precision / recall / F1 (conlleval chunks) over each sentence once, overall and per entity type.
 Predictions are written in CoNLL form: word, gold tag, predicted tag. Prediction on new input
 reads CoNLL tokens or raw sentences (one per line, split_words).
 """
@@ -23,12 +23,13 @@ import jax.numpy as jnp
 import numpy as np
 from absl import logging
 
-from bert_jax import paths
-from bert_jax.data import encoding, example_packing, readers, textfiles, unlabelled
+from bert_jax.data import example_packing, textfiles
+from bert_jax.data.finetuning import encoding, readers, unlabelled
 from bert_jax.model import families
 from bert_jax.recipes.finetune import metrics
 from bert_jax.recipes.finetune.kinds import TaskKind, register, window_stride
 from bert_jax.recipes.finetune.losses import softmax_cross_entropy
+from bert_jax.runtime import paths
 
 
 @register

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from bert_jax import paths
+from bert_jax.runtime import paths
 
 
 def plot_table(table: Mapping[str, Any], output: str, title: str) -> str:

@@ -26,12 +26,13 @@ from typing import Any, Callable, Optional, Sequence
 
 from absl import logging
 
-from bert_jax import paths
+from bert_jax.recipes import run_record
 from bert_jax.recipes.finetune import kinds
 from bert_jax.recipes.suite import figure, scores
 from bert_jax.recipes.suite import spec as spec_lib
 from bert_jax.recipes.suite.spec import Start, TaskSpec
-from bert_jax.train import workdir as workdir_lib
+from bert_jax.runtime import paths
+from bert_jax.train.checkpoint import workdir as workdir_lib
 
 RESULT_FILE = "suite_result.json"
 SUITE_JSON, SUITE_MD, SUITE_PNG = "suite.json", "suite.md", "suite.png"
@@ -163,13 +164,13 @@ def _run_one(plan: Plan, spec: TaskSpec, seed: int, runs: Sequence[dict],
 
 
 def _changed_keys(plan: Plan, spec: TaskSpec, seed: int, directory: str) -> list[str]:
-    """The keys that change a run (train/workdir.config_differences) in which the config the
+    """The keys that change a run (recipes/run_record.config_differences) in which the config the
     suite would give (task, seed) now differs from the finished run's config.json."""
     config_path = paths.path(directory) / workdir_lib.CONFIG_FILE
     if not config_path.exists():
         return []
     config = spec_lib.run_config(plan.suite, spec, seed, plan.start, plan.workdir)
-    return workdir_lib.config_differences(paths.read_json(config_path), config)
+    return run_record.config_differences(paths.read_json(config_path), config)
 
 
 def _records(directory: str) -> list[dict]:

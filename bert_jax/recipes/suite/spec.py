@@ -33,7 +33,7 @@ from typing import Any, Mapping, Optional, Sequence
 
 import ml_collections
 
-from bert_jax import paths
+from bert_jax.runtime import paths
 
 # Metric names a task may ask for (bert_jax.recipes.suite.scores computes them from the run's
 # predictions), and how the table labels them.
@@ -208,12 +208,12 @@ def resolve_start(init: str, tokenizer: str = "") -> Start:
 def _workdir_tokenizer(workdir: str) -> str:
     """The vocabulary a training run used, as a path: its tokenizer.path or init.hf_dir, or the
     demo corpus's vocabulary of a pre-training run."""
-    from bert_jax.train import workdir as workdir_lib
-    config = workdir_lib.load_config(workdir)
+    from bert_jax.recipes import run_record
+    config = run_record.load_config(workdir)
     if config.tokenizer.path or config.init.hf_dir:
         return config.tokenizer.path or config.init.hf_dir
     if config.recipe == "pretrain":
-        from bert_jax.data import pretraining
+        from bert_jax.data.pretraining import pipeline as pretraining
         from bert_jax.recipes import pretrain
         return os.fspath(pretraining.resolve_vocab_path(pretrain.data_config(config, workdir)))
     raise ValueError(f"--init={workdir}: its config.json names no tokenizer; set the suite's "

@@ -1,0 +1,85 @@
+"""What decides the pre-training batches: `PretrainingDataConfig`.
+
+A frozen dataclass of the corpus, vocabulary, row and masking settings; the same config and seed
+give the same batches (`bert_jax.data.pretraining.pipeline.make_iterator`). Construction checks the
+values (ValueError naming the field and its bounds) and warns when max_predictions is below what
+mask_rate asks of a full row.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+from typing import Any
+
+from bert_jax.data.corpora import text_files as text_corpus
+
+
+@dataclasses.dataclass(frozen=True)
+class PretrainingDataConfig:
+    """Everything that decides the batches; the same config and seed give the same batches.
+
+    corpus: "demo", "text:GLOB" or a TFDS catalog name (see bert_jax.data.corpora.catalog).
+    vocab_path: vocab.txt / tokenizer.json; empty with corpus "demo" or "text:GLOB" means a
+      vocabulary of demo_vocab_size trained on the corpus on first use (`prepare_demo`,
+      `prepare_text_vocabulary`).
+    min_segment_tokens: a new piece starts in a row only if this many tokens (or the whole rest of
+      its document) fit.
+    short_seq_prob: sentence-pair mode: probability of a shorter target length (as in BERT).
+    num_workers: grain worker processes making rows (0: threads of this process only; see
+      benchmarks/data_throughput.py for when they pay off). num_workers > 0 needs parsed absl
+      flags (module docstring).
+    document_delimiter, invalid_utf8, validation_fraction: options of "text:GLOB" corpora
+      (bert_jax.data.corpora.catalog); document_delimiter is the run config's
+      data.document_delimiter.
+    """
+
+    corpus: str = "demo"
+    data_dir: str = "~/bert_jax_data"
+    vocab_path: str = ""
+    lowercase: bool = True
+    text_key: str = "text"
+    seq_len: int = 128
+    max_predictions: int = 20
+    mask_rate: float = 0.15
+    whole_word_masking: bool = False
+    sentence_pairs: bool = False
+    short_seq_prob: float = 0.1
+    min_segment_tokens: int = 8
+    seed: int = 0
+    num_workers: int = 0
+    demo_vocab_size: int = 8192
+    document_delimiter: str = "blank_line"
+    invalid_utf8: str = "fail"
+    validation_fraction: float = 0.02
+
+    def __post_init__(self):
+        if self.seq_len < 8 or self.seq_len < 2 + self.min_segment_tokens:
+            raise ValueError(f"PretrainingDataConfig.seq_len={self.seq_len} is too short (at least "
+                             f"8 and 2 + min_segment_tokens={self.min_segment_tokens})")
+        if self.min_segment_tokens < 1:
+            raise ValueError("PretrainingDataConfig.min_segment_tokens must be at least 1")
+        if not 0.0 < self.mask_rate < 1.0:
+            raise ValueError(f"PretrainingDataConfig.mask_rate={self.mask_rate} must be in (0, 1)")
+        if not 1 <= self.max_predictions <= self.seq_len:
+            raise ValueError(f"PretrainingDataConfig.max_predictions={self.max_predictions} must "
+                             f"be in [1, seq_len={self.seq_len}]")
+        if not 0.0 <= self.short_seq_prob <= 1.0:
+            raise ValueError("PretrainingDataConfig.short_seq_prob must be in [0, 1]")
+        if not 0 <= self.seed < 2**32:
+            raise ValueError(f"PretrainingDataConfig.seed={self.seed} must be in [0, 2**32)")
+        if self.num_workers < 0:
+            raise ValueError("PretrainingDataConfig.num_workers must be >= 0")
+        if self.document_delimiter not in text_corpus.DOCUMENT_DELIMITERS:
+            raise ValueError(f"data.document_delimiter={self.document_delimiter!r}: choose one "
+                             f"of {', '.join(text_corpus.DOCUMENT_DELIMITERS)}")
+        expected = math.ceil((self.seq_len - 2) * self.mask_rate)
+        if self.max_predictions < expected:
+            logging.warning("max_predictions=%d < ceil((seq_len - 2) * mask_rate)=%d: rows of "
+                            "seq_len tokens get fewer masks than the rate asks",
+                            self.max_predictions, expected)
+
+    def text_options(self) -> dict[str, Any]:
+        return dict(document_delimiter=self.document_delimiter, invalid_utf8=self.invalid_utf8,
+                    validation_fraction=self.validation_fraction)

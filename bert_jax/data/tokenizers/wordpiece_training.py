@@ -1,0 +1,74 @@
+"""Training a BERT WordPiece vocabulary on texts: `train_wordpiece`.
+
+It learns a vocabulary of at most `vocab_size` tokens with ids 0..4 = [PAD] [UNK] [CLS] [SEP]
+[MASK], and writes vocab.txt (last and atomically: its presence means the folder is complete) and
+tokenizer.json into a local or gs:// folder. The same texts give the same files, byte for byte,
+whatever the number of threads (`_continuation_pieces`). Load the result with
+`bert_jax.data.tokenizers.load.load_tokenizer`.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Iterable, Sequence
+
+from etils import epath
+from tokenizers import trainers
+
+from bert_jax.data.tokenizers.wordpiece import CONTINUATION_PREFIX, SPECIAL_TOKENS, bert_wordpiece
+from bert_jax.runtime import paths, progress
+
+
+def _trainer(vocab_size: int, min_frequency: int, special_tokens: Sequence[str]):
+    return trainers.WordPieceTrainer(
+        vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=list(special_tokens),
+        continuing_subword_prefix=CONTINUATION_PREFIX, show_progress=False)
+
+
+def _continuation_pieces(texts: Iterable[str], lowercase: bool,
+                         strip_accents: bool | None) -> list[str]:
+    """The "##c" piece of every character c that continues a word of `texts`, sorted.
+
+    tokenizers' WordPiece trainer creates these pieces while it walks a hash map of the words,
+    whose order changes from process to process, so their ids change too; it then breaks ties
+    between equally frequent merges by ids, so two runs on the same texts learn different
+    vocabularies (huggingface/tokenizers#1794). Given to the trainer beforehand as special tokens,
+    in sorted order, the pieces have fixed ids and training is deterministic. A training run
+    without merges (vocab_size=1) lists them, normalizing and splitting words as training does.
+    """
+    tokenizer = bert_wordpiece(None, lowercase, strip_accents)
+    tokenizer.train_from_iterator(texts, _trainer(1, 1, SPECIAL_TOKENS))
+    return sorted(token for token in tokenizer.get_vocab()
+                  if token.startswith(CONTINUATION_PREFIX))
+
+
+def train_wordpiece(texts: Iterable[str], vocab_size: int, out_dir: str, lowercase: bool = True,
+                    strip_accents: bool | None = None, min_frequency: int = 2) -> str:
+    """Learns a WordPiece vocabulary of at most `vocab_size` tokens; returns the vocab.txt path.
+
+    Ids 0..4 are [PAD] [UNK] [CLS] [SEP] [MASK]. Also writes tokenizer.json next to vocab.txt.
+    The same texts give the same files, byte for byte, whatever the number of threads
+    (`_continuation_pieces`). `texts` is read twice: a one-shot iterator (a generator) is first
+    read into memory, a collection or any other re-iterable is not. Each pass shows a progress
+    bar of the texts read (`bert_jax.runtime.progress`); the bars change nothing in the result.
+    """
+    if vocab_size <= len(SPECIAL_TOKENS):
+        raise ValueError(f"vocab_size={vocab_size} leaves no room beside the special tokens")
+    if iter(texts) is texts:
+        texts = list(texts)
+    pieces = _continuation_pieces(
+        progress.bar(texts, desc="vocabulary 1/2: characters", unit="doc"), lowercase,
+        strip_accents)
+    trained = bert_wordpiece(None, lowercase, strip_accents)
+    trained.train_from_iterator(progress.bar(texts, desc="vocabulary 2/2: words", unit="doc"),
+                                _trainer(vocab_size, min_frequency, [*SPECIAL_TOKENS, *pieces]))
+    vocab = trained.get_vocab()
+    tokenizer = bert_wordpiece(vocab, lowercase, strip_accents)  # the pieces are plain tokens
+    tokenizer.add_special_tokens(list(SPECIAL_TOKENS))
+    epath.Path(out_dir).mkdir(parents=True, exist_ok=True)  # a local folder or gs://
+    vocab_path = os.path.join(out_dir, "vocab.txt")
+    (epath.Path(out_dir) / "tokenizer.json").write_text(tokenizer.to_str(pretty=True))
+    # vocab.txt last, written whole: its presence means the folder is complete.
+    paths.write_text_atomically(vocab_path, "".join(
+        token + "\n" for token, _ in sorted(vocab.items(), key=lambda item: item[1])))
+    return vocab_path

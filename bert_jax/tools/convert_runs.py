@@ -1,0 +1,168 @@
+"""Our checkpoints <-> Hugging Face BERT, RoBERTa, XLM-R and ModernBERT folders, for whole runs:
+
+    hf_to_ours(hf_dir, checkpoint_dir, encoder_only)   an HF folder -> an ordinary step-0 checkpoint
+                                                      (params and model config, no optimizer state)
+    ours_to_hf(checkpoint_dir, hf_dir, step, encoder_only, workdir=None, tokenizer=None)
+                                                      a checkpoint -> a folder transformers loads,
+                                                      with the run's tokenizer (or `tokenizer`)
+                                                      and labels
+
+An export never leaves a folder without a tokenizer unless told to (`tokenizer="none"`):
+transformers 5's AutoTokenizer builds an empty tokenizer from the config.json of such a folder,
+without an error, and everything downstream of it reads unrelated ids.
+
+Heads travel with the weights (bert/, mlm/, nsp/, classifier/, qa_outputs/); encoder_only keeps
+the encoder alone. Each direction reads its output back and compares it with what was written,
+tensor by tensor: a difference is a bug (RuntimeError), a user's mistake a ValueError naming
+the file.
+"""
+
+from __future__ import annotations
+
+import os
+
+import jax
+import numpy as np
+from absl import logging
+from etils import epath
+
+from bert_jax.convert import hf, hf_layout
+from bert_jax.runtime import paths
+from bert_jax.tools import saved_runs
+from bert_jax.train.checkpoint import params as params_loading
+from bert_jax.train.checkpoint import store as checkpointing
+
+# task kind (task.json) -> config.json problem_type of its sequence-classification head
+PROBLEM_TYPES = {"classification": "single_label_classification", "regression": "regression",
+                 "multi_label": "multi_label_classification"}
+
+
+class OutputFolderError(ValueError):
+    """The output folder cannot be written: it already holds checkpoints, or it is a file."""
+
+
+def _count(params) -> int:
+    return sum(int(np.prod(np.shape(leaf))) for leaf in jax.tree.leaves(params))
+
+
+def _assert_same(written, read_back, where: str) -> None:
+    written_leaves = jax.tree_util.tree_leaves_with_path(written)
+    read_leaves = jax.tree_util.tree_leaves_with_path(read_back)
+    if [p for p, _ in written_leaves] != [p for p, _ in read_leaves]:
+        raise RuntimeError(f"{where}: the tree read back differs from the tree written")
+    for (path, a), (_, b) in zip(written_leaves, read_leaves):
+        if not np.array_equal(np.asarray(a, np.float32), np.asarray(b, np.float32)):
+            raise RuntimeError(f"{where}: {jax.tree_util.keystr(path)} differs after reading back")
+
+
+def hf_to_ours(hf_dir: str, checkpoint_dir: str, encoder_only: bool) -> None:
+    cfg, params = hf.load(hf_dir, with_heads=not encoder_only)
+    if _is_file(checkpoint_dir):
+        raise OutputFolderError(f"--checkpoint_dir={checkpoint_dir} is a file, not a folder; "
+                                "give an empty or new folder")
+    manager = checkpointing.make_manager(checkpoint_dir, keep=1, async_saves=False)
+    try:
+        if manager.latest_step() is not None:
+            raise OutputFolderError(f"--checkpoint_dir={checkpoint_dir} already holds checkpoints; "
+                                "give an empty or new folder")
+        checkpointing.save(manager, 0, {"params": params}, model_config=cfg,
+                           extra_metadata={"converted_from": os.fspath(paths.path(hf_dir)),
+                                           "heads": list(hf.heads_of(params))})
+        manager.wait_until_finished()
+    finally:
+        manager.close()
+    cfg_back, params_back = params_loading.load_params(checkpoint_dir, step=0)
+    if cfg_back != cfg:
+        raise RuntimeError(f"{checkpoint_dir}: the config read back differs: {cfg_back} vs {cfg}")
+    _assert_same(params, params_back, checkpoint_dir)
+    logging.info("wrote %s: %d parameters (%d in the encoder), heads %s, %s",
+                 checkpoint_dir, _count(params), _count(hf_layout.encoder_of(params)),
+                 list(hf.heads_of(params)) or "none", cfg)
+
+
+def _is_file(location: str) -> bool:
+    """True if `location` (a local path or gs://) is a file rather than a folder or nothing."""
+    path = epath.Path(location)
+    return path.exists() and not path.is_dir()
+
+
+def find_workdir(checkpoint_dir: str) -> str | None:
+    """The run that `checkpoint_dir` (<workdir>/checkpoints, or one step folder in it) belongs
+    to: the folder above it that holds the run's config.json; None if there is none."""
+    path = paths.path(checkpoint_dir)  # a local folder or gs://
+    candidates = [path.parent]
+    if path.name.isdigit():  # a step folder
+        candidates.append(path.parent.parent)
+    return next((os.fspath(c) for c in candidates if (c / "config.json").is_file()), None)
+
+
+NO_TOKENIZER = "none"
+
+
+def _named_tokenizer(tokenizer: str | None):
+    """The tokenizer a caller named: a path (tokenizer.json, vocab.txt or a folder), None for
+    the run's own, NO_TOKENIZER for none."""
+    if tokenizer in (None, NO_TOKENIZER):
+        return None
+    from bert_jax.data.tokenizers import load as tokenizer_lib
+    return tokenizer_lib.load_tokenizer(tokenizer)
+
+
+def run_export_options(workdir: str | None, params, tokenizer: str | None = None) -> dict:
+    """hf.save's tokenizer, label_map and problem_type for a run's params (labels none without a
+    run). `tokenizer` as in `ours_to_hf`; ValueError when there is none to write and none was
+    asked for."""
+    options = {"tokenizer": _named_tokenizer(tokenizer)}
+    if workdir is None:
+        missing = "no run's config.json beside the checkpoint (give --workdir=RUN)"
+    else:
+        if tokenizer is None:
+            options["tokenizer"] = saved_runs.run_tokenizer(workdir)
+        missing = f"the run {workdir} has no vocabulary (a synthetic corpus)"
+    if options["tokenizer"] is None and tokenizer != NO_TOKENIZER:
+        raise ValueError(f"no tokenizer to write beside the weights: {missing}; give "
+                         "--tokenizer=PATH (a tokenizer.json, vocab.txt or Hugging Face folder), "
+                         f"or --tokenizer={NO_TOKENIZER} for a folder of weights alone (from "
+                         "which transformers 5's AutoTokenizer builds an empty tokenizer)")
+    if workdir is None:
+        logging.warning("no run's config.json beside the checkpoint: writing no labels (give "
+                        "--workdir)")
+        return options
+    from bert_jax.recipes.finetune.task_data import read_task_file
+    task = read_task_file(workdir) or {}
+    if "classifier" in hf.heads_of(params):
+        options["label_map"] = task.get("label_map") or None
+        options["problem_type"] = PROBLEM_TYPES.get(task.get("task"))
+    logging.info("run %s (task %s): labels %s, problem_type %s", workdir, task.get("task", "none"),
+                 options.get("label_map"), options.get("problem_type"))
+    return options
+
+
+def ours_to_hf(checkpoint_dir: str, hf_dir: str, step: int | None, encoder_only: bool,
+               workdir: str | None = None, tokenizer: str | None = None) -> None:
+    """Export a checkpoint (module docstring); `tokenizer`: None for the run's own, a path to
+    write that one instead, or "none" for the weights alone."""
+    if workdir is not None and not (epath.Path(workdir) / "config.json").is_file():
+        raise FileNotFoundError(f"--workdir={workdir} holds no config.json: it is not the workdir "
+                                "of a training run")
+    try:
+        cfg, params = params_loading.load_params(checkpoint_dir, step=step, scan_layers=False)
+    except ValueError as e:  # some (Orbax's JSON metadata) name no file: say which checkpoint
+        if os.path.normpath(checkpoint_dir) in str(e) or os.fspath(
+                paths.path(checkpoint_dir)) in str(e):
+            raise
+        raise ValueError(f"--checkpoint_dir={checkpoint_dir}: cannot read the checkpoint "
+                         f"({type(e).__name__}: {e})") from e
+    params = jax.tree.map(np.asarray, params)
+    if _is_file(hf_dir):
+        raise OutputFolderError(f"--hf_dir={hf_dir} is a file, not a folder")
+    if encoder_only:
+        params = hf_layout.encoder_of(params)
+    options = run_export_options(workdir or find_workdir(checkpoint_dir), params, tokenizer)
+    hf.save(cfg, params, hf_dir, **options)
+    _, params_back = hf.load(hf_dir, with_heads=not encoder_only)
+    if hf.heads_of(params) == ("mlm",) and "pooler" in params.get("bert", {}):
+        params["bert"] = {k: v for k, v in params["bert"].items() if k != "pooler"}
+    _assert_same(params, params_back, hf_dir)
+    logging.info("wrote %s: %d parameters, heads %s", hf_dir, _count(params),
+                 list(hf.heads_of(params)) or "none")
