@@ -221,3 +221,10 @@ def test_the_count_per_row_is_capped_at_max_predictions(shards, tokenizer):
                                max_predictions=10, rows=200)
     assert (masked["masked_weights"].sum(axis=1) == 10).all()
 
+
+
+def test_pretrain_py_refuses_sentence_pairs_on_shards_in_one_line(shards, tmp_path):
+    import pretrain_runs
+    line = pretrain_runs.refusal(str(tmp_path / "run"), f"--config.data.corpus=shards:{shards}",
+                                 "--config.data.sentence_pairs=true")
+    assert "sentence_pairs is not available for token shards" in line

@@ -167,7 +167,7 @@ def pretrain_config() -> ml_collections.ConfigDict:
     config.init.with_heads = True  # continuing pre-training keeps the MLM (and NSP) head
     config.tokenizer.vocab_size = 8192  # of the vocabulary trained for a demo or text: corpus
     config.data = ml_collections.ConfigDict(dict(
-        corpus="demo",  # demo | text:GLOB | a TFDS name | synthetic (random tokens)
+        corpus="demo",  # demo | text:GLOB | a TFDS name | shards:DIR | synthetic (random tokens)
         document_delimiter="blank_line",  # text:GLOB documents: blank_line | line | file
         data_dir="",  # default: <workdir>/data
         max_predictions=20,  # masked positions per row (15% of 128, rounded up)

@@ -7,7 +7,9 @@
                                           a saved step, in any process, on any mesh
 
 Config keys beyond the shared ones (bert_jax.recipes.common): `data.corpus` ("demo",
-"text:GLOB", a TFDS name, or "synthetic": random tokens, no files), `data.data_dir` (default
+"text:GLOB", a TFDS name, "shards:DIR": prepared token shards, whose folder holds or names the
+tokenizer unless tokenizer.path does, the same batches for any number of processes, or
+"synthetic": random tokens, no files), `data.data_dir` (default
 <workdir>/data), `data.max_predictions`, `data.mask_rate`, `data.eval_mask_rate` (the
 held-out rows' rate, default 0.15 whatever the training rate, so runs that train at other rates
 stay comparable), `data.whole_word_masking`,
@@ -117,6 +119,13 @@ def checked_vocab_size(config: settings.Config) -> int:
     if corpus == SYNTHETIC:
         return config.tokenizer.vocab_size
     from bert_jax.data.corpora import catalog as corpora
+    from bert_jax.data.pretraining import shard_source
+    if corpus.startswith(shard_source.PREFIX):  # the tokenizer the shards were prepared with
+        from bert_jax.data.pretraining import shard_iterator
+        if config.data.sentence_pairs:
+            raise ValueError(f"data.sentence_pairs is not available for token shards ({corpus}): "
+                             "they hold documents, not sentences")
+        return shard_iterator.load_shard_tokenizer(data_config(config, ""))[0].vocab_size
     if corpus.startswith(corpora.TEXT_PREFIX):
         corpora.matched_files(corpus[len(corpora.TEXT_PREFIX):])
     if config.tokenizer.path:

@@ -20,7 +20,9 @@ from bert_jax.data.corpora import text_files as text_corpus
 class PretrainingDataConfig:
     """Everything that decides the batches; the same config and seed give the same batches.
 
-    corpus: "demo", "text:GLOB" or a TFDS catalog name (see bert_jax.data.corpora.catalog).
+    corpus: "demo", "text:GLOB", a TFDS catalog name (see bert_jax.data.corpora.catalog), or
+      "shards:DIR", prepared token shards (bert_jax.data.pretraining.shard_iterator: no
+      tokenizer at run time, the same batches for any process count; sentence_pairs refused).
     vocab_path: vocab.txt / tokenizer.json; empty with corpus "demo" or "text:GLOB" means a
       vocabulary of demo_vocab_size trained on the corpus on first use (`prepare_demo`,
       `prepare_text_vocabulary`).

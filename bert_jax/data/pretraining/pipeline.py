@@ -1,5 +1,9 @@
 """The pre-training input pipeline: documents -> WordPiece ids -> packed rows -> masked batches.
 
+Prepared token shards (corpus "shards:DIR") take another, shorter path, with no tokenizer at run
+time and the same global batches whatever the number of processes: `shard_iterator` (rows from
+`shard_rows`, masks from `batch_masking`). The diagram below is the text path's.
+
     source (TFDS array_record, random access)
       -> this host's documents: a contiguous range of the split, disjoint from the other hosts'
          (`bert_jax.data.pretraining.host_shards.shard_range`: a host opens about 1/N of the files)
@@ -38,11 +42,13 @@ this library never parses them itself. num_workers=0 needs no flags.
 
 from __future__ import annotations
 
+import logging
 from typing import Optional
 
 import grain
 
 from bert_jax.data.corpora import catalog as corpora
+from bert_jax.data.pretraining import shard_iterator, shard_source
 from bert_jax.data.pretraining.data_config import PretrainingDataConfig
 from bert_jax.data.pretraining.iterator import PretrainingIterator, stream_identity
 from bert_jax.data.pretraining.masking import MaskingSpec
@@ -75,6 +81,11 @@ def make_iterator(cfg: PretrainingDataConfig, split: str = "train", global_batch
                   num_epochs: Optional[int] = None) -> PretrainingIterator:
     """This host's batches of global_batch_size // process_count rows of `split`.
 
+    corpus "shards:DIR" (prepared token shards): `shard_iterator.make_shard_iterator`, each host
+      its share of every global batch, the same global batches for any process count; what
+      follows here is the text path, whose batches depend on the process count (said in one
+      warning at the start of a multi-process run).
+
     num_epochs=None (training): an endless stream of this host's documents (its contiguous
       range, `host_shards.shard_range`: no host reads the others'), in a new order each epoch.
     num_epochs=k (evaluation): k passes over the whole split, then StopIteration. Every host reads
@@ -82,6 +93,9 @@ def make_iterator(cfg: PretrainingDataConfig, split: str = "train", global_batch
       batches (no host waits alone in a collective); the last batch is padded with zero-weight
       rows. A host thus tokenizes the whole split: meant for held-out sets, not for huge corpora.
     """
+    if cfg.corpus.startswith(shard_source.PREFIX):
+        return shard_iterator.make_shard_iterator(cfg, split, global_batch_size, process_index,
+                                                  process_count, num_epochs)
     if global_batch_size % process_count:
         raise ValueError(f"global_batch_size={global_batch_size} is not divisible by "
                          f"process_count={process_count}")
@@ -90,6 +104,12 @@ def make_iterator(cfg: PretrainingDataConfig, split: str = "train", global_batch
     if num_epochs is not None and num_epochs < 1:
         raise ValueError(f"num_epochs={num_epochs} must be None (endless) or positive")
     _check_worker_flags(cfg.num_workers)
+    if num_epochs is None and process_count > 1 and process_index == 0:
+        logging.warning(
+            "data: corpus %r is read as text, each process from its own range of the documents, "
+            "so the batch sequence depends on the process count (%d); prepared token shards "
+            "(corpus shards:DIR) give the same batches for any process count", cfg.corpus,
+            process_count)
     vocab = tok.load_tokenizer(resolve_vocab_path(cfg), lowercase=cfg.lowercase)
     source = corpora.load_source(cfg.corpus, split, cfg.data_dir, **(
         cfg.text_options() if cfg.corpus.startswith(corpora.TEXT_PREFIX) else {}))

@@ -4,8 +4,9 @@
 corpora, a WordPiece vocabulary of cfg.demo_vocab_size trained on the corpus's train split on first
 use (`prepare_demo`, `prepare_text_vocabulary`) and kept in data_dir, trained by one process
 under the data dir's lock (`bert_jax.data.corpora.data_dir_lock`) while the others wait and read it.
-The same corpus gives the same vocab.txt, byte for byte. Any other corpus needs a vocabulary named
-(ValueError).
+The same corpus gives the same vocab.txt, byte for byte. Prepared token shards ("shards:DIR")
+use the tokenizer their folder holds or names (`shard_iterator.shard_vocab_path`). Any other
+corpus needs a vocabulary named (ValueError).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from etils import epath
 
 from bert_jax.data.corpora import catalog as corpora
 from bert_jax.data.corpora import data_dir_lock
+from bert_jax.data.pretraining import shard_iterator, shard_source
 from bert_jax.data.pretraining.data_config import PretrainingDataConfig
 from bert_jax.data.tokenizers import wordpiece_training
 
@@ -66,6 +68,10 @@ def _trained_once(corpus: str, data_dir: str, prefix: str, vocab_size: int, lowe
 def resolve_vocab_path(cfg: PretrainingDataConfig) -> str:
     if cfg.vocab_path:
         return os.path.expanduser(cfg.vocab_path)
+    if cfg.corpus.startswith(shard_source.PREFIX):
+        directory = shard_source.shards_directory(cfg.corpus)
+        return shard_iterator.shard_vocab_path(cfg, shard_source.read_manifest(directory),
+                                               directory)
     if cfg.corpus == corpora.DEMO:
         return prepare_demo(cfg.data_dir, cfg.demo_vocab_size, cfg.lowercase)
     if cfg.corpus.startswith(corpora.TEXT_PREFIX):
