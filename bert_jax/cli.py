@@ -256,17 +256,17 @@ def _check_loaded(script: str, name: str, value: str, config) -> None:
 
 # ----- outputs and workdirs ----------------------------------------------------------------------
 
-def output_file_fault(path: str, flag: str = "--output") -> Optional[str]:
-    """What keeps a file from being written at `path`: it is a folder, or a file stands where a
-    folder above it must be; None when nothing does (object-storage paths are not checked)."""
-    from bert_jax.runtime import paths
+def output_file_fault(path: str, flag: str = "--output", protected=()) -> Optional[str]:
+    """What keeps a file from being written at `path`: it is a folder, a symbolic link, a
+    device (a FIFO, a socket), a file stands where a folder above it must be, or it equals or
+    lies inside one of `protected` ((what, path) pairs: the inputs; bert_jax.runtime.outputs);
+    None when nothing does (object-storage paths are not checked)."""
+    from bert_jax.runtime import outputs, paths
     if not path:
         return f"{flag} is empty: name the file to write"
     if paths.is_remote(path):
         return None
-    if os.path.isdir(path):
-        return f"{flag}={path} is a folder: name a file to write (e.g. {os.path.join(path, '')}...)"
-    return _file_above(path, flag)
+    return outputs.fault(path, flag, protected) or _file_above(path, flag)
 
 
 def _file_above(path: str, flag: str) -> Optional[str]:
@@ -278,21 +278,44 @@ def _file_above(path: str, flag: str) -> Optional[str]:
     return None
 
 
-def workdir_fault(path: str, flag: str = "--workdir") -> Optional[str]:
-    """What keeps `path` from being a workdir: a file stands there or above it."""
-    from bert_jax.runtime import paths
+def workdir_fault(path: str, flag: str = "--workdir", protected=()) -> Optional[str]:
+    """What keeps `path` from being a workdir: a file stands there or above it, it is a model
+    folder (a Hugging Face folder a run did not write), or it equals, holds or lies inside one
+    of `protected` (the inputs of the run: the model it starts from, its data files)."""
+    from bert_jax.runtime import outputs, paths
     if not path:
         return f"{flag} is empty: name a folder"
     if paths.is_remote(path):
         return None
     if os.path.exists(path) and not os.path.isdir(path):
         return f"{flag}={path} is a file, not a folder"
-    return _file_above(path, flag)
+    return (_file_above(path, flag) or outputs.overlap_fault(path, flag, protected)
+            or outputs.foreign_folder_fault(path, flag, workdir=True))
 
 
-def check_output(script: str, path: str, flag: str = "--output") -> None:
+def run_inputs(config) -> list[tuple[str, str]]:
+    """(what, path) of what a run's config reads that its workdir must not equal, hold or lie
+    inside: the model or checkpoint it starts from, its tokenizer, its data files."""
+    def get(*keys):
+        value = config
+        for key in keys:
+            try:
+                value = value[key]
+            except (KeyError, TypeError, AttributeError):
+                return None
+        return value if isinstance(value, str) and value else None
+
+    return [(what, value) for what, value in (
+        ("the model folder it starts from (init.hf_dir)", get("init", "hf_dir")),
+        ("the checkpoint it starts from (init.checkpoint)", get("init", "checkpoint")),
+        ("its tokenizer (tokenizer.path)", get("tokenizer", "path")),
+        ("its training file (data.train_path)", get("data", "train_path")),
+        ("its held-out file (data.eval_path)", get("data", "eval_path"))) if value]
+
+
+def check_output(script: str, path: str, flag: str = "--output", protected=()) -> None:
     """One line and exit 1 when a file cannot be written at `path` (`output_file_fault`)."""
-    fault = output_file_fault(path, flag)
+    fault = output_file_fault(path, flag, protected)
     if fault:
         fail(script, fault)
 
@@ -423,7 +446,7 @@ def train_main(argv: list[str], script: str, train_and_evaluate: Callable) -> No
     """The main of a training script: train_and_evaluate(FLAGS.config, FLAGS.workdir)."""
     with interrupts_stop(script):
         run_or_exit(script, lambda: start(argv))
-        fault = workdir_fault(FLAGS.workdir)
+        fault = workdir_fault(FLAGS.workdir, protected=run_inputs(FLAGS.config))
         if fault:
             fail(script, fault)
         result = run_or_exit(script, lambda: train_and_evaluate(FLAGS.config, FLAGS.workdir))

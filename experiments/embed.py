@@ -22,7 +22,7 @@ from absl import app, flags, logging
 
 from bert_jax import cli
 from bert_jax.embeddings import encode as sentence_embeddings
-from bert_jax.runtime import distributed
+from bert_jax.runtime import distributed, outputs
 from bert_jax.tools import saved_runs
 
 FLAGS = flags.FLAGS
@@ -47,8 +47,10 @@ def embed_file():
 
 def main(argv):
     cli.start(argv)
+    protected = [("the input (--input)", FLAGS.input), ("the model folder (--model)", FLAGS.model)]
+    protected += outputs.run_files(FLAGS.workdir)
     for path in sentence_embeddings.output_paths(FLAGS.output):
-        cli.check_output(SCRIPT, path)
+        cli.check_output(SCRIPT, path, protected=protected)
     with cli.interrupts_stop(SCRIPT):
         print(json.dumps(cli.run_or_exit(SCRIPT, embed_file)))
 

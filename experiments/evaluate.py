@@ -36,7 +36,7 @@ from absl import app, flags, logging
 from bert_jax import cli, recipes
 from bert_jax.config import settings
 from bert_jax.recipes import run_record
-from bert_jax.runtime import distributed, paths
+from bert_jax.runtime import distributed, outputs, paths
 from bert_jax.train.checkpoint import params as params_loading
 from bert_jax.train.checkpoint import store as checkpointing
 
@@ -126,7 +126,8 @@ def write_record(workdir: str, step: int, metrics: dict, extra: dict,
 def main(argv):
     cli.start(argv)
     if FLAGS.output is not None:
-        cli.check_output(SCRIPT, FLAGS.output)
+        protected = [("the input (--input)", FLAGS.input)] + outputs.run_files(FLAGS.workdir)
+        cli.check_output(SCRIPT, FLAGS.output, protected=protected)
     if FLAGS.format is not None and FLAGS.input is None:
         cli.fail(SCRIPT, "--format is the format of --input: give --input=FILE with it")
     with cli.interrupts_stop(SCRIPT):

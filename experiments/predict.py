@@ -44,7 +44,8 @@ FLAGS = flags.FLAGS
 
 def main(argv):
     cli.start(argv)
-    cli.check_output("predict.py", FLAGS.output)
+    cli.check_output("predict.py", FLAGS.output,
+                     protected=predict.protected_inputs(FLAGS.workdir, FLAGS.input))
     options = predict.PredictOptions(
         input_path=FLAGS.input, output_path=FLAGS.output, step=FLAGS.step,
         batch_size=FLAGS.batch_size, dtype=FLAGS.dtype, file_format=FLAGS.format,

@@ -566,4 +566,5 @@ def test_an_export_without_a_tokenizer_is_refused_unless_one_is_named(tmp_path):
     assert theirs.vocab_size == ours.vocab_size == 30522
 
     runs.ours_to_hf(str(tmp_path / "ours"), str(tmp_path / "bare"), None, False, tokenizer="none")
-    assert sorted(os.listdir(tmp_path / "bare")) == ["config.json", "model.safetensors"]
+    assert sorted(os.listdir(tmp_path / "bare")) == [runs.EXPORT_MARKER, "config.json",
+                                                     "model.safetensors"]

@@ -372,7 +372,8 @@ def _numpy_dtype(name: str):
 # ----- writing ---------------------------------------------------------------------------------
 
 def save(cfg, params: Mapping[str, Any], directory: str | os.PathLike, *, tokenizer=None,
-         label_map=None, problem_type: str | None = None) -> None:
+         label_map=None, problem_type: str | None = None,
+         model_max_length: int | None = None) -> None:
     """Write a folder that transformers loads (hf_export.save's contract) for a model of either
     family: a BertConfig through hf_export.save, a ModernBertConfig through
     bert_jax.convert.modernbert.save. For ModernBERT a classifier is a sequence classifier when
@@ -381,7 +382,7 @@ def save(cfg, params: Mapping[str, Any], directory: str | os.PathLike, *, tokeni
     from bert_jax.model import families
     if families.name_of(cfg) != families.MODERNBERT:
         save_bert_family(cfg, params, directory, tokenizer=tokenizer, label_map=label_map,
-                         problem_type=problem_type)
+                         problem_type=problem_type, model_max_length=model_max_length)
         return
     from bert_jax.convert import modernbert
     architecture = None
@@ -405,8 +406,9 @@ def save(cfg, params: Mapping[str, Any], directory: str | os.PathLike, *, tokeni
             f.write(json.dumps(written, indent=2, sort_keys=True) + "\n")
     if tokenizer is not None:
         from bert_jax.data.tokenizers import hf_folder as hf_tokenizer
+        limit = cfg.max_position_embeddings
         hf_tokenizer.save_hf(tokenizer, os.fspath(directory),
-                             model_max_length=cfg.max_position_embeddings)
+                             model_max_length=min(model_max_length or limit, limit))
 
 
 # ----- which model a tree fits ----------------------------------------------------------------

@@ -187,10 +187,22 @@ def _label_entries(fit_class: str, num_labels: Optional[int], label_map: Optiona
     return entries
 
 
+def _max_length(asked: Optional[int], model_limit: int) -> int:
+    """The tokenizer's model_max_length: `asked` (a run's max_seq_len), within what the model
+    reads; the model's limit when not asked."""
+    if asked is None:
+        return model_limit
+    if not 0 < int(asked) <= model_limit:
+        raise CheckpointError(f"model_max_length={asked} is outside 1..{model_limit}, the "
+                              "tokens the model reads")
+    return int(asked)
+
+
 def save(cfg: BertConfig, params: Mapping[str, Any], directory: str | os.PathLike, *,
          tokenizer: Optional[SubwordTokenizer] = None,
          label_map: Optional[Sequence[str]] = None,
-         problem_type: Optional[str] = None) -> None:
+         problem_type: Optional[str] = None,
+         model_max_length: Optional[int] = None) -> None:
     """Write a folder that transformers loads: `config.json` and `model.safetensors` (float32),
     plus the tokenizer files when `tokenizer` is given.
 
@@ -202,7 +214,7 @@ def save(cfg: BertConfig, params: Mapping[str, Any], directory: str | os.PathLik
 
     tokenizer: a bert_jax.data.tokenizers.subword.SubwordTokenizer (WordPiece, BPE or Unigram),
       written by `hf_tokenizer.save_hf` (tokenizer.json, tokenizer_config.json with
-      model_max_length = cfg.max_sequence_length, special_tokens_map.json; vocab.txt for
+      model_max_length, special_tokens_map.json; vocab.txt for
       WordPiece); its vocabulary must fit cfg.vocab_size, and for RoBERTa its pad id must be
       cfg.pad_token_id (from which transformers computes positions).
     label_map: the class names of a classifier head, index = output (id2label / label2id);
@@ -210,6 +222,8 @@ def save(cfg: BertConfig, params: Mapping[str, Any], directory: str | os.PathLik
     problem_type: of a sequence classifier: "single_label_classification", "regression" (one
       output) or "multi_label_classification" (sigmoid per label); None leaves it to
       transformers (single-label for C > 1 outputs, regression for 1).
+    model_max_length: the tokenizer's (what transformers' pipelines truncate to): the length a
+      run trained and predicts at; default cfg.max_sequence_length, all the model can read.
     Every check runs before the first write (CheckpointError, or ValueError for a tokenizer that
     HF's BertTokenizer cannot express): a refused save leaves nothing behind.
     """
@@ -239,7 +253,9 @@ def save(cfg: BertConfig, params: Mapping[str, Any], directory: str | os.PathLik
                     f"{family_of(cfg).class_prefix} computes positions")
             hf_config.update(bos_token_id=tokenizer.cls_id, eos_token_id=tokenizer.sep_id)
         # First: it checks everything before its first write, and the weights cannot fail.
-        hf_tokenizer.save_hf(tokenizer, directory, model_max_length=cfg.max_sequence_length)
+        hf_tokenizer.save_hf(tokenizer, directory,
+                             model_max_length=_max_length(model_max_length,
+                                                          cfg.max_sequence_length))
     folder = epath.Path(directory)  # a local folder or gs://: safetensors' bytes, written whole
     folder.mkdir(parents=True, exist_ok=True)
     (folder / SAFETENSORS).write_bytes(safetensors_numpy.save(tensors, metadata={"format": "pt"}))

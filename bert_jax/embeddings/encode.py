@@ -58,7 +58,7 @@ from bert_jax.data import example_packing
 from bert_jax.data.finetuning import unlabelled
 from bert_jax.data.textfiles import DataError
 from bert_jax.data.tokenizers import load as tokenizer_lib
-from bert_jax.runtime import paths, platform, progress
+from bert_jax.runtime import outputs, paths, platform, progress
 
 POOLINGS = ("mean", "cls")
 FORMATS = ("auto", "text", "jsonl", "csv", "tsv")
@@ -369,10 +369,18 @@ def write_outputs(prefix: str, vectors: np.ndarray, rows: Sequence[Row]) -> tupl
             epath.Path(path).write_bytes(content)
         return files
     os.makedirs(os.path.dirname(os.path.abspath(prefix)), exist_ok=True)
-    temporary = [f"{path}.{os.getpid()}.tmp" for path in files]
-    for path, content in zip(temporary, contents):
-        with open(path, "wb") as f:
-            f.write(content)
+    temporary = []
+    try:
+        for path, content in zip(files, contents):
+            outputs.clear_leftovers(path)  # a killed earlier write's partial file: named, removed
+            temporary.append(outputs.temporary_beside(path))
+            with open(temporary[-1], "wb") as f:
+                f.write(content)
+    except BaseException:
+        for path in temporary:
+            if os.path.exists(path):
+                os.remove(path)
+        raise
     for source, target in zip(temporary, files):
         os.replace(source, target)
     return files

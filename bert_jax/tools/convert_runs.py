@@ -11,8 +11,18 @@ An export never leaves a folder without a tokenizer unless told to (`tokenizer="
 transformers 5's AutoTokenizer builds an empty tokenizer from the config.json of such a folder,
 without an error, and everything downstream of it reads unrelated ids.
 
+An export folder holds one export (bert_jax.runtime.outputs): it is written whole beside its
+target (`.<name>.partial-<pid>`), read back there, marked (EXPORT_MARKER: which checkpoint it
+came from) and swapped into place, so a killed or failed export leaves the previous one whole and
+a stale file of an earlier export never stays beside a new one. It is refused, before anything is
+written, when it is a symbolic link, equals or holds the run's files or the checkpoint, or holds
+anything that is not an earlier export of ours (another model, a run). The tokenizer says the
+run's max_seq_len as model_max_length: what transformers' pipelines then truncate to is what the
+run trained and predicts at.
+
 Heads travel with the weights (bert/, mlm/, nsp/, classifier/, qa_outputs/); encoder_only keeps
-the encoder alone. Each direction reads its output back and compares it with what was written,
+the encoder alone; a run without heads (contrastive: the encoder under bert/) exports the bare
+encoder. Each direction reads its output back and compares it with what was written,
 tensor by tensor: a difference is a bug (RuntimeError), a user's mistake a ValueError naming
 the file.
 """
@@ -27,7 +37,7 @@ from absl import logging
 from etils import epath
 
 from bert_jax.convert import hf, hf_layout
-from bert_jax.runtime import paths
+from bert_jax.runtime import outputs, paths
 from bert_jax.tools import saved_runs
 from bert_jax.train.checkpoint import params as params_loading
 from bert_jax.train.checkpoint import store as checkpointing
@@ -35,6 +45,9 @@ from bert_jax.train.checkpoint import store as checkpointing
 # task kind (task.json) -> config.json problem_type of its sequence-classification head
 PROBLEM_TYPES = {"classification": "single_label_classification", "regression": "regression",
                  "multi_label": "multi_label_classification"}
+
+
+EXPORT_MARKER = "bert_jax_export.json"  # in every export folder: where it came from
 
 
 class OutputFolderError(ValueError):
@@ -56,6 +69,10 @@ def _assert_same(written, read_back, where: str) -> None:
 
 
 def hf_to_ours(hf_dir: str, checkpoint_dir: str, encoder_only: bool) -> None:
+    fault = outputs.fault(checkpoint_dir, "--checkpoint_dir",
+                          [("the Hugging Face folder read (--hf_dir)", hf_dir)], folder=True)
+    if fault:
+        raise OutputFolderError(fault)
     cfg, params = hf.load(hf_dir, with_heads=not encoder_only)
     if _is_file(checkpoint_dir):
         raise OutputFolderError(f"--checkpoint_dir={checkpoint_dir} is a file, not a folder; "
@@ -138,6 +155,29 @@ def run_export_options(workdir: str | None, params, tokenizer: str | None = None
     return options
 
 
+def _run_config(workdir: str | None) -> dict:
+    if workdir is None:
+        return {}
+    try:
+        return paths.read_json(epath.Path(workdir) / "config.json")
+    except (OSError, ValueError):
+        return {}
+
+
+def export_fault(hf_dir: str, checkpoint_dir: str, workdir: str | None,
+                 tokenizer: str | None) -> str | None:
+    """What keeps `hf_dir` from being an export folder (module docstring); None if nothing."""
+    run = _run_config(workdir)
+    protected = [("the checkpoint folder (--checkpoint_dir)", checkpoint_dir)]
+    protected += outputs.run_files(workdir)
+    protected += [("the tokenizer (--tokenizer)",
+                   tokenizer if tokenizer != NO_TOKENIZER else None),
+                  ("the run's tokenizer", (run.get("tokenizer") or {}).get("path")),
+                  ("the model folder the run started from", (run.get("init") or {}).get("hf_dir"))]
+    return (outputs.fault(hf_dir, "--hf_dir", protected, folder=True)
+            or outputs.foreign_folder_fault(hf_dir, "--hf_dir", marker=EXPORT_MARKER))
+
+
 def ours_to_hf(checkpoint_dir: str, hf_dir: str, step: int | None, encoder_only: bool,
                workdir: str | None = None, tokenizer: str | None = None) -> None:
     """Export a checkpoint (module docstring); `tokenizer`: None for the run's own, a path to
@@ -145,6 +185,12 @@ def ours_to_hf(checkpoint_dir: str, hf_dir: str, step: int | None, encoder_only:
     if workdir is not None and not (epath.Path(workdir) / "config.json").is_file():
         raise FileNotFoundError(f"--workdir={workdir} holds no config.json: it is not the workdir "
                                 "of a training run")
+    run = workdir or find_workdir(checkpoint_dir)
+    fault = export_fault(hf_dir, checkpoint_dir, run, tokenizer)
+    if fault:
+        raise OutputFolderError(fault)
+    if _is_file(hf_dir):  # on object storage (a local path is checked above)
+        raise OutputFolderError(f"--hf_dir={hf_dir} is a file, not a folder")
     try:
         cfg, params = params_loading.load_params(checkpoint_dir, step=step, scan_layers=False)
     except ValueError as e:  # some (Orbax's JSON metadata) name no file: say which checkpoint
@@ -154,15 +200,27 @@ def ours_to_hf(checkpoint_dir: str, hf_dir: str, step: int | None, encoder_only:
         raise ValueError(f"--checkpoint_dir={checkpoint_dir}: cannot read the checkpoint "
                          f"({type(e).__name__}: {e})") from e
     params = jax.tree.map(np.asarray, params)
-    if _is_file(hf_dir):
-        raise OutputFolderError(f"--hf_dir={hf_dir} is a file, not a folder")
     if encoder_only:
         params = hf_layout.encoder_of(params)
-    options = run_export_options(workdir or find_workdir(checkpoint_dir), params, tokenizer)
-    hf.save(cfg, params, hf_dir, **options)
-    _, params_back = hf.load(hf_dir, with_heads=not encoder_only)
-    if hf.heads_of(params) == ("mlm",) and "pooler" in params.get("bert", {}):
-        params["bert"] = {k: v for k, v in params["bert"].items() if k != "pooler"}
-    _assert_same(params, params_back, hf_dir)
+    if set(params) == {"bert"}:  # an encoder without heads (a contrastive run): the bare tree
+        params = params["bert"]
+    options = run_export_options(run, params, tokenizer)
+    max_seq_len = _run_config(run).get("max_seq_len")
+    if isinstance(max_seq_len, int) and max_seq_len > 0:
+        options["model_max_length"] = max_seq_len
+
+    def write(folder: str) -> None:
+        hf.save(cfg, params, folder, **options)
+        _, params_back = hf.load(folder, with_heads=not encoder_only)
+        written = params
+        if hf.heads_of(written) == ("mlm",) and "pooler" in written.get("bert", {}):
+            written = {**written, "bert": {k: v for k, v in written["bert"].items()
+                                           if k != "pooler"}}
+        _assert_same(written, params_back, hf_dir)
+
+    outputs.replace_folder(hf_dir, write, EXPORT_MARKER, {
+        "checkpoint_dir": os.fspath(paths.path(checkpoint_dir)), "step": step,
+        "run": os.fspath(paths.path(run)) if run else None, "encoder_only": encoder_only,
+        "model_max_length": options.get("model_max_length")})
     logging.info("wrote %s: %d parameters, heads %s", hf_dir, _count(params),
                  list(hf.heads_of(params)) or "none")

@@ -30,7 +30,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import tempfile
 import time
 from typing import Any, Callable, Iterable, Iterator, Mapping, Optional
 
@@ -43,7 +42,7 @@ from bert_jax.data import batches, row_layout
 from bert_jax.data.finetuning import readers, unlabelled
 from bert_jax.recipes import common, run_record
 from bert_jax.recipes.finetune import kinds, recipe, task_data
-from bert_jax.runtime import paths, progress, sharding
+from bert_jax.runtime import outputs, paths, progress, sharding
 from bert_jax.train import evaluation
 
 LISTED_BAD_ROWS = 20  # bad rows named in the summary (the log names all of them)
@@ -220,6 +219,19 @@ def predict_records(predictor: Predictor, rows: unlabelled.Rows, options: Predic
             yield {"index": index, **record}
 
 
+def protected_inputs(workdir: str, input_path: str, config=None) -> list[tuple[str, str]]:
+    """What --output must not equal, hold or lie inside (bert_jax.runtime.outputs): the input,
+    the files of the run that predicting reads or that the run wrote (config, task,
+    checkpoints, its own predictions and evaluations) and, with the run's config, its tokenizer
+    and the model folder it started from."""
+    protected = [("the input (--input)", input_path)]
+    protected += outputs.run_files(workdir)
+    if config is not None:
+        protected += [("the run's tokenizer", config.tokenizer.path),
+                      ("the model folder the run started from", config.init.hf_dir)]
+    return protected
+
+
 def write_jsonl_atomically(records: Iterable[Mapping[str, Any]], path: str,
                            expected: Optional[int] = None) -> int:
     """Write records as JSON lines to a temporary file beside `path`, then rename it to `path`;
@@ -233,11 +245,11 @@ def write_jsonl_atomically(records: Iterable[Mapping[str, Any]], path: str,
         return len(lines)
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
-    descriptor, temporary = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.",
-                                             suffix=".partial", dir=directory)
+    outputs.clear_leftovers(path)  # a killed earlier write's partial file: named, removed
+    temporary = outputs.temporary_beside(path)
     count = 0
     try:
-        with os.fdopen(descriptor, "w", encoding="utf-8") as f:
+        with open(temporary, "w", encoding="utf-8") as f:
             for count, record in enumerate(records, 1):  # noqa: B007 - read after the loop
                 f.write(json.dumps(record, ensure_ascii=False) + "\n")
         if expected is not None and count != expected:
@@ -252,6 +264,10 @@ def write_jsonl_atomically(records: Iterable[Mapping[str, Any]], path: str,
 def predict_file(workdir: str, options: PredictOptions) -> PredictSummary:
     """Predict every row of options.input_path with the run in `workdir` (module docstring)."""
     config, kind, labels = load_run(workdir)
+    fault = outputs.fault(options.output_path, "--output",
+                          protected_inputs(workdir, options.input_path, config))
+    if fault:
+        raise ValueError(fault)
     if options.long_inputs is not None:
         config.data.long_inputs = options.long_inputs
     task_data.check_long_inputs(config, kind)
