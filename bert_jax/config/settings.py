@@ -145,19 +145,20 @@ def steps_for_epochs(num_examples: int, global_batch_size: int, epochs: float) -
 
 
 def check_batch_size(global_batch_size: int, mesh: Mesh, accumulation_steps: int = 1,
-                     process_count: Optional[int] = None) -> None:
-    """Raise ValueError naming the fault if the batch doesn't split over devices/micro-batches."""
+                     process_count: Optional[int] = None, key: str = "batch_size") -> None:
+    """Raise ValueError naming the fault (and the config `key`: batch_size, eval_batch_size) if
+    the batch doesn't split over devices/micro-batches."""
     data_parallel = sharding.data_parallel_size(mesh)
     process_count = jax.process_count() if process_count is None else process_count
     if global_batch_size <= 0:
-        raise ValueError(f"batch_size={global_batch_size} must be positive")
+        raise ValueError(f"{key}={global_batch_size} must be positive")
     if global_batch_size % data_parallel:
         raise ValueError(
-            f"global batch_size={global_batch_size} is not divisible by the data-parallel size "
+            f"global {key}={global_batch_size} is not divisible by the data-parallel size "
             f"{data_parallel} (mesh data={mesh.shape['data']} x fsdp={mesh.shape['fsdp']}); "
-            "change batch_size or mesh.data/mesh.fsdp")
+            f"change {key} or mesh.data/mesh.fsdp")
     if global_batch_size % process_count:
-        raise ValueError(f"global batch_size={global_batch_size} is not divisible by the "
+        raise ValueError(f"global {key}={global_batch_size} is not divisible by the "
                          f"{process_count} processes")
     if global_batch_size % (accumulation_steps * data_parallel):
         raise ValueError(
@@ -223,7 +224,7 @@ def check_run(config: Config, mesh, total_steps: int, cfg: BertConfig) -> None:
     """Every check that needs no write: batch sizes on the mesh, optimizer and loop settings,
     the model's lengths. Recipes call it before anything in the workdir is written."""
     check_batch_size(config.batch_size, mesh, config.accumulation_steps)
-    check_batch_size(config.eval_batch_size, mesh)
+    check_batch_size(config.eval_batch_size, mesh, key="eval_batch_size")
     optimizer_config(config, total_steps)
     loop_config(config, total_steps)
     check_lengths(config, cfg)

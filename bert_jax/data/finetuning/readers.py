@@ -22,6 +22,8 @@ TFDS catalog names are read by `bert_jax.data.finetuning.tfds_tasks`; examples b
 from __future__ import annotations
 
 import dataclasses
+import json
+import math
 from typing import Any, Iterable, Iterator, Mapping, Optional, Sequence
 
 import numpy as np
@@ -62,24 +64,52 @@ class QAExample:
 
 # ----- text files --------------------------------------------------------------------------------
 
-def _label_value(raw: Any, regression: bool, where: str) -> Any:
-    """A class name (str), a number (regression), or a tuple of names (a JSON list of labels,
-    for multi-label classification; it may be empty)."""
-    if isinstance(raw, (list, tuple)) and not regression:
+def _shown(raw: Any) -> str:
+    """A JSON value as the file spells it (a string quoted), cut at 60 characters."""
+    text = repr(raw) if isinstance(raw, str) else json.dumps(raw, ensure_ascii=False, default=str)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _label_value(raw: Any, regression: bool, where: str, list_labels: bool = True) -> Any:
+    """A class name (str), a finite number (regression), or a tuple of names (a JSON list of
+    labels, for multi-label classification only (`list_labels`); it may be empty). A JSON object,
+    a list where one class goes, nan/inf or a JSON true/false as a regression target are each a
+    DataError naming `where` and the value: none of them is a label the task can learn."""
+    if isinstance(raw, dict):
+        raise DataError(f"{where}: label {_shown(raw)} is a JSON object; a label is a class name "
+                        f"or a number{' (or a list of class names)' if list_labels else ''}")
+    if isinstance(raw, (list, tuple)):
+        if regression:
+            raise DataError(f"{where}: label {_shown(raw)} is a list, not a number "
+                            "(regression task)")
+        if not list_labels:
+            raise DataError(f"{where}: label {_shown(raw)} is a list; an example of this task "
+                            "has one class (lists of labels are task multi_label)")
+        bad = [name for name in raw if not isinstance(name, (str, int)) or isinstance(name, bool)]
+        if bad:
+            raise DataError(f"{where}: label list {_shown(raw)} holds {_shown(bad[0])}, not a "
+                            "class name")
         return tuple(str(name).strip() for name in raw)
     if raw is None or (isinstance(raw, str) and not raw.strip()):
         raise DataError(f"{where}: the label is empty")
     if regression:
+        if isinstance(raw, bool):
+            raise DataError(f"{where}: label {json.dumps(raw)} is a boolean, not a number "
+                            "(regression task)")
         try:
-            return float(raw)
+            value = float(raw)
         except (TypeError, ValueError):
             raise DataError(f"{where}: label {raw!r} is not a number (regression task)") from None
+        if not math.isfinite(value):
+            raise DataError(f"{where}: label {raw!r} is not a finite number (regression task): "
+                            "nan and inf are no targets a model can fit or be scored on")
+        return value
     return str(raw).strip()
 
 
 def _from_records(records: Iterator[tuple[str, Mapping[str, Any]]], path: str, text_column: str,
                   label_column: str, text_pair_column: Optional[str], regression: bool,
-                  ) -> list[TextExample]:
+                  list_labels: bool = True) -> list[TextExample]:
     """(location, record) pairs -> TextExamples; a missing column names the columns that exist."""
     examples = []
     for where, record in records:
@@ -92,7 +122,7 @@ def _from_records(records: Iterator[tuple[str, Mapping[str, Any]]], path: str, t
         if not isinstance(text, str) or (pair is not None and not isinstance(pair, str)):
             raise DataError(f"{where}: the text columns must hold strings")
         examples.append(TextExample(text, pair, _label_value(record[label_column], regression,
-                                                             where)))
+                                                             where, list_labels)))
     if not examples:
         raise DataError(f"{path}: holds no examples")
     return examples
@@ -125,11 +155,12 @@ def read_table(path: str, text_column: str, label_column: str,
 
 def read_jsonl(path: str, text_column: str, label_column: str,
                text_pair_column: Optional[str] = None, regression: bool = False,
-               encoding: str = "utf-8") -> list[TextExample]:
-    """One JSON object per line, with the named keys."""
+               encoding: str = "utf-8", list_labels: bool = True) -> list[TextExample]:
+    """One JSON object per line, with the named keys; a JSON list as a label only where
+    `list_labels` (multi-label classification)."""
     textfiles.check_file(path)
     return _from_records(_strict(path, textfiles.jsonl_records(path, encoding)), path,
-                         text_column, label_column, text_pair_column, regression)
+                         text_column, label_column, text_pair_column, regression, list_labels)
 
 
 def _strict(path: str, records: Iterable[tuple[int, textfiles.Record]]
@@ -167,7 +198,8 @@ def read_fasttext(path: str, encoding: str = "utf-8") -> list[TextExample]:
 def read_text_examples(path: str, file_format: str = "auto", text_column: str = "text",
                        label_column: str = "label", text_pair_column: Optional[str] = None,
                        regression: bool = False, encoding: str = "utf-8",
-                       tsv_quoting: bool = False) -> list[TextExample]:
+                       tsv_quoting: bool = False, list_labels: bool = True
+                       ) -> list[TextExample]:
     """Dispatch on `file_format` (csv | tsv | csv_no_header | tsv_no_header | jsonl |
     fasttext), or on the extension for auto. The *_no_header tables name their columns by
     position: text_column="3", label_column="1" (textfiles.TABLE_FORMATS).
@@ -181,7 +213,7 @@ def read_text_examples(path: str, file_format: str = "auto", text_column: str = 
                           header=header)
     if file_format == "jsonl":
         return read_jsonl(path, text_column, label_column, text_pair_column, regression,
-                          encoding)
+                          encoding, list_labels)
     if file_format == "fasttext":
         if regression:
             raise DataError(f"{path}: fastText label lines name classes, not regression targets")
@@ -250,6 +282,27 @@ def qa_example(qid: str, question: str, context: str, answers: Sequence[tuple[st
     return QAExample(qid, question, context, tuple(checked), bool(is_impossible))
 
 
+def _answers(qa: Mapping[str, Any], where: str) -> list[tuple[str, int]]:
+    """(text, answer_start) of each answer of a SQuAD question; a DataError naming the question
+    id when `answers` is not a list of {"text": str, "answer_start": int} objects."""
+    qid = qa.get("id")
+    answers = qa["answers"]
+    if not isinstance(answers, list):
+        raise DataError(f"{where}: question {qid!r}: 'answers' is {_shown(answers)}, not a list "
+                        "of {\"text\", \"answer_start\"} objects")
+    pairs = []
+    for answer in answers:
+        if not isinstance(answer, dict) or not isinstance(answer.get("text"), str):
+            raise DataError(f"{where}: question {qid!r}: answer {_shown(answer)} is not an "
+                            "object with a 'text' string")
+        start = answer.get("answer_start")
+        if not isinstance(start, int) or isinstance(start, bool):
+            raise DataError(f"{where}: question {qid!r}: answer_start {_shown(start)} is not an "
+                            "integer (the character offset of the answer in the context)")
+        pairs.append((answer["text"], start))
+    return pairs
+
+
 def read_squad_json(path: str) -> list[QAExample]:
     """SQuAD 1.1 / 2.0 JSON: data[].paragraphs[].{context, qas[].{id, question, answers,
     is_impossible}}. Every answer's answer_start must point at its text in the context."""
@@ -263,11 +316,14 @@ def read_squad_json(path: str) -> list[QAExample]:
             try:
                 context = paragraph["context"]
                 for qa in paragraph["qas"]:
-                    answers = [(ans["text"], int(ans["answer_start"])) for ans in qa["answers"]]
-                    examples.append(qa_example(str(qa["id"]), qa["question"], context, answers,
-                                               qa.get("is_impossible", False), where))
+                    examples.append(qa_example(str(qa["id"]), qa["question"], context,
+                                               _answers(qa, where), qa.get("is_impossible", False),
+                                               where))
             except KeyError as e:
                 raise DataError(f"{where}: missing key {e}") from None
+            except TypeError:  # a paragraph, qas entry or answer that is not a JSON object
+                raise DataError(f"{where}: expected {{'context': ..., 'qas': [{{'id', 'question', "
+                                "'answers': [...]}, ...]} objects") from None
     if not examples:
         raise DataError(f"{path}: holds no questions")
     return examples

@@ -11,7 +11,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from bert_jax.data.finetuning import encoding
+from bert_jax.data.finetuning import encoding, readers
 from bert_jax.recipes.finetune import metrics
 from bert_jax.recipes.finetune.kinds import by_label, register, softmax
 from bert_jax.recipes.finetune.losses import softmax_cross_entropy
@@ -25,7 +25,14 @@ class Classification(TextTask):
 
     def describe_labels(self, train_examples: Sequence[Any], config) -> dict[str, Any]:
         labels = [e.label for e in train_examples]
-        return {"label_map": list(encoding.build_label_map(labels)),
+        label_map = list(encoding.build_label_map(labels))
+        if len(label_map) < 2:
+            raise readers.DataError(
+                f"{config.data.train_path or config.data.tfds_name}: every training example has "
+                f"the class {label_map[0] if label_map else None!r} (data.label_column="
+                f"{config.data.label_column!r}): a classifier trained on one class predicts it "
+                "whatever the input; check the column, or the split (data.heldout_fraction)")
+        return {"label_map": label_map,
                 "majority_label": encoding.majority_label(labels)}
 
     def encode(self, tokenizer, examples, config, labels: Mapping[str, Any], source: str):

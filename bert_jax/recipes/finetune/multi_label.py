@@ -46,13 +46,21 @@ def multi_label_scores(predicted: np.ndarray, gold: np.ndarray) -> dict[str, flo
 @register
 class MultiLabel(TextTask):
     name = "multi_label"
+    list_labels = True  # a JSON list of class names is one example's labels
 
     def _sets(self, examples: Sequence[readers.TextExample], config) -> list[tuple[str, ...]]:
         return [label_set(e.label, config.data.label_separator) for e in examples]
 
     def describe_labels(self, train_examples, config) -> dict[str, Any]:
         names = [name for labels in self._sets(train_examples, config) for name in labels]
-        return {"label_map": list(encoding.build_label_map(names))}
+        label_map = list(encoding.build_label_map(names))
+        if len(label_map) < 2:
+            raise readers.DataError(
+                f"{config.data.train_path or config.data.tfds_name}: the training examples name "
+                f"{len(label_map)} label ({label_map}) under data.label_column="
+                f"{config.data.label_column!r}: a multi-label classifier learns nothing from "
+                "one label (check the column and data.label_separator)")
+        return {"label_map": label_map}
 
     def encode(self, tokenizer, examples, config, labels: Mapping[str, Any], source: str):
         features = self.encode_inputs(tokenizer, examples, config, source)

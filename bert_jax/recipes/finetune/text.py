@@ -24,6 +24,7 @@ class TextTask(TaskKind):
     """Base of classification, regression and multi-label classification."""
 
     regression = False  # labels are numbers, not class names
+    list_labels = False  # a JSON list of class names is a label (multi-label classification)
     packable = True  # a pooled output per example: BertForSequenceClassification packs
     slides_long_inputs = True
 
@@ -35,7 +36,8 @@ class TextTask(TaskKind):
             return readers.read_text_examples(
                 path, data.format, data.text_column, data.label_column,
                 data.text_pair_column or None, regression=self.regression,
-                encoding=data.encoding, tsv_quoting=data.tsv_quoting)
+                encoding=data.encoding, tsv_quoting=data.tsv_quoting,
+                list_labels=self.list_labels)
         except readers.DataError as e:
             raise readers.DataError(f"{e} ({format_hint(path, data.format)})") from None
 
