@@ -1,0 +1,279 @@
+r"""Corpus preparation, ours against the Hugging Face route, each run in its own process.
+
+  # Needs `datasets` for the HF route (and to write the saved-dataset corpus): run it with a
+  # Python that has it, e.g. a venv that adds datasets beside the project's packages.
+  python benchmarks/prepare_corpus.py --size_mb=100 --workdir=/tmp/prep_bench --workers=2
+
+Builds a corpus of real English text by REPEATING the text gensim ships (the Lee stories and the
+head500 corpus, one document a line; ~2.6 MB, repeated to --size_mb: tokenizer statistics and
+compression ratios are those of repeated text) in four formats of 8 files each: .txt.zst
+(documents separated by blank lines), .jsonl.gz, Parquet and a saved HF dataset
+(`datasets.save_to_disk`). Then, each in a fresh process, measures:
+
+  prepare/<format>/ours  experiments' `prepare_shards` (token shards, --workers processes)
+  prepare/<format>/hf    `datasets.load_dataset(...)` (load_from_disk for the saved dataset) ->
+                         `.map(tokenize, batched=True, num_proc=--workers)` with the same
+                         tokenizer called through `tokenizers.Tokenizer.encode_batch` (what a
+                         transformers fast tokenizer calls, less its Python wrapper: a little
+                         kinder to this route than run_mlm.py's AutoTokenizer)
+  tokenizer/<kind>/ours  train_tokenizer on a --sample_mb sample held in memory (the sampling
+                         pass timed apart)
+  tokenizer/<kind>/hf    the same `tokenizers` pipeline and trainer fed by batches of a
+                         `datasets` Dataset holding the same sample (HF's training scripts)
+
+Prints one JSON object a line: seconds, MB/s of text, tokens/s, and the peak memory of the
+process tree (the sum of the RSS of the process and its children, sampled every 0.1 s).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FORMATS = ("txt.zst", "jsonl.gz", "parquet", "hf")
+FILES = 8
+
+
+def base_documents() -> list[str]:
+    sys.path.insert(0, ROOT)
+    from bert_jax.data.demo_corpus import LEE_CORPUS, gensim_test_data
+    from bert_jax.data.text_corpus import documents_in
+    documents = []
+    for name in (LEE_CORPUS, "head500.noblanks.cor"):
+        with open(os.path.join(gensim_test_data(), name), encoding="utf-8") as f:
+            documents += documents_in(f.read(), "line")
+    return documents
+
+
+def build(workdir: str, size_mb: int) -> dict:
+    """The corpus in each format (built once per size): {format: spec}."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    import zstandard
+    folder = os.path.join(workdir, f"corpus_{size_mb}mb")
+    specs = {"txt.zst": f"text:{folder}/txt/*.txt.zst",
+             "jsonl.gz": f"jsonl:{folder}/jsonl/*.jsonl.gz",
+             "parquet": f"parquet:{folder}/parquet/*.parquet", "hf": f"hf:{folder}/hf"}
+    if os.path.exists(os.path.join(folder, "done")):
+        return specs
+    base = base_documents()
+    documents, size, copy = [], 0, 0
+    while size < size_mb * 1e6:
+        for doc in base:
+            documents.append(doc)
+            size += len(doc.encode("utf-8")) + 1
+            if size >= size_mb * 1e6:
+                break
+        copy += 1
+    parts = [documents[i * len(documents) // FILES:(i + 1) * len(documents) // FILES]
+             for i in range(FILES)]
+    for sub in ("txt", "jsonl", "parquet"):
+        os.makedirs(os.path.join(folder, sub), exist_ok=True)
+    for i, part in enumerate(parts):
+        with open(os.path.join(folder, "txt", f"{i:02d}.txt.zst"), "wb") as f:
+            f.write(zstandard.ZstdCompressor().compress("\n\n".join(part).encode("utf-8")))
+        with gzip.open(os.path.join(folder, "jsonl", f"{i:02d}.jsonl.gz"), "wt",
+                       encoding="utf-8") as f:
+            f.writelines(json.dumps({"text": doc}) + "\n" for doc in part)
+        pq.write_table(pa.table({"text": part}), os.path.join(folder, "parquet",
+                                                              f"{i:02d}.parquet"),
+                       row_group_size=20_000)
+    import datasets
+    datasets.Dataset.from_dict({"text": documents}).save_to_disk(
+        os.path.join(folder, "hf"), num_shards=FILES)
+    with open(os.path.join(folder, "done"), "w") as f:
+        f.write(json.dumps({"documents": len(documents), "bytes": size, "copies": copy}))
+    return specs
+
+
+def peak_rss(command: list[str], env: dict) -> tuple[int, float, str]:
+    """(return code, peak RSS of the process tree in MB, stdout) of a command."""
+    import psutil
+    process = subprocess.Popen(command, env=env, cwd=ROOT, stdout=subprocess.PIPE,
+                               stderr=subprocess.DEVNULL, text=True)
+    parent = psutil.Process(process.pid)
+    peak = 0
+    while process.poll() is None:
+        try:
+            tree = [parent, *parent.children(recursive=True)]
+            peak = max(peak, sum(p.memory_info().rss for p in tree if p.is_running()))
+        except psutil.Error:
+            pass
+        time.sleep(0.1)
+    out = process.stdout.read()
+    return process.returncode, peak / 1e6, out
+
+
+# ----- the measured runs (each in a child process: --run=...) ----------------------------------
+
+def run_ours(spec: str, tokenizer: str, out: str, workers: int) -> dict:
+    from bert_jax.data.shard_preparation import prepare_shards
+    started = time.perf_counter()
+    manifest = prepare_shards(spec, tokenizer, out, workers=workers)
+    seconds = time.perf_counter() - started
+    tokens = sum(s["tokens"] for s in manifest["splits"].values())
+    return {"seconds": seconds, "tokens": tokens}
+
+
+def run_hf(fmt: str, spec: str, tokenizer: str, cache: str, workers: int) -> dict:
+    import glob
+
+    import datasets
+    import tokenizers
+    datasets.disable_progress_bars()
+    started = time.perf_counter()
+    location = spec.split(":", 1)[1]
+    if fmt == "hf":
+        dataset = datasets.load_from_disk(location)
+    else:
+        builder = {"txt.zst": "text", "jsonl.gz": "json", "parquet": "parquet"}[fmt]
+        options = {"sample_by": "paragraph"} if builder == "text" else {}
+        dataset = datasets.load_dataset(builder, data_files=sorted(glob.glob(location)),
+                                        split="train", cache_dir=cache, **options)
+    fast = tokenizers.Tokenizer.from_file(tokenizer)
+
+    def tokenize(batch):  # what transformers' fast tokenizer calls, without its wrapper
+        encodings = fast.encode_batch(batch["text"], add_special_tokens=False)
+        return {"input_ids": [e.ids for e in encodings]}
+
+    tokenized = dataset.map(tokenize, batched=True, num_proc=workers,
+                            remove_columns=dataset.column_names,
+                            cache_file_name=os.path.join(cache, "tokenized.arrow"))
+    seconds = time.perf_counter() - started
+    tokens = sum(len(ids) for ids in tokenized.with_format("arrow")["input_ids"].to_pylist())
+    return {"seconds": seconds, "tokens": tokens}
+
+
+def run_tokenizer_ours(spec: str, kind: str, sample_bytes: int, vocab: int, out: str) -> dict:
+    from bert_jax.data import corpus_sources, document_sample, tokenizer_training
+    started = time.perf_counter()
+    sample = document_sample.sample_documents(corpus_sources.parse_corpus(spec), sample_bytes)
+    sampled = time.perf_counter()
+    tokenizer_training.train_tokenizer(sample.texts, kind, vocab, out)
+    return {"seconds": time.perf_counter() - sampled, "sample_seconds": sampled - started,
+            "documents": len(sample.texts)}
+
+
+def run_tokenizer_hf(saved_sample: str, kind: str, vocab: int, out: str) -> dict:
+    import datasets
+    from tokenizers import trainers
+
+    from bert_jax.data import tokenizer_training, wordpiece
+    started = time.perf_counter()
+    dataset = datasets.load_from_disk(saved_sample)
+    norm = tokenizer_training.Normalization().resolved(kind)
+    if kind == "wordpiece":
+        tokenizer = wordpiece.bert_wordpiece(None, norm.lowercase, norm.strip_accents)
+        trainer = trainers.WordPieceTrainer(vocab_size=vocab, min_frequency=2,
+                                            special_tokens=list(wordpiece.SPECIAL_TOKENS),
+                                            continuing_subword_prefix="##", show_progress=False)
+    else:
+        tokenizer = (tokenizer_training.bpe_tokenizer(norm) if kind == "bpe" else
+                     tokenizer_training.unigram_tokenizer(norm))
+        trainer = tokenizer_training._fairseq_trainer(kind, vocab, 2)
+
+    def batches():
+        for i in range(0, len(dataset), 1000):
+            yield dataset[i:i + 1000]["text"]
+
+    tokenizer.train_from_iterator(batches(), trainer, length=len(dataset))
+    os.makedirs(out, exist_ok=True)
+    tokenizer.save(os.path.join(out, "tokenizer.json"))
+    return {"seconds": time.perf_counter() - started}
+
+
+# ----- the driver ------------------------------------------------------------------------------
+
+def child(args) -> None:
+    run = json.loads(args.run)
+    result = globals()[run.pop("fn")](**run)
+    print(json.dumps(result))
+
+
+def measure(name: str, fn: str, env: dict, text_bytes: float, **kwargs) -> dict:
+    command = [sys.executable, os.path.abspath(__file__),
+               "--run=" + json.dumps({"fn": fn, **kwargs})]
+    code, peak, out = peak_rss(command, env)
+    if code != 0:
+        result = {"name": name, "error": f"exit {code}"}
+    else:
+        result = {"name": name, **json.loads(out.strip().splitlines()[-1]),
+                  "peak_rss_mb": round(peak)}
+        result["mb_per_s"] = round(text_bytes / 1e6 / result["seconds"], 2)
+        if "tokens" in result:
+            result["tokens_per_s"] = round(result["tokens"] / result["seconds"])
+        result["seconds"] = round(result["seconds"], 1)
+    print(json.dumps(result), flush=True)
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--size_mb", type=int, default=100)
+    parser.add_argument("--workdir", default="/tmp/prepare_corpus_bench")
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--formats", default=",".join(FORMATS))
+    parser.add_argument("--routes", default="ours,hf")
+    parser.add_argument("--tokenizer_kinds", default="wordpiece,bpe,unigram")
+    parser.add_argument("--sample_mb", type=int, default=20)
+    parser.add_argument("--vocab_size", type=int, default=30522)
+    parser.add_argument("--run", default="", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.run:
+        child(args)
+        return
+    import shutil
+    env = dict(os.environ, PYTHONPATH=ROOT, TOKENIZERS_PARALLELISM="true")
+    specs = build(args.workdir, args.size_mb)
+    info = json.load(open(os.path.join(args.workdir, f"corpus_{args.size_mb}mb", "done")))
+    print(json.dumps({"corpus": info, "cpus": os.cpu_count()}), flush=True)
+    routes = args.routes.split(",")
+    # The vocabulary every preparation uses: WordPiece on a sample (ours), made once.
+    vocab_dir = os.path.join(args.workdir, f"wordpiece_{args.vocab_size}")
+    tokenizer_file = os.path.join(vocab_dir, "tokenizer.json")
+    sample_bytes = args.sample_mb * 1_000_000
+    for kind in filter(None, args.tokenizer_kinds.split(",")):
+        out = os.path.join(args.workdir, f"tok_{kind}")
+        if "ours" in routes:
+            measure(f"tokenizer/{kind}/ours", "run_tokenizer_ours", env, sample_bytes,
+                    spec=specs["parquet"], kind=kind, sample_bytes=sample_bytes,
+                    vocab=args.vocab_size, out=out)
+        if "hf" in routes:
+            saved = os.path.join(args.workdir, f"sample_{args.sample_mb}mb")
+            if not os.path.exists(saved):
+                import datasets
+
+                from bert_jax.data import corpus_sources, document_sample
+                texts = document_sample.sample_documents(
+                    corpus_sources.parse_corpus(specs["parquet"]), sample_bytes).texts
+                datasets.Dataset.from_dict({"text": texts}).save_to_disk(saved)
+            measure(f"tokenizer/{kind}/hf", "run_tokenizer_hf", env, sample_bytes,
+                    saved_sample=saved, kind=kind, vocab=args.vocab_size, out=out + "_hf")
+    if not os.path.exists(tokenizer_file):
+        from bert_jax.data import corpus_sources, document_sample, tokenizer_training
+        texts = document_sample.sample_documents(corpus_sources.parse_corpus(specs["parquet"]),
+                                                 sample_bytes).texts
+        tokenizer_training.train_tokenizer(texts, "wordpiece", args.vocab_size, vocab_dir)
+    for fmt in args.formats.split(","):
+        for route in routes:
+            out = os.path.join(args.workdir, f"out_{fmt}_{route}")
+            shutil.rmtree(out, ignore_errors=True)
+            if route == "ours":
+                measure(f"prepare/{fmt}/ours", "run_ours", env, info["bytes"], spec=specs[fmt],
+                        tokenizer=vocab_dir, out=out, workers=args.workers)
+            else:
+                os.makedirs(out)
+                measure(f"prepare/{fmt}/hf", "run_hf", env, info["bytes"], fmt=fmt,
+                        spec=specs[fmt], tokenizer=tokenizer_file, cache=out,
+                        workers=args.workers)
+            shutil.rmtree(out, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

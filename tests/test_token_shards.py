@@ -1,0 +1,189 @@
+"""Token shards: the same bytes whatever the number of workers, read back by global document
+index, resumed after a kill or a full disk to an uninterrupted run's bytes, and checked at open."""
+
+import errno
+import filecmp
+import json
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import pytest
+
+from bert_jax.data import shard_preparation, token_shards, tokenizer_training
+from bert_jax.data.demo_corpus import LEE_CORPUS, gensim_test_data
+from bert_jax.data.text_corpus import documents_in
+from bert_jax.data.textfiles import DataError
+from bert_jax.data.tokenizer import load_tokenizer
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+UNIT_BYTES = 40_000
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    """Lee stories as two JSONL files and a text file, a BPE tokenizer, and the shards of an
+    uninterrupted one-worker preparation (the reference)."""
+    folder = tmp_path_factory.mktemp("shards")
+    with open(os.path.join(gensim_test_data(), LEE_CORPUS), encoding="utf-8") as f:
+        stories = documents_in(f.read(), "line")
+    (folder / "data").mkdir()
+    for name, part in (("a", stories[:120]), ("b", stories[120:240])):
+        (folder / "data" / f"{name}.jsonl").write_text(
+            "".join(json.dumps({"text": s}) + "\n" for s in part))
+    (folder / "data" / "c.txt").write_text("\n\n".join(stories[240:]))
+    tokenizer_training.train_tokenizer(stories, "bpe", 1000, str(folder / "tok"))
+    spec = f"mix:1*jsonl:{folder}/data/*.jsonl,1*text:{folder}/data/*.txt"
+    reference = str(folder / "reference")
+    manifest = shard_preparation.prepare_shards(spec, str(folder / "tok"), reference, workers=1,
+                                                unit_bytes=UNIT_BYTES, validation_fraction=0.1)
+    return dict(folder=folder, stories=stories, spec=spec, tok=str(folder / "tok"),
+                reference=reference, manifest=manifest)
+
+
+def shard_files(directory):
+    return sorted(f for f in os.listdir(directory) if f.endswith(".array_record"))
+
+
+def same_shards(a, b):
+    names = shard_files(a)
+    assert names == shard_files(b)
+    return all(filecmp.cmp(os.path.join(a, n), os.path.join(b, n), shallow=False) for n in names)
+
+
+def prepare(corpus, out, **kw):
+    return shard_preparation.prepare_shards(corpus["spec"], corpus["tok"], str(out),
+                                            unit_bytes=UNIT_BYTES, validation_fraction=0.1, **kw)
+
+
+def test_manifest_and_reader(corpus):
+    manifest = corpus["manifest"]
+    assert manifest["dtype"] == "uint16" and manifest["tokenizer"]["vocab_size"] == 1000
+    units = len(manifest["shards"]["train"])
+    assert units > 6 and [s["source"] for s in manifest["shards"]["train"]][-1] == 1
+    assert manifest["sources"][0]["documents"]["train"] + manifest["sources"][0]["documents"][
+        "validation"] == 240
+    splits = manifest["splits"]
+    assert splits["train"]["documents"] + splits["validation"]["documents"] == 300
+    assert 0 < splits["validation"]["documents"] < 60
+    tokenizer = load_tokenizer(corpus["tok"])
+    expected = sorted(tuple(tokenizer.encode(s)) for s in corpus["stories"])
+    read = []
+    for split in ("train", "validation"):
+        shards = token_shards.TokenShards(corpus["reference"], split, verify="hash")
+        assert len(shards) == splits[split]["documents"]
+        assert shards[0].dtype == np.dtype("<u2")
+        read += [tuple(ids.tolist()) for ids in shards.__getitems__(range(len(shards)))]
+        assert sum(len(shards[i]) for i in range(len(shards))) == shards.tokens
+    assert sorted(read) == expected
+    with pytest.raises(DataError, match="no split 'test'"):
+        token_shards.TokenShards(corpus["reference"], "test")
+
+
+def test_two_workers_write_the_same_bytes(corpus, tmp_path):
+    manifest = prepare(corpus, tmp_path / "two", workers=2)
+    assert same_shards(corpus["reference"], tmp_path / "two")
+    assert manifest["shards"] == corpus["manifest"]["shards"]
+
+
+KILLED_RUN = textwrap.dedent("""
+    import sys, time
+    from bert_jax.data import shard_preparation as sp
+    tokenize_unit = sp.tokenize_unit
+
+    def slowly(*args, **kwargs):
+        record = tokenize_unit(*args, **kwargs)
+        time.sleep(0.3)
+        return record
+
+    sp.tokenize_unit = slowly
+    sp.prepare_shards(sys.argv[1], sys.argv[2], sys.argv[3], workers=1, unit_bytes=int(sys.argv[4]),
+                      validation_fraction=0.1)
+""")
+
+
+def test_killed_run_resumes_to_the_same_bytes(corpus, tmp_path, caplog):
+    out = tmp_path / "killed"
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    process = subprocess.Popen([sys.executable, "-c", KILLED_RUN, corpus["spec"], corpus["tok"],
+                                str(out), str(UNIT_BYTES)], env=env, cwd=ROOT,
+                               stderr=subprocess.DEVNULL)
+    done = out / ".units" / "unit-00001.json"
+    deadline = time.time() + 60
+    while not done.exists() and time.time() < deadline and process.poll() is None:
+        time.sleep(0.05)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    assert done.exists() and not (out / "manifest.json").exists()
+    # What a kill during a write leaves: a temporary shard.
+    stale = out / "train-00003-of-00009.array_record.tmp-12345"
+    stale.write_bytes(b"partial")
+    caplog.set_level(logging.INFO)
+    prepare(corpus, out, workers=2)
+    assert not stale.exists()
+    assert "removed 1 stale temporary file(s)" in caplog.text and stale.name in caplog.text
+    assert "units already done" in caplog.text
+    assert same_shards(corpus["reference"], out)
+    assert json.loads((out / "manifest.json").read_text())["splits"] == corpus["manifest"][
+        "splits"]
+
+
+def test_cut_short_shard_named_at_open_and_redone(corpus, tmp_path, caplog):
+    out = tmp_path / "copy"
+    shutil.copytree(corpus["reference"], out)
+    name = corpus["manifest"]["shards"]["train"][2]["file"]
+    with open(out / name, "r+b") as f:
+        f.truncate(os.path.getsize(out / name) - 100)
+    with pytest.raises(DataError) as error:
+        token_shards.TokenShards(str(out), "train")
+    assert str(error.value).startswith(f"{out / name}: ") and "cut short" in str(error.value)
+    assert "\n" not in str(error.value)
+    caplog.set_level(logging.WARNING)
+    prepare(corpus, out)
+    assert "unit 2 is done again" in caplog.text
+    assert same_shards(corpus["reference"], out)
+
+
+def test_full_disk_names_the_folder_and_the_rerun_continues(corpus, tmp_path, monkeypatch):
+    out = tmp_path / "full"
+    tokenize_unit = shard_preparation.tokenize_unit
+
+    def disk_fills_at_unit_3(unit, index, *args, **kwargs):
+        if index == 3:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return tokenize_unit(unit, index, *args, **kwargs)
+
+    monkeypatch.setattr(shard_preparation, "tokenize_unit", disk_fills_at_unit_3)
+    with pytest.raises(OSError) as error:
+        prepare(corpus, out)
+    assert error.value.errno == errno.ENOSPC and error.value.filename == str(out)
+    assert "run the same command again" in error.value.strerror
+    monkeypatch.setattr(shard_preparation, "tokenize_unit", tokenize_unit)
+    prepare(corpus, out)
+    assert same_shards(corpus["reference"], out)
+
+
+def test_another_preparation_in_the_folder_is_refused(corpus, tmp_path):
+    out = tmp_path / "other"
+    prepare(corpus, out)
+    with pytest.raises(ValueError, match="differs in: options"):
+        shard_preparation.prepare_shards(corpus["spec"], corpus["tok"], str(out),
+                                         unit_bytes=UNIT_BYTES, validation_fraction=0.2)
+
+
+def test_script_errors_are_one_line(corpus, tmp_path):
+    script = os.path.join(ROOT, "experiments", "prepare_shards.py")
+    result = subprocess.run(
+        [sys.executable, script, f"--corpus=jsonl:{tmp_path}/none*.jsonl",
+         f"--tokenizer={corpus['tok']}", f"--output_dir={tmp_path}/out"],
+        env=dict(os.environ, PYTHONPATH=ROOT), cwd=ROOT, capture_output=True, text=True)
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"prepare_shards.py: error: jsonl[text_key=text]:{tmp_path}/none*.jsonl: the glob "
+        f"'{tmp_path}/none*.jsonl' matches no file")
