@@ -8,9 +8,11 @@ Input, in the formats of training with the label optional (--format, default: th
 config.data.format; auto goes by the extension): csv | tsv | jsonl with the run's text (and pair)
 columns, fasttext (`__label__x` words at the start of a line are optional and dropped), lines
 (every non-blank line one text, stripped, even one that starts with `__label__`),
-CoNLL tokens (token classification), or raw sentences, one per line, split into words as CoNLL
-sets them (letters/digits runs, each punctuation mark its own word): found by auto, forced by
---format=lines, refused by --format=conll; SQuAD-style JSON or JSONL of {"question", "context"}
+token classification: raw sentences, one record per non-blank line always, split into words as
+CoNLL sets them (letters/digits runs, each punctuation mark its own word), or CoNLL tokens only
+when asked (--format=conll, a .conll file with auto) or when the file cannot be raw text (a
+-DOCSTART- line; token-and-tag lines in blank-line-separated sentences); the log says which;
+SQuAD-style JSON or JSONL of {"question", "context"}
 (span QA). Output: one JSON line per input
 row, in input order, "index" first (the row's position in the input, from 0), and the answer
 always under "prediction" (the keys of a run's own predictions.jsonl, less the gold "label"):

@@ -100,28 +100,37 @@ class TokenClassification(TaskKind):
 
     def read_unlabelled(self, path: str, config, file_format: str) -> unlabelled.Rows:
         """Sentences of a CoNLL file of tokens (one per line, first column; blank line between
-        sentences; tag columns, if any, ignored), or of raw text (format lines: one sentence
-        per non-blank line, split into words by `split_words`). With format auto the file says
-        which it is (`raw_text_line`); a file that format conll names but that holds raw text
-        is refused, never read as tokens."""
+        sentences; tag columns, if any, ignored), or of raw text (one sentence per non-blank
+        line, always: split into words by `split_words`, one record per line). CoNLL only
+        when asked: --format=conll, a .conll/.conllu file with format auto, or a file that
+        cannot be raw text (`conll_only`); any other file is raw text, and the log says which
+        was chosen. A file read as CoNLL that holds raw text is refused, never read as tokens."""
         if file_format not in ("auto", "conll", "lines"):
             raise readers.DataError(
                 f"{path}: token classification reads CoNLL files (--format=conll: a token per "
                 "line, blank lines between sentences) or raw text (--format=lines: a sentence "
                 f"per line), not {file_format!r}")
         encoding = config.data.encoding
-        if file_format != "lines":
+        if file_format == "auto":
+            textfiles.check_file(path)
+            by_name = os.path.splitext(path)[1].lower() in CONLL_EXTENSIONS
+            why = "its extension" if by_name else conll_only(path, encoding)
+            if why is None:
+                logging.info("%s: read as raw text, one sentence per line (--format=conll reads "
+                             "a token per line)", path)
+                return read_raw_sentences(path, encoding)
+            logging.info("%s: read as CoNLL, a token per line (%s; --format=lines reads a "
+                         "sentence per line)", path, why)
+            file_format = "conll"
+        if file_format == "conll":
             textfiles.check_file(path)
             raw = raw_text_line(path, encoding)
-            if raw is None:
-                return unlabelled.read_unlabelled_conll(path, encoding)
-            if file_format == "conll":
+            if raw is not None:
                 raise readers.DataError(
                     f"{path}:{raw[0]}: {raw[1][:60]!r} is several words without a tag column, "
                     "so the file is not CoNLL (a token per line, blank lines between "
                     "sentences): pass --format=lines to tag one sentence per line")
-            logging.info("%s: line %d holds several words and no tag: read as raw text, a "
-                         "sentence per line (--format=conll refuses that)", path, raw[0])
+            return unlabelled.read_unlabelled_conll(path, encoding)
         return read_raw_sentences(path, encoding)
 
     def encode_unlabelled(self, tokenizer, examples, config, labels, source):
@@ -181,17 +190,48 @@ def raw_text_line(path: str, encoding: str) -> Optional[tuple[int, str]]:
     return None
 
 
+CONLL_EXTENSIONS = (".conll", ".conllu")
+
+
+def conll_only(path: str, encoding: str) -> Optional[str]:
+    """Why the file cannot be raw text (a reason), or None when it can: a -DOCSTART- line, or
+    sentences apart by blank lines whose every line is a token and tag columns (as many on
+    every line, the last a tag: O, B-X, ...). One-word lines, or lines that end in a tag-like
+    word, are raw text: one sentence each."""
+    widths, blank_between, seen = set(), False, False
+    pending_blank = False
+    for _number, line in textfiles.lines(path, encoding):
+        columns = line.split()
+        if not columns:
+            pending_blank = seen
+            continue
+        if columns[0] == "-DOCSTART-":
+            return "it has a -DOCSTART- line"
+        if len(columns) < 2 or not _TAG.match(columns[-1]):
+            return None
+        widths.add(len(columns))
+        blank_between = blank_between or pending_blank
+        seen, pending_blank = True, False
+    if len(widths) == 1 and blank_between:
+        return "every line is a token and its tag, sentences apart by blank lines"
+    return None
+
+
 def read_raw_sentences(path: str, encoding: str) -> unlabelled.Rows:
     """One TaggedSentence (no tags) per non-blank line, its words by split_words; the line's
-    text is kept for the prediction record."""
+    text is kept for the prediction record. A non-blank line without a word (only invisible
+    characters) is a bad row, named: every input line is a record or a named fault."""
     textfiles.check_file(path)
     rows = unlabelled.Rows([], [], [], [])
     for number, line in textfiles.lines(path, encoding):
+        if not line.strip():
+            continue
         words = split_words(line)
         if not words:
+            rows.bad.append(f"{path}:{number}: no word to tag in {line.strip()[:40]!r}")
             continue
         rows.examples.append(RawSentence(tuple(words), (), line.strip()))
-        rows.indices.append(len(rows.indices))
+        rows.indices.append(len(rows.indices) + len(rows.bad))
         rows.lines.append(number)
     return rows
 
