@@ -50,6 +50,10 @@ PEERS = [
     "transformers==4.57.*; python_version < '3.12'",
     "torch>=2.14,<2.15; python_version >= '3.12'",
     "transformers>=5,<6; python_version >= '3.12'",
+    # a folder written by datasets' save_to_disk, for the `hf:` corpus test (newest stack only:
+    # datasets' last release for huggingface-hub < 1, which transformers 4.57 needs, caps fsspec
+    # below gcsfs's floor)
+    "datasets>=5.2; python_version >= '3.12'",
 ]
 
 setup(

@@ -42,8 +42,8 @@ FILES = 8
 
 def base_documents() -> list[str]:
     sys.path.insert(0, ROOT)
-    from bert_jax.data.demo_corpus import LEE_CORPUS, gensim_test_data
-    from bert_jax.data.text_corpus import documents_in
+    from bert_jax.data.corpora.demo import LEE_CORPUS, gensim_test_data
+    from bert_jax.data.corpora.text_files import documents_in
     documents = []
     for name in (LEE_CORPUS, "head500.noblanks.cor"):
         with open(os.path.join(gensim_test_data(), name), encoding="utf-8") as f:
@@ -113,7 +113,7 @@ def peak_rss(command: list[str], env: dict) -> tuple[int, float, str]:
 # ----- the measured runs (each in a child process: --run=...) ----------------------------------
 
 def run_ours(spec: str, tokenizer: str, out: str, workers: int) -> dict:
-    from bert_jax.data.shard_preparation import prepare_shards
+    from bert_jax.data.corpora.preparation import prepare_shards
     started = time.perf_counter()
     manifest = prepare_shards(spec, tokenizer, out, workers=workers)
     seconds = time.perf_counter() - started
@@ -151,7 +151,9 @@ def run_hf(fmt: str, spec: str, tokenizer: str, cache: str, workers: int) -> dic
 
 
 def run_tokenizer_ours(spec: str, kind: str, sample_bytes: int, vocab: int, out: str) -> dict:
-    from bert_jax.data import corpus_sources, document_sample, tokenizer_training
+    from bert_jax.data.corpora import sample as document_sample
+    from bert_jax.data.corpora import sources as corpus_sources
+    from bert_jax.data.tokenizers import training as tokenizer_training
     started = time.perf_counter()
     sample = document_sample.sample_documents(corpus_sources.parse_corpus(spec), sample_bytes)
     sampled = time.perf_counter()
@@ -164,7 +166,8 @@ def run_tokenizer_hf(saved_sample: str, kind: str, vocab: int, out: str) -> dict
     import datasets
     from tokenizers import trainers
 
-    from bert_jax.data import tokenizer_training, wordpiece
+    from bert_jax.data.tokenizers import training as tokenizer_training
+    from bert_jax.data.tokenizers import wordpiece
     started = time.perf_counter()
     dataset = datasets.load_from_disk(saved_sample)
     norm = tokenizer_training.Normalization().resolved(kind)
@@ -249,14 +252,17 @@ def main() -> None:
             if not os.path.exists(saved):
                 import datasets
 
-                from bert_jax.data import corpus_sources, document_sample
+                from bert_jax.data.corpora import sample as document_sample
+                from bert_jax.data.corpora import sources as corpus_sources
                 texts = document_sample.sample_documents(
                     corpus_sources.parse_corpus(specs["parquet"]), sample_bytes).texts
                 datasets.Dataset.from_dict({"text": texts}).save_to_disk(saved)
             measure(f"tokenizer/{kind}/hf", "run_tokenizer_hf", env, sample_bytes,
                     saved_sample=saved, kind=kind, vocab=args.vocab_size, out=out + "_hf")
     if not os.path.exists(tokenizer_file):
-        from bert_jax.data import corpus_sources, document_sample, tokenizer_training
+        from bert_jax.data.corpora import sample as document_sample
+        from bert_jax.data.corpora import sources as corpus_sources
+        from bert_jax.data.tokenizers import training as tokenizer_training
         texts = document_sample.sample_documents(corpus_sources.parse_corpus(specs["parquet"]),
                                                  sample_bytes).texts
         tokenizer_training.train_tokenizer(texts, "wordpiece", args.vocab_size, vocab_dir)

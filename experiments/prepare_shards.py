@@ -15,7 +15,7 @@ r"""Tokenizes a corpus once, on every core, into token shards (ArrayRecord + man
       --tokenizer=/data/tok --output_dir=/data/shards
 
 Corpus specs: text:GLOB, jsonl:GLOB, parquet:GLOB, hf:PATH and mix:W*SPEC,... with per-source
-options in brackets (`bert_jax.data.corpus_sources`). Run the same command again after a kill
+options in brackets (`bert_jax.data.corpora.sources`). Run the same command again after a kill
 or a full disk: the completed shards are kept (checked against their recorded size and hash)
 and the rest is done; the result is byte for byte an uninterrupted run's, whatever --workers.
 Prints the manifest's split totals. Exit status 1 with one line `prepare_shards.py: error: ...`
@@ -69,8 +69,10 @@ def _flag_bool(value: str):
 
 
 def _tokenizer():
-    from bert_jax.data import corpus_sources, document_sample, tokenizer_training
-    from bert_jax.data.tokenizer import load_tokenizer
+    from bert_jax.data.corpora import sample as document_sample
+    from bert_jax.data.corpora import sources as corpus_sources
+    from bert_jax.data.tokenizers import training as tokenizer_training
+    from bert_jax.data.tokenizers.load import load_tokenizer
     path = os.path.expanduser(FLAGS.tokenizer)
     if not FLAGS.train_tokenizer:
         return load_tokenizer(path, lowercase=_flag_bool(FLAGS.lowercase) is not False)
@@ -91,7 +93,7 @@ def _tokenizer():
 
 
 def prepare() -> None:
-    from bert_jax.data.shard_preparation import prepare_shards
+    from bert_jax.data.corpora.preparation import prepare_shards
     tokenizer = _tokenizer()
     manifest = prepare_shards(
         FLAGS.corpus, tokenizer, FLAGS.output_dir, FLAGS.workers, FLAGS.validation_fraction,

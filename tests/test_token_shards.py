@@ -16,11 +16,13 @@ import time
 import numpy as np
 import pytest
 
-from bert_jax.data import shard_preparation, token_shards, tokenizer_training
-from bert_jax.data.demo_corpus import LEE_CORPUS, gensim_test_data
-from bert_jax.data.text_corpus import documents_in
+from bert_jax.data.corpora import preparation as shard_preparation
+from bert_jax.data.corpora import token_shards
+from bert_jax.data.corpora.demo import LEE_CORPUS, gensim_test_data
+from bert_jax.data.corpora.text_files import documents_in
 from bert_jax.data.textfiles import DataError
-from bert_jax.data.tokenizer import load_tokenizer
+from bert_jax.data.tokenizers import training as tokenizer_training
+from bert_jax.data.tokenizers.load import load_tokenizer
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 UNIT_BYTES = 40_000
@@ -94,7 +96,7 @@ def test_two_workers_write_the_same_bytes(corpus, tmp_path):
 
 KILLED_RUN = textwrap.dedent("""
     import sys, time
-    from bert_jax.data import shard_preparation as sp
+    from bert_jax.data.corpora import preparation as sp
     tokenize_unit = sp.tokenize_unit
 
     def slowly(*args, **kwargs):

@@ -6,10 +6,10 @@ import os
 
 import pytest
 
-from bert_jax.data import tokenizer_training
-from bert_jax.data.demo_corpus import LEE_CORPUS, gensim_test_data
-from bert_jax.data.text_corpus import documents_in
-from bert_jax.data.tokenizer import load_tokenizer
+from bert_jax.data.corpora.demo import LEE_CORPUS, gensim_test_data
+from bert_jax.data.corpora.text_files import documents_in
+from bert_jax.data.tokenizers import training as tokenizer_training
+from bert_jax.data.tokenizers.load import load_tokenizer
 
 CJK_TEXT = "北京是中国的首都。東京は日本の首都です。"
 

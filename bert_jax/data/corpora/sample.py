@@ -22,9 +22,9 @@ import heapq
 import logging
 from typing import Iterable
 
-from bert_jax import progress
-from bert_jax.data.corpus_records import MAX_DOCUMENT_BYTES, BadRecords
-from bert_jax.data.corpus_sources import Source, source_documents
+from bert_jax.data.corpora.records import MAX_DOCUMENT_BYTES, BadRecords
+from bert_jax.data.corpora.sources import Source, source_documents
+from bert_jax.runtime import progress
 
 
 class Reservoir:

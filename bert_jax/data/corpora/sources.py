@@ -24,9 +24,9 @@ path, size and version) and plans its `WorkUnit`s: an uncompressed text or JSONL
 ranges of about `unit_bytes` cut between documents, a Parquet file in runs of row groups, an
 Arrow file in runs of record batches, a compressed file whole. The plan depends on the files and
 `unit_bytes` only, never on how many processes read them. `WorkUnit.documents(bad, max_bytes)`
-streams a unit's documents (`bert_jax.data.corpus_readers`); `source_documents` streams a whole
+streams a unit's documents (`bert_jax.data.corpora.readers`); `source_documents` streams a whole
 source. The mixture's weights are used where documents are drawn from the sources
-(`bert_jax.data.document_sample`) and recorded with prepared shards.
+(`bert_jax.data.corpora.sample`) and recorded with prepared shards.
 """
 
 from __future__ import annotations
@@ -42,10 +42,10 @@ from typing import Iterator
 
 from etils import epath
 
-from bert_jax import paths
-from bert_jax.data import corpus_readers
-from bert_jax.data.corpus_files import compression_of, file_identity, file_size, matched_files
-from bert_jax.data.corpus_records import MAX_DOCUMENT_BYTES, BadRecords, Document
+from bert_jax.data.corpora import readers as corpus_readers
+from bert_jax.data.corpora.files import compression_of, file_identity, file_size, matched_files
+from bert_jax.data.corpora.records import MAX_DOCUMENT_BYTES, BadRecords, Document
+from bert_jax.runtime import paths
 
 KINDS = ("text", "jsonl", "parquet", "hf")
 MIX_PREFIX = "mix:"

@@ -1,6 +1,6 @@
 """Token shards: a corpus tokenized once, one document's token ids per ArrayRecord record.
 
-A prepared folder (written by `bert_jax.data.shard_preparation.prepare_shards`) holds
+A prepared folder (written by `bert_jax.data.corpora.preparation.prepare_shards`) holds
 
   {split}-{unit:05d}-of-{units:05d}.array_record   one file per work unit and split ("train",
       "validation"), ArrayRecord written with "group_size:1" (random access by record); record j
@@ -34,8 +34,8 @@ from typing import Sequence
 
 import numpy as np
 
-from bert_jax import paths
 from bert_jax.data.textfiles import DataError
+from bert_jax.runtime import paths
 
 FORMAT = "bert_jax.token_shards"
 FORMAT_VERSION = 1

@@ -1,18 +1,18 @@
-"""Tokenize a corpus once, on every core, into token shards (`bert_jax.data.token_shards`).
+"""Tokenize a corpus once, on every core, into token shards (`bert_jax.data.corpora.token_shards`).
 
 `prepare_shards(corpus, tokenizer, output_dir, workers)`:
 
-  1. plans the corpus's work units (`bert_jax.data.corpus_sources.work_units`: files, byte
+  1. plans the corpus's work units (`bert_jax.data.corpora.sources.work_units`: files, byte
      ranges, row groups, record batches); the plan depends on the files and `unit_bytes` only;
   2. tokenizes each unit in a worker process (a `multiprocessing` pool of `workers`, started by
      a fork server; workers=1 works in this process): the unit's documents are streamed, encoded
      in batches (no special tokens), sent to "train" or "validation" by a stable hash of their
-     text (`bert_jax.data.corpus_splits.unit_hash` < validation_fraction, the rule of the other
+     text (`bert_jax.data.corpora.splits.unit_hash` < validation_fraction, the rule of the other
      corpora), and written to that unit's two shards. Shard i is a function of unit i alone, so
      the bytes are the same whatever the number of workers. A worker holds one batch of
      documents; only unit descriptions and small result dicts cross processes: memory does not
      grow with the corpus;
-  3. writes manifest.json last (its schema: `bert_jax.data.token_shards`).
+  3. writes manifest.json last (its schema: `bert_jax.data.corpora.token_shards`).
 
 Resuming: each shard is written under a temporary name (`<name>.tmp-<pid>`) and renamed when
 complete, then its unit's record (sizes, counts, blake2b) goes to `.units/unit-<i>.json`. A
@@ -20,7 +20,7 @@ rerun with the same corpus, tokenizer and options (plan.json; anything else in t
 an error naming what differs) removes stale temporaries (logging their names), skips the units
 whose shards match their record (size and hash) and does the rest: the final bytes are those of
 an uninterrupted run. A full disk (ENOSPC) ends with an OSError naming the folder; run again to
-continue. The folder is held by the data-dir lock (`bert_jax.data.data_dir_lock`) meanwhile.
+continue. The folder is held by the data-dir lock (`bert_jax.data.corpora.data_dir_lock`) meanwhile.
 Local output folders only (ArrayRecord files are written through the local filesystem).
 """
 
@@ -39,19 +39,17 @@ from typing import Sequence
 import numpy as np
 import tokenizers
 
-from bert_jax import paths, progress
-from bert_jax.data import data_dir_lock
-from bert_jax.data.corpus_records import MAX_DOCUMENT_BYTES, BadRecords, check_policy
-from bert_jax.data.corpus_sources import (
+from bert_jax.data.corpora import data_dir_lock
+from bert_jax.data.corpora.records import MAX_DOCUMENT_BYTES, BadRecords, check_policy
+from bert_jax.data.corpora.sources import (
     DEFAULT_UNIT_BYTES,
     Source,
     WorkUnit,
     parse_corpus,
     work_units,
 )
-from bert_jax.data.corpus_splits import unit_hash
-from bert_jax.data.subword_tokenizer import SubwordTokenizer
-from bert_jax.data.token_shards import (
+from bert_jax.data.corpora.splits import unit_hash
+from bert_jax.data.corpora.token_shards import (
     FORMAT,
     FORMAT_VERSION,
     MANIFEST,
@@ -62,6 +60,8 @@ from bert_jax.data.token_shards import (
     shard_name,
     token_dtype,
 )
+from bert_jax.data.tokenizers.subword import SubwordTokenizer
+from bert_jax.runtime import paths, progress
 
 PLAN = "plan.json"
 UNITS_FOLDER = ".units"
@@ -226,7 +226,7 @@ def prepare_shards(corpus: str | Sequence[Source], tokenizer: SubwordTokenizer |
     sources = (parse_corpus(corpus, text_key, document_delimiter) if isinstance(corpus, str)
                else list(corpus))
     if isinstance(tokenizer, str):
-        from bert_jax.data.tokenizer import load_tokenizer
+        from bert_jax.data.tokenizers.load import load_tokenizer
         tokenizer = load_tokenizer(tokenizer)
     started = time.perf_counter()
     units = work_units(sources, unit_bytes)

@@ -21,7 +21,7 @@ from typing import BinaryIO
 
 from etils import epath
 
-from bert_jax import paths
+from bert_jax.runtime import paths
 
 COMPRESSIONS = {".gz": "gzip", ".bz2": "bz2", ".zst": "zstd", ".zstd": "zstd"}
 _READ_BLOCK = 1 << 20

@@ -1,11 +1,11 @@
 """Documents streamed from one file, or from one range of it: the readers of every format.
 
-Each reader yields `Document`s (`bert_jax.data.corpus_records`) of a file or of the part of it a
+Each reader yields `Document`s (`bert_jax.data.corpora.records`) of a file or of the part of it a
 work unit owns, holding at most one record (and one block of the file) in memory, never the file:
 
   `text_documents(path, start, end, delimiter, ...)`   plain text (gz/bz2/zst by extension);
       documents end at a blank line ("blank_line"), a line end ("line") or the file's end
-      ("file"); the same documents `bert_jax.data.text_corpus.documents_in` finds in the
+      ("file"); the same documents `bert_jax.data.corpora.text_files.documents_in` finds in the
       whole text, positioned by the byte offset where each starts. A byte range [start, end)
       (uncompressed files only; `text_cuts` finds cut points between documents) owns the
       documents that start in it.
@@ -28,8 +28,8 @@ import json
 import os
 from typing import BinaryIO, Iterator
 
-from bert_jax.data.corpus_files import compression_of, open_bytes, open_raw
-from bert_jax.data.corpus_records import BadRecords, Document, cut_long_document, text_pieces
+from bert_jax.data.corpora.files import compression_of, open_bytes, open_raw
+from bert_jax.data.corpora.records import BadRecords, Document, cut_long_document, text_pieces
 from bert_jax.data.textfiles import DataError
 
 _BOM = b"\xef\xbb\xbf"

@@ -2,9 +2,10 @@
 
 `train_tokenizer(texts, kind, vocab_size, out_dir, normalization)` trains with the `tokenizers`
 library and writes out_dir/tokenizer.json (last, atomically: its presence means the folder is
-complete), loadable by `bert_jax.data.tokenizer.load_tokenizer(out_dir)`:
+complete), loadable by `bert_jax.data.tokenizers.load.load_tokenizer(out_dir)`:
 
-  "wordpiece"  BERT's (`bert_jax.data.wordpiece_training.train_wordpiece`, also vocab.txt):
+  "wordpiece"  BERT's (`bert_jax.data.tokenizers.wordpiece_training.train_wordpiece`, also
+               vocab.txt):
                [PAD] [UNK] [CLS] [SEP] [MASK]; BERT's normaliser (lowercase and accents as
                asked; CJK characters always split) and pre-tokeniser.
   "bpe"        byte-level BPE as RoBERTa and ModernBERT: <s> <pad> </s> <unk> <mask> (ids 0-4),
@@ -20,7 +21,7 @@ A WordPiece tokenizer with a Unicode form gets it in front of BERT's normaliser 
 tokenizer.json (vocab.txt alone cannot say it) and is trained on text put in that form.
 
 The trainer holds the sample and its word counts in memory: train on a bounded sample
-(`bert_jax.data.document_sample.sample_documents`), never on a whole corpus.
+(`bert_jax.data.corpora.sample.sample_documents`), never on a whole corpus.
 """
 
 from __future__ import annotations
@@ -34,8 +35,8 @@ import tokenizers
 from etils import epath
 from tokenizers import decoders, models, normalizers, pre_tokenizers, processors, trainers
 
-from bert_jax import paths
-from bert_jax.data.wordpiece_training import train_wordpiece
+from bert_jax.data.tokenizers.wordpiece_training import train_wordpiece
+from bert_jax.runtime import paths
 
 KINDS = ("wordpiece", "bpe", "unigram")
 UNICODE_FORMS = ("NFKC", "NFC", "NFKD", "NFD", "none")
