@@ -14,9 +14,11 @@ What a changed config does to a resumed run's learning rate: the schedule is a f
 total_steps (its warm-up, config.warmup_fraction x total_steps, and its decay both end where
 total_steps says), so extending a run with allow_config_change restarts it: at the restored step
 the rate jumps to where the new schedule puts that step (e.g. back into a longer warm-up).
-`restart_line` says so in one line, naming the old and new total_steps and the rates before and
-after, and how to keep the warm-up instead: config.warmup_steps fixes the warm-up in steps, and
-the decay then runs from its end to the new total_steps.
+`restart_line` says so in one line before the first resumed step, naming the old and new
+total_steps, the rates before and after, and the new tail; keeping the warm-up
+(config.warmup_steps) stretches the decay from its end to the new total_steps, which moves the
+rate at the restored step too and is said the same way. From there the run follows the new
+schedule exactly as an uninterrupted run of the new config would.
 
 The workdir's other files (run.lock, checkpoints) are bert_jax.train's (workdir.py,
 checkpointing); this record is the recipes', the one writer of config.json.
@@ -25,6 +27,7 @@ checkpointing); this record is the recipes', the one writer of config.json.
 from __future__ import annotations
 
 import json
+import math
 import time
 from typing import TYPE_CHECKING, Any, Mapping, Optional
 
@@ -195,23 +198,34 @@ def rate_at(config: Mapping[str, Any], total_steps: int, step: int) -> float:
 
 def restart_line(old: Mapping[str, Any], new: Mapping[str, Any], step: int
                  ) -> Optional[str]:
-    """One warning line when resuming at `step` with `new` restarts the schedule `old` ran (its
-    warm-up length changes and with it the rate at `step`), or None. With the warm-up kept
-    (config.warmup_steps) the decay is stretched from its end to the new total_steps, which is
-    how a run is extended: no warning. Only for explicit total_steps on both sides (a run
-    counted in epochs knows its steps from the data, later)."""
+    """One warning line, said before the first resumed step, whenever resuming at `step` with
+    `new` gives another learning rate than `old`'s schedule had there: the rate before and
+    after, and the new schedule's tail. Either the schedule restarts (the warm-up length
+    changes: back into a longer warm-up, say) or, with the warm-up kept (config.warmup_steps),
+    the decay is stretched from its end to the new total_steps, which also moves the rate at
+    `step` (a 200-step run extended to 300 jumps from its near-end rate back up). None when the
+    rate at `step` is the same. Only for explicit total_steps on both sides (a run counted in
+    epochs knows its steps from the data, later). After the line the run follows the new
+    schedule exactly as an uninterrupted run of the new config would from `step` on."""
     old_total, new_total = int(old.get("total_steps", 0) or 0), int(new.get("total_steps", 0))
     if not old_total or not new_total or not 0 < step <= min(old_total, new_total):
         return None
     try:
         before, after = rate_at(old, old_total, step), rate_at(new, new_total, step)
+        end = rate_at(new, new_total, new_total)
     except (KeyError, TypeError, ValueError):
         return None  # a config the schedule cannot be read from: the run's own checks say why
-    old_warmup = warmup_steps(old, old_total)
-    if warmup_steps(new, new_total) == old_warmup or after == before:
-        return None  # the same warm-up, the decay stretched to the new end: an extension
+    if math.isclose(before, after, rel_tol=1e-6, abs_tol=1e-12):
+        return None
+    old_warmup, new_warmup = warmup_steps(old, old_total), warmup_steps(new, new_total)
+    tail = (f"from step {step} the rate follows the new schedule, as a run of "
+            f"total_steps={new_total} started anew would, down to {end:.3g} at step {new_total}")
+    if new_warmup == old_warmup:
+        return (f"the learning-rate schedule is stretched at step {step}: total_steps "
+                f"{old_total} -> {new_total} with the warm-up kept at {old_warmup} steps moves "
+                f"the rate from {before:.3g} to {after:.3g}; {tail}")
     return (f"the learning-rate schedule restarts at step {step}: total_steps {old_total} -> "
             f"{new_total} moves the rate from {before:.3g} to {after:.3g} (warm-up "
-            f"{old_warmup} -> {warmup_steps(new, new_total)} steps); to extend the schedule "
-            f"instead, keep the warm-up with --config.warmup_steps={old_warmup} (the decay "
-            f"then runs to total_steps={new_total})")
+            f"{old_warmup} -> {new_warmup} steps); {tail}; to keep the warm-up instead, "
+            f"--config.warmup_steps={old_warmup} (the decay is then stretched to "
+            f"total_steps={new_total}, which moves the rate too)")
