@@ -27,6 +27,13 @@ hf_to_ours) needs --tokenizer=PATH (a tokenizer.json, vocab.txt or Hugging Face 
 own. No folder is written without a tokenizer unless asked: from such a folder transformers 5's
 AutoTokenizer builds an empty tokenizer without an error.
 
+--hf_dir is written whole beside its target and swapped into place (a killed or failed export
+leaves the previous one whole; the next export names and removes the leftover), holds one export
+only (bert_jax_export.json says which checkpoint it came from), and is refused, before anything
+is written, when it is a link, the run's workdir or checkpoints, the model folder the run started
+from, or a folder holding anything that is not an earlier export (another model, a run). The
+tokenizer's model_max_length is the run's max_seq_len.
+
 Exit status: 0 done; 1 with one line `convert.py: error: <what, naming the file>` for a user's
 mistake (a missing folder, a damaged weights file, a bad config.json, an output folder that
 already holds checkpoints). A failed read-back comparison is a bug and shows its traceback.
