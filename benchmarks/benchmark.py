@@ -28,7 +28,7 @@ import tempfile
 
 from absl import app, flags
 
-from benchmarks import benchmark_finetune, benchmark_finetune_data, benchmark_mlm, worker
+from benchmarks import benchmark_finetune, benchmark_finetune_data, benchmark_mlm, peers, worker
 
 IMPLEMENTATIONS = ("ours", "hf_flax", "hf_torch")
 MODES = {"train": benchmark_mlm, "infer": benchmark_mlm, "finetune": benchmark_finetune}
@@ -121,6 +121,8 @@ def _parse_peer(text: str, fv: flags.FlagValues = FLAGS) -> tuple[str, str]:
         raise app.UsageError(f"--peer: unknown peer {name!r}; choose from hf_flax, hf_torch")
     if dtype and dtype not in ("float32", "bfloat16"):
         raise app.UsageError(f"--peer: unknown dtype {dtype!r} in {text!r}; float32 or bfloat16")
+    if name == peers.HF_FLAX and peers.flax_peer_fault():
+        raise app.UsageError(f"--peer={text}: {peers.flax_peer_fault()}")
     return name, dtype or fv.dtype
 
 
@@ -128,9 +130,10 @@ def _runs(fv: flags.FlagValues = FLAGS) -> list[tuple[str, str]]:
     """(implementation, dtype) of every measurement, ours first."""
     if fv.all and fv.peer:
         raise app.UsageError("--all runs every peer: leave out --peer")
-    peers = ([(name, fv.dtype) for name in ("hf_torch", "hf_flax")] if fv.all
-             else [_parse_peer(p, fv) for p in fv.peer.split(",") if p])
-    runs = ([] if fv.skip_ours else [("ours", fv.dtype)]) + peers
+    everyone = ("hf_torch",) + (() if peers.flax_peer_fault() else (peers.HF_FLAX,))
+    chosen = ([(name, fv.dtype) for name in everyone] if fv.all
+              else [_parse_peer(p, fv) for p in fv.peer.split(",") if p])
+    runs = ([] if fv.skip_ours else [("ours", fv.dtype)]) + chosen
     if len(set(runs)) != len(runs):
         raise app.UsageError(f"--peer: the same peer at the same dtype twice: {fv.peer!r}")
     if not runs:

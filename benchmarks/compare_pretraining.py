@@ -62,6 +62,7 @@ import sys
 
 from absl import app, flags
 
+from benchmarks import peers
 from bert_jax import cli
 
 FLAGS = flags.FLAGS
@@ -82,6 +83,8 @@ def settings(fv: flags.FlagValues = FLAGS):
     """(race.Settings, targets) of the parsed flags; ValueError names a bad one."""
     from benchmarks.peers import race  # pylint: disable=import-outside-toplevel
 
+    if peers.HF_FLAX in fv.implementations and peers.flax_peer_fault():
+        raise ValueError(f"--implementations: {peers.flax_peer_fault()}")
     targets = _numbers("targets", fv.targets, float)
     if any(not 0.0 < t <= 1.0 for t in targets):
         raise ValueError(f"--targets={','.join(fv.targets)}: accuracies must be in (0, 1]")
@@ -156,9 +159,11 @@ def define_flags(flag_values: flags.FlagValues = FLAGS) -> None:
     flags.DEFINE_float("warmup_fraction", 0.1, "Warm-up, as a fraction of each run's steps.",
                        **fv)
     flags.DEFINE_list("seeds", ["0"], "Seeds; every implementation runs once per seed.", **fv)
-    flags.DEFINE_list("implementations", ["ours_classic", "ours_efficient", "ours_modern",
-                                          "hf_flax", "hf_torch"], "Which to run, in this order.",
-                      **fv)
+    flags.DEFINE_list("implementations", [
+        "ours_classic", "ours_efficient", "ours_modern",
+        *([] if peers.flax_peer_fault() else [peers.HF_FLAX]), "hf_torch"],
+        "Which to run, in this order (hf_flax only where transformers has Flax classes: 4.57).",
+        **fv)
     flags.DEFINE_integer("eval_points", 10, "Evaluations per run, evenly spaced in the budget.",
                          **fv)
     flags.DEFINE_list("targets", ["0.1", "0.2", "0.3"], "Accuracies for 'time to reach X'.",

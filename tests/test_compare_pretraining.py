@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from absl import flags
 
-from benchmarks import compare_pretraining
+from benchmarks import compare_pretraining, peers
 from benchmarks.peers import IMPLEMENTATIONS, heldout, inputs, mlm_blocks, ours_mlm, race
 from bert_jax import cli
 from bert_jax.config.bert import gated_intermediate_size
@@ -180,7 +180,10 @@ def test_smoke_run_of_all_five_implementations(demo, tmp_path):
     assert set(report) == {"settings", "shared", "runs", "summary"}
     masked = report["shared"]["heldout"]["masked_tokens"]
     runs = {run["implementation"]: run for run in report["runs"]}
-    assert list(runs) == list(IMPLEMENTATIONS) and set(report["summary"]) == set(runs)
+    # every implementation but hf_flax where transformers has no Flax classes (5)
+    expected = [name for name in IMPLEMENTATIONS
+                if name != peers.HF_FLAX or peers.flax_peer_fault() is None]
+    assert list(runs) == expected and set(report["summary"]) == set(runs)
     expected_points = [budget * k / points for k in range(1, points + 1)]
     for name, run in runs.items():
         assert run["seed"] == 0 and run["num_params"] > 0

@@ -27,6 +27,25 @@ asked for, so that the torch worker never imports JAX.
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
+
+HF_FLAX = "hf_flax"
+
+
+def flax_peer_fault() -> str | None:
+    """Why the hf_flax peer cannot run with the installed transformers, or None where it can:
+    transformers 5 removed the Flax classes (4.57 is the last release with them: the floor
+    stack's, tests/run_suite.sh floor)."""
+    try:
+        version = importlib.metadata.version("transformers")
+    except importlib.metadata.PackageNotFoundError:
+        return "hf_flax needs transformers 4.57 (the last release with Flax classes): not installed"
+    if int(version.split(".")[0]) >= 5:
+        return (f"hf_flax needs transformers 4.57, the last release with Flax classes; "
+                f"transformers {version} is installed (run it on the floor stack: "
+                "tests/run_suite.sh floor installs 4.57)")
+    return None
+
 
 # name -> (module, class)
 IMPLEMENTATIONS = {
