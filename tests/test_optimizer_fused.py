@@ -1,5 +1,6 @@
 """make_optimizer against the optax chain it replaces: optax.apply_if_finite around
-clip_by_global_norm -> optax.adamw / optax.lamb, built here from optax directly. Over a run of
+clip_by_global_norm -> optax.adamw / optax.lamb (or optimizer.stable_adamw), built here from optax
+directly. Over a run of
 steps with clipping active and not, NaN and inf steps (two in a row) and huge finite gradients
 whose squared norm overflows, the parameters, the whole optimizer state and the non-finite
 counts agree bit for bit after every step; the state has the same tree, shapes and dtypes, so
@@ -62,7 +63,8 @@ def _gradients(params):
 def _reference(cfg: settings.OptimizerConfig) -> optax.GradientTransformation:
     """The chain make_optimizer replaced, written with optax's own transformations."""
     schedule = optimizer.learning_rate_schedule(cfg)
-    build = optax.adamw if cfg.name == "adamw" else optax.lamb
+    build = {"adamw": optax.adamw, "lamb": optax.lamb,
+             "stable_adamw": optimizer.stable_adamw}[cfg.name]
     update = build(schedule, b1=cfg.b1, b2=cfg.b2, eps=cfg.eps, weight_decay=cfg.weight_decay,
                    mask=optimizer.decay_mask)
     if cfg.clip_norm > 0:
@@ -96,7 +98,8 @@ def _assert_bitwise(actual, expected, what):
 
 
 @pytest.mark.parametrize("name, clip_norm", [("adamw", 1.0), ("lamb", 1.0), ("adamw", 0.0),
-                                             ("lamb", 0.0)])
+                                             ("lamb", 0.0), ("stable_adamw", 1.0),
+                                             ("stable_adamw", 0.0)])
 def test_every_step_equals_the_optax_chain_bit_for_bit(name, clip_norm):
     cfg = _config(name, clip_norm)
     fused, reference = optimizer.make_optimizer(cfg), _reference(cfg)

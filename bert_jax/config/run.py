@@ -101,7 +101,10 @@ def optimizer_block(**overrides) -> ml_collections.ConfigDict:
     """The optimizer (bert_jax.config.settings.OptimizerConfig): AdamW with BERT's settings."""
     import ml_collections
     block = dict(
-        name="adamw",  # adamw | lamb
+        # adamw | stable_adamw (AdamW whose step and weight decay of each parameter array are
+        # divided by max(1, RMS of g^2 / max(v_hat, eps^2)): update clipping, as ModernBERT
+        # trained; bert_jax.train.optimizer) | lamb
+        name="adamw",
         # decay of the learning rate after the warm-up: linear | cosine | constant | wsd (stable
         # at the peak, then linear decay over the last decay_fraction of the steps) | one_cycle
         # (cosine up over the warm-up, cosine down)

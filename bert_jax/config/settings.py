@@ -32,7 +32,7 @@ DROPOUT_RNGS = ("hash", "threefry", "rbg")
 
 CHOICES = ("xla", "explicit")  # config.fsdp_collectives
 
-OPTIMIZERS = ("adamw", "lamb")
+OPTIMIZERS = ("adamw", "stable_adamw", "lamb")
 
 DECAYS = ("linear", "cosine", "constant", "wsd", "one_cycle")
 
@@ -47,7 +47,7 @@ class OptimizerConfig:
     decay: str = "linear"  # after warm-up: linear | cosine | constant | wsd | one_cycle
     end_learning_rate_ratio: float = 0.0  # final lr = ratio * learning_rate
     decay_fraction: float = 0.2  # wsd: the share of total_steps spent decaying, at the end
-    name: str = "adamw"  # adamw | lamb
+    name: str = "adamw"  # adamw | stable_adamw | lamb
     b1: float = 0.9
     b2: float = 0.999
     eps: float = 1e-6
@@ -232,3 +232,7 @@ def check_run(config: Config, mesh, total_steps: int, cfg: BertConfig) -> None:
         raise ValueError("optimizer.name=lamb with model.scan_layers=True: LAMB's trust ratio is "
                          "taken per parameter array, and scanned layers stack every layer into "
                          "one array; train LAMB with scan_layers=False")
+    if config.optimizer.name == "stable_adamw" and cfg.scan_layers:
+        raise ValueError("optimizer.name=stable_adamw with model.scan_layers=True: its update "
+                         "clipping is taken per parameter array, and scanned layers stack every "
+                         "layer into one array; train it with scan_layers=False")

@@ -1,8 +1,9 @@
 """The optimizer of BERT pre-training and fine-tuning, as an Optax chain.
 
-    gradients -> clip to global norm `clip_norm` -> AdamW (or LAMB) with a learning rate that warms
-    up linearly from 0 to `learning_rate` over `warmup_steps`, then decays (linearly, as in the
-    paper, or along a cosine) to `end_learning_rate_ratio * learning_rate` at `total_steps`.
+    gradients -> clip to global norm `clip_norm` -> AdamW (StableAdamW, LAMB) with a learning
+    rate that warms up linearly from 0 to `learning_rate` over `warmup_steps`, then decays
+    (linearly, as in the paper, or along a cosine) to `end_learning_rate_ratio * learning_rate`
+    at `total_steps`.
 
 Other schedules (`decay`): "constant" after the warm-up; "wsd" (warm-up, stable, decay): the peak
 until the last `decay_fraction` of `total_steps`, then linear to the end value; "one_cycle"
@@ -16,6 +17,20 @@ non-finite weights and the loop can stop it (or skip such steps) by config witho
 host sync. The state is apply_if_finite's; the update, the same operations on the same values,
 is computed without its `lax.cond`, so that XLA fuses it into about one pass over each
 parameter's memory (`make_optimizer`).
+
+StableAdamW (`name="stable_adamw"`; Wortsman et al. 2023, "Stable and low-precision training for
+large-scale vision-language models", Algorithm 1; ModernBERT trains with it) is AdamW with
+update clipping per parameter tensor: the step and the weight decay of a tensor are divided by
+max(1, RMS_t), where
+
+    RMS_t = sqrt(mean over the tensor of g_t^2 / max(v_hat_t, eps^2))
+
+g_t the gradient Adam receives (after the global-norm clipping, when that is on), v_hat_t the
+bias-corrected second moment after this step's update, v_t / (1 - b2^t), and eps Adam's own eps
+(the max keeps elements whose v_hat is ~0 from dividing by zero; the definition of the `optimi`
+library's StableAdamW, which ModernBERT used). Where no tensor's RMS exceeds 1 it is AdamW, bit
+for bit; the state is AdamW's, so a checkpoint of one resumes in the other. `stable_adamw` is the
+transformation; make_optimizer computes the same values inside its fused update.
 
 Weight decay (0.01 in the paper) is decoupled, as in AdamW, and is not applied to biases or to
 LayerNorm parameters; `decay_mask` makes that choice from the parameter path. Gradient
@@ -98,9 +113,56 @@ def nonfinite_counts(opt_state: Any) -> dict[str, jax.Array]:
             "nonfinite_in_a_row": opt_state.notfinite_count}
 
 
+def update_rms(grad: jax.Array, nu_hat: jax.Array, eps: float) -> jax.Array:
+    """StableAdamW's RMS_t of one tensor: sqrt(mean(g^2 / max(v_hat, eps^2))), a float32 scalar
+    (module docstring).
+
+    Each term is computed as (g / sqrt(max(v_hat, eps^2)))^2: equal, and finite where g^2
+    overflows float32 (a gradient above ~1.8e19, which the global-norm clipping would otherwise
+    catch): v_hat is then infinite too and the term 0, as Adam's step for that element is,
+    where g^2 / v_hat would be inf / inf = NaN."""
+    floor = jnp.maximum(jnp.float32(eps) ** 2, jnp.finfo(jnp.float32).tiny)  # never 0
+    root = jnp.sqrt(jnp.maximum(nu_hat.astype(jnp.float32), floor))
+    return jnp.sqrt(jnp.mean(jnp.square(grad.astype(jnp.float32) / root)))
+
+
+def clip_updates(updates: Any, grads: Any, nu_hat: Any, eps: float) -> Any:
+    """Each leaf of `updates` divided by max(1, update_rms of its gradient and v_hat): unchanged
+    (divided by exactly 1) where the RMS is at most 1."""
+    def clip(update, grad, nu):
+        return update / jnp.maximum(1.0, update_rms(grad, nu, eps)).astype(update.dtype)
+    return jax.tree.map(clip, updates, grads, nu_hat)
+
+
+def stable_adamw(learning_rate: optax.ScalarOrSchedule, b1: float = 0.9, b2: float = 0.999,
+                 eps: float = 1e-6, weight_decay: float = 0.0, mask: Any = None
+                 ) -> optax.GradientTransformation:
+    """StableAdamW (module docstring): optax.adamw with the same arguments, whose update of each
+    tensor (Adam's step and the decoupled weight decay together) is divided by max(1, RMS_t).
+
+    Its state is optax.adamw's (scale_by_adam's, add_decayed_weights', scale_by_learning_rate's)
+    and equal to it after every step: only the updates differ.
+    """
+    adam = optax.scale_by_adam(b1=b1, b2=b2, eps=eps)
+    tail = optax.chain(optax.add_decayed_weights(weight_decay, mask),
+                       optax.scale_by_learning_rate(learning_rate))
+
+    def init(params):
+        return (adam.init(params), *tail.init(params))
+
+    def update(grads, state, params=None):
+        adam_state, *tail_state = state
+        direction, adam_state = adam.update(grads, adam_state, params)
+        nu_hat = optax.tree.bias_correction(adam_state.nu, b2, adam_state.count)
+        updates, tail_state = tail.update(direction, tuple(tail_state), params)
+        return clip_updates(updates, grads, nu_hat, eps), (adam_state, *tail_state)
+
+    return optax.GradientTransformation(init, update)
+
+
 def make_optimizer(cfg: OptimizerConfig) -> optax.GradientTransformationExtraArgs:
-    """Global-norm clipping followed by AdamW or LAMB on the warm-up/decay schedule, skipping
-    every update whose gradients are not finite (module docstring).
+    """Global-norm clipping followed by AdamW, StableAdamW or LAMB on the warm-up/decay
+    schedule, skipping every update whose gradients are not finite (module docstring).
 
     The values and the state are those of `optax.apply_if_finite(<the chain>, _NEVER)` with
     <the chain> `_make_update_chain(cfg)` (the state is built by that very transformation, so
@@ -118,7 +180,8 @@ def make_optimizer(cfg: OptimizerConfig) -> optax.GradientTransformationExtraArg
 
 def _fused_update(cfg: OptimizerConfig):
     """The update function of make_optimizer: apply_if_finite(clip -> Adam -> tail), where the
-    tail is AdamW's or LAMB's rest after `optax.scale_by_adam`.
+    tail is AdamW's or LAMB's rest after `optax.scale_by_adam` (StableAdamW: AdamW's, its
+    output divided by max(1, RMS_t) per tensor, `clip_updates`).
 
     apply_if_finite picks "run the chain" or "keep the state, return zeros" with a `lax.cond`
     whose branches return whole trees, which XLA cannot fuse across. Here the chain always runs
@@ -137,7 +200,8 @@ def _fused_update(cfg: OptimizerConfig):
     clips = cfg.clip_norm > 0  # then the chain's state is (clip's EmptyState, AdamW's or LAMB's)
     schedule = learning_rate_schedule(cfg)
     trust_ratio = [optax.scale_by_trust_ratio()] if cfg.name == "lamb" else []
-    # optax.adamw and optax.lamb are chain(scale_by_adam, <these>), with these states.
+    # optax.adamw, optax.lamb and stable_adamw are chain(scale_by_adam, <these>) (stable_adamw's
+    # output then clipped), with these states.
     tail = optax.chain(optax.add_decayed_weights(cfg.weight_decay, decay_mask), *trust_ratio,
                        optax.scale_by_learning_rate(schedule))
     b1, b2, eps, eps_root = cfg.b1, cfg.b2, cfg.eps, 0.0  # scale_by_adam's arguments
@@ -170,6 +234,8 @@ def _fused_update(cfg: OptimizerConfig):
         # scale_by_adam's direction (no nesterov, no mu_dtype: the config sets neither).
         direction = jax.tree.map(lambda m, v: m / (jnp.sqrt(v + eps_root) + eps), mu_hat, nu_hat)
         updates, new_tail_state = tail.update(direction, tuple(tail_state), params)
+        if cfg.name == "stable_adamw":
+            updates = clip_updates(updates, grads_nu, nu_hat, eps)
         tail_state = jax.tree.map(keep, new_tail_state, tuple(tail_state))
         inner_state = (adam_state, *tail_state)
         return jax.tree.map(lambda u: jnp.where(isfinite, u, jnp.zeros_like(u)), updates), \
@@ -228,6 +294,9 @@ def _make_update_chain(cfg: OptimizerConfig) -> optax.GradientTransformation:
     if cfg.name == "adamw":
         update = optax.adamw(schedule, b1=cfg.b1, b2=cfg.b2, eps=cfg.eps,
                              weight_decay=cfg.weight_decay, mask=decay_mask)
+    elif cfg.name == "stable_adamw":
+        update = stable_adamw(schedule, b1=cfg.b1, b2=cfg.b2, eps=cfg.eps,
+                              weight_decay=cfg.weight_decay, mask=decay_mask)
     else:
         update = optax.lamb(schedule, b1=cfg.b1, b2=cfg.b2, eps=cfg.eps,
                             weight_decay=cfg.weight_decay, mask=decay_mask)
