@@ -180,6 +180,12 @@ def pretrain_config() -> ml_collections.ConfigDict:
         sentence_pairs=False,  # True: NSP pairs and the NSP head, as in the paper
         num_workers=0,  # grain worker processes
         seconds_per_batch=0.0,  # synthetic corpus only: simulate a slow input pipeline
+        # Batch-size warm-up (shards:DIR corpora only; both > 0 to turn it on): the global batch
+        # rises from batch_warmup_start rows (a multiple of the processes and of mesh.data x
+        # mesh.fsdp x accumulation_steps) to batch_size in a few steps of multiples of it, over
+        # batch_warmup_tokens tokens (rows x max_seq_len); bert_jax.data.pretraining.batch_schedule
+        batch_warmup_tokens=0,  # the tokens the warm-up lasts; 0: off
+        batch_warmup_start=0,  # global rows of the first steps; 0: off
     ))
     config.eval_batches = 0  # 0: the whole validation split
     return config

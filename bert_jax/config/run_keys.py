@@ -195,6 +195,8 @@ _RANGES = (
     ("accumulation_steps", lambda v: v >= 1, "at least 1 (micro-batches per optimizer step)"),
     ("seed", lambda v: 0 <= v < 2**32, "in [0, 2**32)"),
     ("data.mask_rate", lambda v: 0 < v < 1, "in (0, 1): the share of tokens masked"),
+    ("data.batch_warmup_tokens", lambda v: v >= 0, "an integer >= 0 (0: no batch-size warm-up)"),
+    ("data.batch_warmup_start", lambda v: v >= 0, "an integer >= 0 (0: no batch-size warm-up)"),
     ("data.eval_mask_rate", lambda v: 0 < v < 1, "in (0, 1): the share of tokens masked"),
 )
 

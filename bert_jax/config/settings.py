@@ -162,7 +162,7 @@ def check_batch_size(global_batch_size: int, mesh: Mesh, accumulation_steps: int
                          f"{process_count} processes")
     if global_batch_size % (accumulation_steps * data_parallel):
         raise ValueError(
-            f"global batch_size={global_batch_size} is not divisible by accumulation_steps="
+            f"global {key}={global_batch_size} is not divisible by accumulation_steps="
             f"{accumulation_steps} x data-parallel size {data_parallel}: each micro-batch must "
             "split evenly over the devices")
 

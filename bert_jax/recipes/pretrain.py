@@ -93,7 +93,9 @@ def data_config(config: settings.Config, workdir: str):
         max_predictions=config.data.max_predictions, mask_rate=config.data.mask_rate,
         whole_word_masking=config.data.whole_word_masking,
         sentence_pairs=config.data.sentence_pairs, seed=config.seed,
-        num_workers=config.data.num_workers)
+        num_workers=config.data.num_workers,
+        batch_warmup_tokens=config.data.batch_warmup_tokens,
+        batch_warmup_start=config.data.batch_warmup_start)
 
 
 def load_tokenizer(config: settings.Config, workdir: str):
@@ -143,6 +145,23 @@ def vocab_size_of(config: settings.Config, workdir: str) -> int:
     if config.data.corpus == SYNTHETIC:
         return config.tokenizer.vocab_size
     return load_tokenizer(config, workdir).vocab_size
+
+
+def check_batch_warmup(config: settings.Config, mesh: Any) -> None:
+    """data.batch_warmup_*: a token-shard corpus, and a start that splits over the processes,
+    the data-parallel devices and the micro-batches (then so does every warm-up size, all
+    multiples of it: bert_jax.data.pretraining.batch_schedule) and is below batch_size."""
+    start, tokens = config.data.batch_warmup_start, config.data.batch_warmup_tokens
+    if not (start and tokens):
+        return
+    if not config.data.corpus.startswith("shards:"):
+        raise ValueError(f"data.batch_warmup_tokens needs a token-shard corpus (shards:DIR, "
+                         f"experiments/prepare_shards.py); corpus {config.data.corpus!r} is not")
+    settings.check_batch_size(start, mesh, config.accumulation_steps,
+                              key="data.batch_warmup_start")
+    if start >= config.batch_size:
+        raise ValueError(f"data.batch_warmup_start={start} must be below batch_size="
+                         f"{config.batch_size} (the warm-up rises from it to the batch size)")
 
 
 def make_data(config: settings.Config, workdir: str, vocab_size: int
@@ -235,6 +254,7 @@ def pieces(config: settings.Config, workdir: str) -> Pieces:
     vocab_size = vocab_size_of(config, workdir)
     cfg = common.model_config(config, vocab_size, init_cfg)
     settings.check_run(config, mesh, config.total_steps, cfg)
+    check_batch_warmup(config, mesh)
     train_iterator, make_eval_iterator = make_data(config, workdir, vocab_size)
     opt_config = settings.optimizer_config(config, config.total_steps)
     return Pieces(make_task(config, cfg, initial_params), optimizer_lib.make_optimizer(opt_config),
@@ -255,6 +275,7 @@ def train_and_evaluate(config: settings.Config, workdir: str) -> loop.TrainResul
     init_cfg, initial_params = common.initial_weights(config, workdir)
     settings.check_run(config, mesh, config.total_steps,
                        common.model_config(config, vocab_size, init_cfg))
+    check_batch_warmup(config, mesh)
     with workdir_lib.lock(workdir):
         run_record.record_config(config, workdir)
         vocab_size = vocab_size_of(config, workdir)

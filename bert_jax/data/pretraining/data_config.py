@@ -32,6 +32,9 @@ class PretrainingDataConfig:
     num_workers: grain worker processes making rows (0: threads of this process only; see
       benchmarks/data_throughput.py for when they pay off). num_workers > 0 needs parsed absl
       flags (module docstring).
+    batch_warmup_tokens, batch_warmup_start: a batch-size warm-up of the training batches, from
+      batch_warmup_start global rows to the full batch over batch_warmup_tokens tokens
+      (bert_jax.data.pretraining.batch_schedule); 0: off; "shards:DIR" corpora only.
     document_delimiter, invalid_utf8, validation_fraction: options of "text:GLOB" corpora
       (bert_jax.data.corpora.catalog); document_delimiter is the run config's
       data.document_delimiter.
@@ -55,6 +58,8 @@ class PretrainingDataConfig:
     document_delimiter: str = "blank_line"
     invalid_utf8: str = "fail"
     validation_fraction: float = 0.02
+    batch_warmup_tokens: int = 0
+    batch_warmup_start: int = 0
 
     def __post_init__(self):
         if self.seq_len < 8 or self.seq_len < 2 + self.min_segment_tokens:
@@ -71,6 +76,9 @@ class PretrainingDataConfig:
             raise ValueError("PretrainingDataConfig.short_seq_prob must be in [0, 1]")
         if not 0 <= self.seed < 2**32:
             raise ValueError(f"PretrainingDataConfig.seed={self.seed} must be in [0, 2**32)")
+        if self.batch_warmup_tokens < 0 or self.batch_warmup_start < 0:
+            raise ValueError(f"data.batch_warmup_tokens={self.batch_warmup_tokens} and "
+                             f"data.batch_warmup_start={self.batch_warmup_start} must be >= 0")
         if self.num_workers < 0:
             raise ValueError("PretrainingDataConfig.num_workers must be >= 0")
         if self.document_delimiter not in text_corpus.DOCUMENT_DELIMITERS:

@@ -96,6 +96,9 @@ def make_iterator(cfg: PretrainingDataConfig, split: str = "train", global_batch
     if cfg.corpus.startswith(shard_source.PREFIX):
         return shard_iterator.make_shard_iterator(cfg, split, global_batch_size, process_index,
                                                   process_count, num_epochs)
+    if cfg.batch_warmup_tokens and cfg.batch_warmup_start:
+        raise ValueError(f"data.batch_warmup_tokens needs a token-shard corpus (shards:DIR, "
+                         f"experiments/prepare_shards.py); corpus {cfg.corpus!r} is read as text")
     if global_batch_size % process_count:
         raise ValueError(f"global_batch_size={global_batch_size} is not divisible by "
                          f"process_count={process_count}")

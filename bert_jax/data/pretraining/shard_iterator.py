@@ -2,12 +2,16 @@
 same global batch sequence whatever the number of processes and devices, with a trivial exact
 state.
 
-    global batch b = global rows [b * B, (b + 1) * B)           (B = global_batch_size)
-    process p of P = its rows [b * B + p * B/P, b * B + (p + 1) * B/P)
+    global batch b = global rows [r_b, r_b + B_b)       (B_b = global_batch_size, or the batch
+                     size warm-up's size of step b; r_b = B_0 + ... + B_(b-1))
+    process p of P = its rows [r_b + p * B_b/P, r_b + (p + 1) * B_b/P)
     row g          = `ShardRows.rows(g, g + 1)` (seed, epoch g // R, row g % R)
     masks of row g = `BatchMasker` keyed by (seed, g, position)
 
 so 1 process, 2 processes x 4 devices and 8 devices see the same global batches, bit for bit.
+With data.batch_warmup_tokens and data.batch_warmup_start the sizes B_b rise from the start to
+global_batch_size (`batch_schedule.BatchSchedule`, independent of the process layout; training
+passes only): the train step compiles once per size (`shape_examples` lists them).
 No tokenizer runs here: the tokenizer is read only for its special ids, vocabulary size, "##"
 pieces and ordinary tokens (masking).
 
@@ -15,7 +19,7 @@ State: {"version", "kind", "batch" (the next global batch), "rows" (its first gl
 "fingerprint"}; `set_state` resumes exactly, and so does `set_state_of_other_layout` (a state
 saved by another number of processes: the global sequence does not depend on it). The
 fingerprint hashes the split's shards (files, document and token counts, sizes), seq_len, seed,
-masking and the global batch size, not the process layout.
+masking, the global batch size and the warm-up, not the process layout.
 
 Evaluation (num_epochs=k): a finite pass over k epochs of the split's rows, in the order and with
 the masks of a fixed seed (EVAL_SEED, whatever the run's seed, so every run of a corpus is scored
@@ -35,6 +39,7 @@ import numpy as np
 
 from bert_jax.data.pretraining import shard_source
 from bert_jax.data.pretraining.batch_masking import BatchMasker
+from bert_jax.data.pretraining.batch_schedule import BatchSchedule
 from bert_jax.data.pretraining.data_config import PretrainingDataConfig
 from bert_jax.data.pretraining.masking import MaskingSpec
 from bert_jax.data.pretraining.shard_rows import ShardRows
@@ -52,20 +57,29 @@ class ShardBatches:
     pass, example_weights [b] float32.
     num_rows: None (endless) or the rows of a finite pass (then StopIteration after the batch
     that holds the last of them).
+    schedule: the global rows of each batch (BatchSchedule; default global_batch_size every
+    batch); only for an endless pass.
     """
 
     def __init__(self, rows: ShardRows, masker: BatchMasker, global_batch_size: int,
                  process_index: int, process_count: int, fingerprint: str,
-                 num_rows: Optional[int] = None):
-        if global_batch_size % process_count:
-            raise ValueError(f"global_batch_size={global_batch_size} is not divisible by "
-                             f"process_count={process_count}")
+                 num_rows: Optional[int] = None, schedule: Optional[BatchSchedule] = None):
+        schedule = schedule or BatchSchedule(global_batch_size)
+        if schedule.full != global_batch_size or (num_rows is not None and schedule.enabled):
+            raise ValueError("a batch schedule must end at global_batch_size and is for "
+                             "training (endless) passes only")
+        for size in schedule.sizes:
+            if size % process_count:
+                what = "global_batch_size" if size == global_batch_size else (
+                    "the warm-up's batch size")
+                raise ValueError(f"{what}={size} is not divisible by "
+                                 f"process_count={process_count}")
         if not 0 <= process_index < process_count:
             raise ValueError(f"process_index={process_index} not in [0, {process_count})")
-        self.rows, self.masker = rows, masker
+        self.rows, self.masker, self.schedule = rows, masker, schedule
         self.global_batch_size = global_batch_size
-        self.share = global_batch_size // process_count
-        self.offset = process_index * self.share
+        self.process_index, self.process_count = process_index, process_count
+        self.share = global_batch_size // process_count  # rows of a full batch here
         self.fingerprint, self.num_rows = fingerprint, num_rows
         self.batch = 0
 
@@ -81,8 +95,9 @@ class ShardBatches:
     def __next__(self) -> dict[str, np.ndarray]:
         if self.num_batches is not None and self.batch >= self.num_batches:
             raise StopIteration
-        start = self.batch * self.global_batch_size + self.offset
-        batch = self.batch_of_rows(start, start + self.share)
+        share = self.schedule.size(self.batch) // self.process_count
+        start = self.schedule.rows_before(self.batch) + self.process_index * share
+        batch = self.batch_of_rows(start, start + share)
         self.batch += 1
         return batch
 
@@ -101,23 +116,27 @@ class ShardBatches:
         return batch
 
     def shape_examples(self, num_batches: int) -> list[dict[str, np.ndarray]]:
-        """One batch of the shape every batch has (all padding, nothing read): what a run
-        compiles before its first step (bert_jax.train.program)."""
-        del num_batches  # every batch has the same shape
+        """One batch of each shape that batches 0 .. num_batches - 1 have (all padding, nothing
+        read): what a run compiles before its first step (bert_jax.train.program). One shape,
+        or one per size of a batch-size warm-up."""
+        return [self._padding_batch(size // self.process_count)
+                for size in self.schedule.sizes_before(num_batches)]
+
+    def _padding_batch(self, share: int) -> dict[str, np.ndarray]:
         length, p = self.rows.seq_len, self.masker.spec.max_predictions
-        batch = {"input_ids": np.full((self.share, length), self.rows.pad_id, np.int32),
-                 **{key: np.zeros((self.share, length), np.int32)
+        batch = {"input_ids": np.full((share, length), self.rows.pad_id, np.int32),
+                 **{key: np.zeros((share, length), np.int32)
                     for key in ("token_type_ids", "segment_ids", "position_ids")},
-                 "masked_positions": np.zeros((self.share, p), np.int32),
-                 "masked_ids": np.zeros((self.share, p), np.int32),
-                 "masked_weights": np.zeros((self.share, p), np.float32)}
+                 "masked_positions": np.zeros((share, p), np.int32),
+                 "masked_ids": np.zeros((share, p), np.int32),
+                 "masked_weights": np.zeros((share, p), np.float32)}
         if self.num_rows is not None:
-            batch["example_weights"] = np.zeros((self.share,), np.float32)
-        return [batch]
+            batch["example_weights"] = np.zeros((share,), np.float32)
+        return batch
 
     def get_state(self) -> dict[str, Any]:
         return {"version": STATE_VERSION, "kind": KIND, "batch": self.batch,
-                "rows": self.batch * self.global_batch_size, "fingerprint": self.fingerprint}
+                "rows": self.schedule.rows_before(self.batch), "fingerprint": self.fingerprint}
 
     def set_state(self, state: dict[str, Any] | str | bytes) -> None:
         """Resumes exactly at `get_state()` of an iterator of the same data, seed, masking and
@@ -130,8 +149,8 @@ class ShardBatches:
                              f"({KIND!r} version {STATE_VERSION}): it cannot resume this one")
         if state["fingerprint"] != self.fingerprint:
             raise ValueError("pipeline state was saved by a pipeline with other shards, seed, "
-                             "sequence length, masking or global batch size; it cannot resume "
-                             "this one")
+                             "sequence length, masking, global batch size or batch-size "
+                             "warm-up; it cannot resume this one")
         self.batch = int(state["batch"])
 
     def set_state_of_other_layout(self, state: dict[str, Any] | str | bytes) -> None:
@@ -205,11 +224,17 @@ def make_shard_iterator(cfg: PretrainingDataConfig, split: str = "train",
     spec = MaskingSpec.from_tokenizer(tokenizer, cfg.mask_rate, cfg.max_predictions,
                                       cfg.whole_word_masking)
     num_rows = None if num_epochs is None else num_epochs * rows.rows_per_epoch
+    schedule = BatchSchedule(global_batch_size, *(
+        (cfg.batch_warmup_start, cfg.batch_warmup_tokens, cfg.seq_len) if num_epochs is None
+        else ()))
+    # (the schedule's identity is appended only when on: fingerprints without it stay as saved)
     fingerprint = _digest([KIND, documents.identity(), split, cfg.seq_len, seed, cfg.mask_rate,
                            cfg.max_predictions, cfg.whole_word_masking, global_batch_size,
-                           num_epochs])
+                           num_epochs] + schedule.identity())
+    if schedule.enabled and process_index == 0:
+        logging.info("data: %s", schedule.describe())
     return ShardBatches(rows, BatchMasker(spec, seed), global_batch_size, process_index,
-                        process_count, fingerprint, num_rows)
+                        process_count, fingerprint, num_rows, schedule)
 
 
 def _digest(values: list[Any]) -> str:
