@@ -30,16 +30,24 @@ def path(location: str | os.PathLike) -> epath.Path:
 
 def write_text_atomically(file: str | os.PathLike, text: str) -> None:
     """Write a whole file so that a reader (or a crash) never sees a part: locally a temporary
-    file renamed into place; on object storage one object write, which is all or nothing."""
+    file renamed into place (removed when the write fails, e.g. on a full disk); on object
+    storage one object write, which is all or nothing."""
     if is_remote(file):
         epath.Path(file).write_text(text)
         return
     file = os.fspath(file)
     os.makedirs(os.path.dirname(os.path.abspath(file)), exist_ok=True)
     temporary = f"{file}.tmp-{os.getpid()}"
-    with open(temporary, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.replace(temporary, file)
+    try:
+        with open(temporary, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(temporary, file)
+    except BaseException as e:  # a full disk, a kill: the file stays as it was, no part beside
+        if os.path.exists(temporary):
+            os.remove(temporary)
+        if isinstance(e, OSError) and e.errno is not None:  # named by the file meant, not its part
+            raise OSError(e.errno, f"{e.strerror} (it was left as it was)", file) from e
+        raise
 
 
 def read_json(file: str | os.PathLike) -> dict:

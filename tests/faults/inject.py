@@ -7,6 +7,10 @@ give, raised where the real ones would be):
     enospc-metrics:<n>       the n-th append to metrics.jsonl raises ENOSPC
     enospc-tensorboard:<n>   the n-th flush of TensorBoard's event file raises ENOSPC
     enospc-checkpoint:<step> writing checkpoint <step> raises ENOSPC (its data-iterator item)
+    enospc-array-record:<split>  writing the TFDS array_record file of <split> fails as the
+                             C++ writer does on a full disk (its RuntimeError, after half the
+                             records are written)
+    enospc-vocab             writing vocab.txt stops half-way with ENOSPC (its temporary file)
     readonly:<folder>        every write, folder creation, rename or removal under <folder>
                              raises EROFS (Python's file calls; the run must stop before any
                              other writer starts)
@@ -66,6 +70,49 @@ def _checkpoint(step: int) -> None:
     grain_checkpoint.CheckpointHandler.save = save
 
 
+def _array_record(split: str) -> None:
+    from tensorflow_datasets.core import file_adapters
+    adapter = file_adapters.ArrayRecordFileAdapter
+    real = adapter.write_examples.__func__
+
+    def write_examples(cls, path, iterator):
+        if f"-{split}.array_record" not in os.fspath(path):
+            return real(cls, path, iterator)
+        examples = list(iterator)
+        real(cls, path, examples[:len(examples) // 2])  # half of it on disk, then the disk fills
+        raise RuntimeError(f"write() failed: No space left on device; writing {path}; at byte "
+                           f"{os.path.getsize(path)}; Failed to close chunk_writer")
+
+    adapter.write_examples = classmethod(write_examples)
+
+
+def _vocab() -> None:
+    real_open = builtins.open
+
+    class HalfWritten:
+        def __init__(self, f):
+            self.f = f
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.f.close()
+
+        def write(self, text):
+            self.f.write(text[:len(text) // 2])
+            self.f.flush()
+            raise _error(errno.ENOSPC, self.f.name)
+
+    def open_(file, mode="r", *args, **kwargs):
+        f = real_open(file, mode, *args, **kwargs)
+        if "w" in mode and os.path.basename(os.fspath(file)).startswith("vocab.txt.tmp"):
+            return HalfWritten(f)
+        return f
+
+    builtins.open = open_
+
+
 def _readonly(folder: str) -> None:
     folder = os.path.abspath(folder)
 
@@ -99,6 +146,8 @@ def _readonly(folder: str) -> None:
 FAULTS = {"enospc-metrics": lambda v: _metrics(int(v)),
           "enospc-tensorboard": lambda v: _tensorboard(int(v)),
           "enospc-checkpoint": lambda v: _checkpoint(int(v)),
+          "enospc-array-record": _array_record,
+          "enospc-vocab": lambda v: _vocab(),
           "readonly": _readonly}
 
 

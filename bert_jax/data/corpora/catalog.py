@@ -32,6 +32,7 @@ callers have always found them.
 
 from __future__ import annotations
 
+import errno
 import os
 from typing import Any, Iterator, Protocol
 
@@ -121,12 +122,41 @@ def prepare(corpus: str, data_dir: str, **text_options) -> tfds.core.DatasetBuil
     return builder
 
 
+# What a full disk or an exhausted quota says, in an OSError or in the text of the RuntimeError that
+# TFDS's array_record writer raises ("write() failed: No space left on device; writing <file>").
+_DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
+_DISK_FULL_TEXTS = (os.strerror(errno.ENOSPC), os.strerror(errno.EDQUOT), "No space left on device",
+                    "Disk quota exceeded")
+
+
+def disk_full(error: BaseException) -> bool:
+    """True when `error`, or an error it was raised from, is a full disk (or quota)."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if isinstance(error, OSError) and error.errno in _DISK_FULL_ERRNOS:
+            return True
+        if any(text in str(error) for text in _DISK_FULL_TEXTS):
+            return True
+        error = error.__cause__ or error.__context__
+    return False
+
+
 def _download_and_prepare(builder: tfds.core.DatasetBuilder, corpus: str, data_dir: str) -> None:
+    """TFDS writes the corpus into an `incomplete.*` folder beside its version folder and renames
+    it when every split is written; a failure removes that folder. So a full disk leaves nothing
+    half-prepared: it ends in an OSError(ENOSPC) naming the data dir (one line in the scripts),
+    and the same command, once space is freed, prepares the corpus whole, the same bytes as a
+    preparation that never stopped (the writer is deterministic)."""
     local = corpus == DEMO or corpus.startswith(TEXT_PREFIX)
     tfds.display_progress_bar(not local and progress.enabled())  # TFDS's own bars: downloads
     try:
         builder.download_and_prepare()
     except Exception as e:
+        if disk_full(e):
+            raise OSError(errno.ENOSPC, f"no space left on the device while preparing corpus "
+                          f"{corpus!r} there ({_first_line(e)}); nothing of it was kept: free "
+                          "space and run the same command again", data_dir) from e
         if local:
             raise
         raise RuntimeError(
@@ -134,6 +164,11 @@ def _download_and_prepare(builder: tfds.core.DatasetBuilder, corpus: str, data_d
             f"(network access and the dataset's own dependencies are needed): {e}") from e
     finally:
         tfds.display_progress_bar(True)
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0][:300] if text else type(error).__name__
 
 
 def load_source(corpus: str, split: str, data_dir: str, **text_options) -> TextSource:
