@@ -189,3 +189,51 @@ def test_script_errors_are_one_line(corpus, tmp_path):
     assert result.stderr.strip().splitlines()[-1] == (
         f"prepare_shards.py: error: jsonl[text_key=text]:{tmp_path}/none*.jsonl: the glob "
         f"'{tmp_path}/none*.jsonl' matches no file")
+
+
+def test_the_folder_is_self_contained(corpus, monkeypatch):
+    """The tokenizer and the per-document token counts are in the folder: training opens it
+    without tokenizer.path and without reading a record."""
+    import hashlib
+
+    from bert_jax.data.pretraining import shard_iterator
+    from bert_jax.data.pretraining.data_config import PretrainingDataConfig
+    reference, manifest = corpus["reference"], corpus["manifest"]
+    assert manifest["tokenizer"]["path"] == "tokenizer.json"
+    assert manifest["tokenizer"]["files"] == ["tokenizer.json"]
+    with open(os.path.join(reference, "tokenizer.json"), "rb") as f:
+        assert hashlib.sha256(f.read()).hexdigest() == manifest["tokenizer"]["fingerprint"]
+    copied = load_tokenizer(os.path.join(reference, "tokenizer.json"))
+    original = load_tokenizer(corpus["tok"])
+    assert copied.encode(corpus["stories"][0]) == original.encode(corpus["stories"][0])
+    assert manifest["document_tokens"] == {s: f"document_tokens.{s}.npy"
+                                           for s in ("train", "validation")}
+
+    def no_counting(self):
+        raise AssertionError("counted by reading the records")
+
+    monkeypatch.setattr(token_shards.TokenShards, "_count_lengths", no_counting)
+    for split in ("train", "validation"):
+        shards = token_shards.TokenShards(reference, split)
+        lengths = shards.document_tokens()
+        assert lengths.dtype == np.int32 and lengths.sum() == shards.tokens
+        assert lengths.tolist() == [len(ids) for ids in shards.read(range(len(shards)))]
+    cfg = PretrainingDataConfig(corpus=f"shards:{reference}", seq_len=32, max_predictions=5)
+    batch = next(shard_iterator.make_shard_iterator(cfg, global_batch_size=4))
+    assert batch["input_ids"].shape == (4, 32)
+    assert batch["input_ids"][0, 0] == original.cls_id
+
+
+def test_a_unit_without_its_counts_is_done_again(corpus, tmp_path, caplog):
+    out = tmp_path / "counts"
+    shutil.copytree(corpus["reference"], out)
+    os.remove(out / ".units" / "unit-00004.validation.npy")
+    os.remove(out / "document_tokens.train.npy")
+    os.remove(out / "manifest.json")
+    caplog.set_level(logging.WARNING)
+    prepare(corpus, out)
+    assert "unit 4 is done again" in caplog.text and "unit 3 is done again" not in caplog.text
+    assert same_shards(corpus["reference"], out)
+    for name in ("document_tokens.train.npy", "document_tokens.validation.npy",
+                 "tokenizer.json", "manifest.json"):
+        assert filecmp.cmp(out / name, os.path.join(corpus["reference"], name), shallow=False)

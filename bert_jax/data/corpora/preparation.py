@@ -11,14 +11,20 @@
      corpora), and written to that unit's two shards. Shard i is a function of unit i alone, so
      the bytes are the same whatever the number of workers. A worker holds one batch of
      documents; only unit descriptions and small result dicts cross processes: memory does not
-     grow with the corpus;
-  3. writes manifest.json last (its schema: `bert_jax.data.corpora.token_shards`).
+     grow with the corpus. Each unit's per-document token counts go to
+     `.units/unit-<i>.<split>.npy`;
+  3. joins those counts into document_tokens.<split>.npy (a unit's counts in memory at a time),
+     writes the tokenizer as tokenizer.json and manifest.json last (the folder's layout and the
+     manifest's schema: `bert_jax.data.corpora.token_shards`). The folder is self-contained:
+     training opens it without a tokenizer path and without reading a record.
 
 Resuming: each shard is written under a temporary name (`<name>.tmp-<pid>`) and renamed when
-complete, then its unit's record (sizes, counts, blake2b) goes to `.units/unit-<i>.json`. A
+complete, then its counts file, then its unit's record (sizes, counts, blake2b) goes to
+`.units/unit-<i>.json`. A
 rerun with the same corpus, tokenizer and options (plan.json; anything else in the folder is
 an error naming what differs) removes stale temporaries (logging their names), skips the units
-whose shards match their record (size and hash) and does the rest: the final bytes are those of
+whose shards match their record (size and hash) and whose counts files are there, and does
+the rest: the final bytes are those of
 an uninterrupted run. A full disk (ENOSPC) ends with an OSError naming the folder; run again to
 continue. The folder is held by the data-dir lock (`bert_jax.data.corpora.data_dir_lock`) meanwhile.
 Local output folders only (ArrayRecord files are written through the local filesystem).
@@ -29,12 +35,13 @@ from __future__ import annotations
 import errno
 import glob
 import hashlib
+import io
 import json
 import logging
 import multiprocessing
 import os
 import time
-from typing import Sequence
+from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 import tokenizers
@@ -54,7 +61,9 @@ from bert_jax.data.corpora.token_shards import (
     FORMAT_VERSION,
     MANIFEST,
     SPLITS,
+    TOKENIZER_FILE,
     WRITER_OPTIONS,
+    document_tokens_name,
     shard_digest,
     shard_fault,
     shard_name,
@@ -78,15 +87,27 @@ def _unit_record_path(output_dir: str, index: int) -> str:
     return os.path.join(output_dir, UNITS_FOLDER, f"unit-{index:05d}.json")
 
 
+def unit_counts_name(index: int, split: str) -> str:
+    """A unit's per-document token counts of one split, under UNITS_FOLDER (int32 .npy)."""
+    return f"unit-{index:05d}.{split}.npy"
+
+
 # ----- one work unit (in a worker process) ---------------------------------------------------
 
 _worker: dict = {}
 
 
-def _init_worker(tokenizer_json: str, settings: dict) -> None:
-    """A worker's start: the tokenizer (single-threaded: the workers are the parallelism)."""
+def worker_tokenizer(tokenizer_json: str) -> tokenizers.Tokenizer:
+    """The tokenizer of a worker process, single-threaded: the workers are the parallelism
+    (`tokenizers`' own thread pool in each would oversubscribe the cores)."""
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
-    _worker["tokenizer"] = tokenizers.Tokenizer.from_str(tokenizer_json)
+    os.environ["RAYON_NUM_THREADS"] = "1"
+    return tokenizers.Tokenizer.from_str(tokenizer_json)
+
+
+def _init_worker(tokenizer_json: str, settings: dict) -> None:
+    """A worker's start: the tokenizer and the unit settings."""
+    _worker["tokenizer"] = worker_tokenizer(tokenizer_json)
     _worker["settings"] = settings
 
 
@@ -107,6 +128,7 @@ def tokenize_unit(unit: WorkUnit, index: int, tokenizer: tokenizers.Tokenizer, o
     temporaries = {split: os.path.join(output_dir, f"{name}.tmp-{os.getpid()}")
                    for split, name in names.items()}
     counts = {split: {"documents": 0, "tokens": 0} for split in SPLITS}
+    lengths = {split: [] for split in SPLITS}
     writers = {}
     try:
         writers = {split: ArrayRecordWriter(path, WRITER_OPTIONS)
@@ -122,6 +144,7 @@ def tokenize_unit(unit: WorkUnit, index: int, tokenizer: tokenizers.Tokenizer, o
                 writers[split].write(np.asarray(ids, dtype).tobytes())
                 counts[split]["documents"] += 1
                 counts[split]["tokens"] += len(ids)
+                lengths[split].append(len(ids))
 
         batch, size = [], 0
         for document in unit.documents(bad, max_document_bytes):
@@ -140,6 +163,10 @@ def tokenize_unit(unit: WorkUnit, index: int, tokenizer: tokenizers.Tokenizer, o
                              **counts[split], "bytes": os.path.getsize(temporaries[split]),
                              "blake2b": shard_digest(temporaries[split])}
             os.replace(temporaries[split], os.path.join(output_dir, names[split]))
+        for split in SPLITS:
+            _save_atomically(os.path.join(output_dir, UNITS_FOLDER,
+                                          unit_counts_name(index, split)),
+                             np.asarray(lengths[split], np.int32))
     except BaseException:
         for writer in writers.values():
             try:
@@ -156,6 +183,13 @@ def tokenize_unit(unit: WorkUnit, index: int, tokenizer: tokenizers.Tokenizer, o
     return record
 
 
+def _save_atomically(path: str, array: np.ndarray) -> None:
+    temporary = f"{path}.tmp-{os.getpid()}"
+    with open(temporary, "wb") as f:
+        np.save(f, array)
+    os.replace(temporary, path)
+
+
 # ----- the whole preparation ---------------------------------------------------------------
 
 def _finished_unit(output_dir: str, index: int, verify: str) -> dict | None:
@@ -167,16 +201,27 @@ def _finished_unit(output_dir: str, index: int, verify: str) -> dict | None:
         record = paths.read_json(path)
     except ValueError:
         return None
-    for shard in record["shards"].values():
-        fault = shard_fault(output_dir, shard, verify)
+    for split, shard in record["shards"].items():
+        fault = shard_fault(output_dir, shard, verify) or _counts_fault(output_dir, index, split,
+                                                                        shard["documents"])
         if fault:
             logging.warning("prepare_shards: unit %d is done again: %s", index, fault)
             return None
     return record
 
 
+def _counts_fault(output_dir: str, index: int, split: str, documents: int) -> str | None:
+    path = os.path.join(output_dir, UNITS_FOLDER, unit_counts_name(index, split))
+    try:
+        shape = np.load(path, mmap_mode="r").shape
+    except (OSError, ValueError):
+        return f"{path}: missing or unreadable"
+    return None if shape == (documents,) else f"{path}: {shape}, not ({documents},)"
+
+
 def _remove_stale_temporaries(output_dir: str) -> None:
-    stale = sorted(glob.glob(os.path.join(output_dir, "*.tmp-*")))
+    stale = sorted(glob.glob(os.path.join(output_dir, "*.tmp-*")) +
+                   glob.glob(os.path.join(output_dir, UNITS_FOLDER, "*.tmp-*")))
     for path in stale:
         os.remove(path)
     if stale:
@@ -230,17 +275,8 @@ def prepare_shards(corpus: str | Sequence[Source], tokenizer: SubwordTokenizer |
         tokenizer = load_tokenizer(tokenizer)
     started = time.perf_counter()
     units = work_units(sources, unit_bytes)
-    dtype = token_dtype(tokenizer.vocab_size)
-    plan = {"format": FORMAT, "format_version": FORMAT_VERSION,
-            "tokenizer": {"fingerprint": tokenizer_fingerprint(tokenizer.tokenizer),
-                          "vocab_size": tokenizer.vocab_size, "kind": tokenizer.kind},
-            "dtype": dtype.name,
-            "options": {"validation_fraction": validation_fraction, "unit_bytes": unit_bytes,
-                        "max_document_bytes": max_document_bytes, "bad_records": bad_records},
-            "sources": [{"spec": source.spec, "weight": source.weight,
-                         "fingerprint": source.fingerprint(), "files": len(source.files)}
-                        for source in sources],
-            "units": [str(unit) for unit in units]}
+    plan = preparation_plan(sources, units, tokenizer, validation_fraction, unit_bytes,
+                            max_document_bytes, bad_records)
     os.makedirs(output_dir, exist_ok=True)
     with data_dir_lock.exclusive(output_dir):
         try:
@@ -252,20 +288,77 @@ def prepare_shards(corpus: str | Sequence[Source], tokenizer: SubwordTokenizer |
             if len(pending) < len(units):
                 logging.info("prepare_shards: %d of %d units already done in %s", len(units) -
                              len(pending), len(units), output_dir)
-            settings = dict(output_dir=output_dir, units=len(units), dtype=dtype.str,
-                            validation_fraction=validation_fraction,
-                            max_document_bytes=max_document_bytes, bad_records=bad_records)
-            for record in _run(pending, tokenizer.tokenizer.to_str(), settings, workers):
+            settings = dict(output_dir=output_dir, **unit_settings(plan))
+            tokenizer_json = tokenizer.tokenizer.to_str()
+            for record in _run(pending, tokenizer_json, settings, workers):
                 records[record["unit"]] = record
-            manifest = _manifest(plan, sources, [records[i] for i in range(len(units))])
+            records = [records[i] for i in range(len(units))]
+            for split in SPLITS:
+                _write_document_tokens(output_dir, split, records)
+            paths.write_text_atomically(os.path.join(output_dir, TOKENIZER_FILE), tokenizer_json)
+            manifest = manifest_of(plan, records)
             paths.write_text_atomically(os.path.join(output_dir, MANIFEST),
                                         json.dumps(manifest, indent=1))
         except OSError as e:
             if e.errno == errno.ENOSPC:
                 raise _full_disk(e, output_dir) from None
             raise
-    _log_summary(manifest, time.perf_counter() - started, output_dir)
+    log_summary(manifest, output_dir, time.perf_counter() - started)
     return manifest
+
+
+def preparation_plan(sources: Sequence[Source], units: Sequence[WorkUnit],
+                     tokenizer: SubwordTokenizer, validation_fraction: float, unit_bytes: int,
+                     max_document_bytes: int, bad_records: str) -> dict:
+    """What a preparation is (plan.json): format, tokenizer, dtype, options, sources, units. Two
+    runs with the same plan write the same bytes."""
+    return {"format": FORMAT, "format_version": FORMAT_VERSION,
+            "tokenizer": {"fingerprint": tokenizer_fingerprint(tokenizer.tokenizer),
+                          "vocab_size": tokenizer.vocab_size, "kind": tokenizer.kind},
+            "dtype": token_dtype(tokenizer.vocab_size).name,
+            "options": {"validation_fraction": validation_fraction, "unit_bytes": unit_bytes,
+                        "max_document_bytes": max_document_bytes, "bad_records": bad_records},
+            "sources": [{"spec": source.spec, "weight": source.weight,
+                         "fingerprint": source.fingerprint(), "files": len(source.files)}
+                        for source in sources],
+            "units": [str(unit) for unit in units]}
+
+
+def unit_settings(plan: dict) -> dict:
+    """The keyword arguments of `tokenize_unit` that come from the plan (all but output_dir)."""
+    options = plan["options"]
+    return dict(units=len(plan["units"]), dtype=np.dtype(plan["dtype"]).newbyteorder("<").str,
+                validation_fraction=options["validation_fraction"],
+                max_document_bytes=options["max_document_bytes"],
+                bad_records=options["bad_records"])
+
+
+def document_tokens_pieces(parts: Iterable[np.ndarray], total: int) -> Iterator[bytes]:
+    """The bytes of document_tokens.<split>.npy ([total] int32, the units' counts one after
+    another), piece by piece: the .npy header, then each unit's counts (one in memory at a
+    time)."""
+    header = io.BytesIO()
+    np.lib.format.write_array_header_1_0(
+        header, {"descr": "<i4", "fortran_order": False, "shape": (total,)})
+    yield header.getvalue()
+    written = 0
+    for part in parts:
+        written += len(part)
+        yield np.ascontiguousarray(part, "<i4").tobytes()
+    if written != total:
+        raise ValueError(f"the units' token counts hold {written} documents, not {total}")
+
+
+def _write_document_tokens(output_dir: str, split: str, records: list[dict]) -> None:
+    parts = (np.load(os.path.join(output_dir, UNITS_FOLDER, unit_counts_name(r["unit"], split)))
+             for r in records)
+    total = sum(r["shards"][split]["documents"] for r in records)
+    path = os.path.join(output_dir, document_tokens_name(split))
+    temporary = f"{path}.tmp-{os.getpid()}"
+    with open(temporary, "wb") as f:
+        for piece in document_tokens_pieces(parts, total):
+            f.write(piece)
+    os.replace(temporary, path)
 
 
 def _run(pending: list[tuple[int, WorkUnit]], tokenizer_json: str, settings: dict,
@@ -289,7 +382,9 @@ def _run(pending: list[tuple[int, WorkUnit]], tokenizer_json: str, settings: dic
     bar.close()
 
 
-def _manifest(plan: dict, sources: Sequence[Source], records: list[dict]) -> dict:
+def manifest_of(plan: dict, records: list[dict]) -> dict:
+    """The manifest of a finished preparation: its plan and its units' records (in unit
+    order); the folder also holds TOKENIZER_FILE and the document_tokens files."""
     bad = BadRecords()
     shards = {split: [record["shards"][split] for record in records] for split in SPLITS}
     for record in records:
@@ -307,11 +402,15 @@ def _manifest(plan: dict, sources: Sequence[Source], records: list[dict]) -> dic
     for split in SPLITS:
         splits[split]["shards"] = len(shards[split])
     return {"format": FORMAT, "format_version": FORMAT_VERSION, "dtype": plan["dtype"],
-            "tokenizer": plan["tokenizer"], "options": plan["options"], "sources": described,
-            "shards": shards, "splits": splits, "bad_records": bad.as_dict()}
+            "tokenizer": {**plan["tokenizer"], "path": TOKENIZER_FILE,
+                          "files": [TOKENIZER_FILE]},
+            "options": plan["options"], "sources": described, "shards": shards,
+            "splits": splits, "document_tokens": {s: document_tokens_name(s) for s in SPLITS},
+            "bad_records": bad.as_dict()}
 
 
-def _log_summary(manifest: dict, seconds: float, output_dir: str) -> None:
+def log_summary(manifest: dict, output_dir: str, seconds: float | None = None) -> None:
+    """Logs a finished preparation's totals, per source and split, and its bad records."""
     for index, source in enumerate(manifest["sources"]):
         logging.info("prepare_shards: source %d %s (weight %g): %s documents, %s tokens",
                      index, source["spec"], source["weight"], source["documents"],
@@ -328,4 +427,5 @@ def _log_summary(manifest: dict, seconds: float, output_dir: str) -> None:
         logging.warning("prepare_shards: no document went to validation (validation_fraction="
                         "%g); the corpus is small or the fraction 0", manifest["options"][
                             "validation_fraction"])
-    logging.info("prepare_shards: %s in %.1f s", output_dir, seconds)
+    if seconds is not None:
+        logging.info("prepare_shards: %s in %.1f s", output_dir, seconds)
