@@ -86,5 +86,8 @@ setup(
                  f"jax[tpu]{JAX_VERSIONS}; platform_system == 'Linux'", "ruff>=0.17.6,<0.18"],
         # Peers for benchmarks/benchmark.py (4.57 is the last transformers with Flax classes).
         "bench": [*PEERS, "psutil"],
+        # The token-shard preparation as an Apache Beam pipeline (experiments/prepare_shards.py
+        # --runner=...; bert_jax/data/corpora/beam_preparation.py).
+        "beam": ["apache-beam>=2.78"],
     },
 )

@@ -14,10 +14,23 @@ r"""Tokenizes a corpus once, on every core, into token shards (ArrayRecord + man
       --corpus='mix:0.7*jsonl:/data/a/*.jsonl.gz,0.3*text[document_delimiter=line]:/data/b/*.txt' \
       --tokenizer=/data/tok --output_dir=/data/shards
 
+  # The same preparation as an Apache Beam pipeline (pip install 'bert_jax[beam]'): the same
+  # bytes; the commands for Dataflow, Flink and Spark: bert_jax/data/corpora/beam_preparation.py
+  python experiments/prepare_shards.py --corpus='jsonl:/data/web/*.jsonl.zst' \
+      --tokenizer=/data/tok --output_dir=/data/shards --runner=DirectRunner \
+      --beam_options='--direct_num_workers=8 --direct_running_mode=multi_processing'
+  python experiments/prepare_shards.py --corpus='parquet:gs://b/fineweb2/*.parquet' \
+      --tokenizer=/data/tok --output_dir=gs://b/shards --runner=DataflowRunner \
+      --beam_options='--project=P --region=us-central1 --temp_location=gs://b/tmp
+                      --setup_file=./setup.py --max_num_workers=64'
+
+The folder holds the shards, each document's token count, the tokenizer (tokenizer.json) and
+manifest.json: pre-train from it with --config.data.corpus=shards:DIR (no tokenizer.path).
 Corpus specs: text:GLOB, jsonl:GLOB, parquet:GLOB, hf:PATH and mix:W*SPEC,... with per-source
-options in brackets (`bert_jax.data.corpora.sources`). Run the same command again after a kill
-or a full disk: the completed shards are kept (checked against their recorded size and hash)
-and the rest is done; the result is byte for byte an uninterrupted run's, whatever --workers.
+options in brackets (`bert_jax.data.corpora.sources`). Run the same command again after a kill,
+a full disk or a failed Beam job: the completed shards are kept (checked against their recorded
+size and hash; on Beam, size) and the rest is done; the result is byte for byte an uninterrupted
+run's, whatever --workers or runner.
 Prints the manifest's split totals. Exit status 1 with one line `prepare_shards.py: error: ...`
 for bad input, a bad record under --bad_records=fail, or a full disk.
 """
@@ -59,6 +72,12 @@ flags.DEFINE_float("validation_fraction", 0.02, "Share of documents held out (by
 flags.DEFINE_integer("unit_mb", 64, "Work-unit size in MB of text (also the shard size).")
 flags.DEFINE_integer("max_document_mb", 8, "Documents longer than this are cut into pieces.")
 flags.DEFINE_enum("verify", "hash", ["hash", "size"], "How a rerun checks completed shards.")
+flags.DEFINE_enum("runner", "", ["", "DirectRunner", "DataflowRunner", "FlinkRunner",
+                                   "SparkRunner", "PortableRunner", "PrismRunner"],
+                  "Run the preparation as an Apache Beam pipeline on this runner (empty: worker "
+                  "processes of this machine, --workers).")
+flags.DEFINE_string("beam_options", "", "Beam pipeline options for --runner, one string "
+                    "('--project=P --region=R --temp_location=gs://b/tmp ...').")
 flags.mark_flags_as_required(["corpus", "tokenizer", "output_dir"])
 
 SCRIPT = "prepare_shards.py"
@@ -95,10 +114,20 @@ def _tokenizer():
 def prepare() -> None:
     from bert_jax.data.corpora.preparation import prepare_shards
     tokenizer = _tokenizer()
-    manifest = prepare_shards(
-        FLAGS.corpus, tokenizer, FLAGS.output_dir, FLAGS.workers, FLAGS.validation_fraction,
-        FLAGS.unit_mb << 20, FLAGS.max_document_mb << 20, FLAGS.bad_records, FLAGS.verify,
-        FLAGS.text_key, FLAGS.document_delimiter)
+    if FLAGS.runner:
+        import shlex
+
+        from bert_jax.data.corpora.beam_preparation import prepare_shards_beam
+        manifest = prepare_shards_beam(
+            FLAGS.corpus, tokenizer, FLAGS.output_dir,
+            [f"--runner={FLAGS.runner}", *shlex.split(FLAGS.beam_options)],
+            FLAGS.validation_fraction, FLAGS.unit_mb << 20, FLAGS.max_document_mb << 20,
+            FLAGS.bad_records, FLAGS.text_key, FLAGS.document_delimiter)
+    else:
+        manifest = prepare_shards(
+            FLAGS.corpus, tokenizer, FLAGS.output_dir, FLAGS.workers, FLAGS.validation_fraction,
+            FLAGS.unit_mb << 20, FLAGS.max_document_mb << 20, FLAGS.bad_records, FLAGS.verify,
+            FLAGS.text_key, FLAGS.document_delimiter)
     for split, totals in manifest["splits"].items():
         print(f"{split}: {totals['documents']} documents, {totals['tokens']} tokens, "
               f"{totals['shards']} shards")
@@ -106,7 +135,8 @@ def prepare() -> None:
     if bad["total"] or bad["cut_documents"]:
         print(f"bad records skipped: {bad['total']}; over-long documents cut: "
               f"{bad['cut_documents']} (see the log)")
-    print(f"manifest: {os.path.join(os.path.abspath(FLAGS.output_dir), 'manifest.json')}")
+    output = FLAGS.output_dir if "://" in FLAGS.output_dir else os.path.abspath(FLAGS.output_dir)
+    print(f"manifest: {output.rstrip('/')}/manifest.json")
 
 
 def main(argv):

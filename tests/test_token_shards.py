@@ -237,3 +237,43 @@ def test_a_unit_without_its_counts_is_done_again(corpus, tmp_path, caplog):
     for name in ("document_tokens.train.npy", "document_tokens.validation.npy",
                  "tokenizer.json", "manifest.json"):
         assert filecmp.cmp(out / name, os.path.join(corpus["reference"], name), shallow=False)
+
+
+def test_beam_pipeline_writes_the_local_preparations_bytes(corpus, tmp_path):
+    """One small pipeline on Beam's DirectRunner (2 worker processes): the same folder, byte
+    for byte, read by the training pipeline."""
+    try:
+        import apache_beam  # noqa: F401
+    except ImportError:
+        pytest.skip("apache_beam is not installed (pip install 'bert_jax[beam]'): the Beam "
+                    "preparation is not tested here")
+    from bert_jax.data.corpora.beam_preparation import prepare_shards_beam
+    from bert_jax.data.pretraining import shard_iterator
+    from bert_jax.data.pretraining.data_config import PretrainingDataConfig
+    out = tmp_path / "beam"
+    manifest = prepare_shards_beam(
+        corpus["spec"], corpus["tok"], str(out),
+        ["--runner=DirectRunner", "--direct_num_workers=2",
+         "--direct_running_mode=multi_processing"], validation_fraction=0.1,
+        unit_bytes=UNIT_BYTES)
+    assert manifest == corpus["manifest"]
+    assert same_shards(corpus["reference"], out)
+    for name in ("document_tokens.train.npy", "document_tokens.validation.npy",
+                 "tokenizer.json", "manifest.json", "plan.json"):
+        assert filecmp.cmp(out / name, os.path.join(corpus["reference"], name), shallow=False)
+    assert not [p for p in out.rglob("*") if ".tmp-" in p.name]
+    # a rerun (in-process runner) keeps the units that are there and redoes a missing one
+    name = corpus["manifest"]["shards"]["train"][1]["file"]
+    os.remove(out / name)
+    os.remove(out / "manifest.json")
+    prepare_shards_beam(corpus["spec"], corpus["tok"], str(out), ["--runner=DirectRunner"],
+                        validation_fraction=0.1, unit_bytes=UNIT_BYTES)
+    assert same_shards(corpus["reference"], out)
+    cfg = PretrainingDataConfig(corpus=f"shards:{out}", seq_len=32, max_predictions=5)
+    reference = PretrainingDataConfig(corpus=f"shards:{corpus['reference']}", seq_len=32,
+                                      max_predictions=5)
+    ours = next(shard_iterator.make_shard_iterator(cfg, global_batch_size=4))
+    local = next(shard_iterator.make_shard_iterator(reference, global_batch_size=4))
+    assert sorted(ours) == sorted(local)
+    for key in ours:
+        np.testing.assert_array_equal(ours[key], local[key], err_msg=key)

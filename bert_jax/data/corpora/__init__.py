@@ -5,8 +5,9 @@ Token shards (corpora prepared once, for any size): sources.py names a corpus (`
 gzip/bz2/zstd) and readers.py (each format streamed into positioned documents; records.py: bad
 records skipped with names or refused, over-long documents cut); sample.py draws the seeded,
 bounded sample a tokenizer is trained on; preparation.py tokenizes every work unit on every core
-into ArrayRecord token shards with a manifest (resumable, the same bytes for any worker count);
-token_shards.py reads them by global document index.
+into ArrayRecord token shards with a manifest (resumable, the same bytes for any worker count),
+beam_preparation.py does the same as an Apache Beam pipeline (the same bytes); token_shards.py,
+the one reader, reads them by global document index.
 
 Raw-text corpora (small ones, tokenized while training): catalog.py (a name -> a TFDS
 array_record dataset: "demo", "text:GLOB", a TFDS catalog name), text_files.py, demo.py (the
