@@ -54,6 +54,10 @@ PEERS = [
     # datasets' last release for huggingface-hub < 1, which transformers 4.57 needs, caps fsspec
     # below gcsfs's floor)
     "datasets>=5.2; python_version >= '3.12'",
+    # SentenceTransformer loads our --format=sentence_transformers exports: the release line that
+    # goes with each end's transformers (5.x needs transformers 4.x; 6.x needs transformers 5)
+    "sentence-transformers>=5.7,<6; python_version < '3.12'",
+    "sentence-transformers>=6,<7; python_version >= '3.12'",
 ]
 
 setup(

@@ -34,6 +34,16 @@ is written, when it is a link, the run's workdir or checkpoints, the model folde
 from, or a folder holding anything that is not an earlier export (another model, a run). The
 tokenizer's model_max_length is the run's max_seq_len.
 
+--format=sentence_transformers (ours_to_hf) writes the encoder alone (heads dropped) plus the
+files SentenceTransformer(path) reads (bert_jax/convert/sentence_transformers_folder.py):
+pooling and normalisation a contrastive run's (task.json pooling, L2-normalised), otherwise mean
+pooling without normalisation, unless --pooling / --[no]normalize / --similarity say otherwise;
+max_seq_length the run's max_seq_len. Its encode() gives embed.py's vectors with the same
+settings. From a Hugging Face folder instead of a run:
+
+  python experiments/convert.py --direction=ours_to_hf --format=sentence_transformers \
+      --model=HF_FOLDER --hf_dir=OUT [--pooling=cls] [--normalize]
+
 Exit status: 0 done; 1 with one line `convert.py: error: <what, naming the file>` for a user's
 mistake (a missing folder, a damaged weights file, a bad config.json, an output folder that
 already holds checkpoints). A failed read-back comparison is a bug and shows its traceback.
@@ -44,6 +54,7 @@ from __future__ import annotations
 from absl import app, flags
 
 from bert_jax import cli
+from bert_jax.convert import sentence_transformers_folder as sentence_folder
 from bert_jax.runtime import distributed
 from bert_jax.tools import convert_runs as runs
 
@@ -57,9 +68,23 @@ def main(argv):
         cli.run_or_exit(SCRIPT, lambda: runs.hf_to_ours(FLAGS.hf_dir, FLAGS.checkpoint_dir,
                                                         FLAGS.encoder_only))
     else:
+        embedding = {"pooling": FLAGS.pooling, "normalize": FLAGS.normalize,
+                     "similarity": FLAGS.similarity}
+        if FLAGS.model is not None:
+            cli.run_or_exit(SCRIPT, lambda: runs.hf_to_sentence_transformers(
+                FLAGS.model, FLAGS.hf_dir, embedding))
+            return
         cli.run_or_exit(SCRIPT, lambda: runs.ours_to_hf(
             FLAGS.checkpoint_dir, FLAGS.hf_dir, FLAGS.step, FLAGS.encoder_only, FLAGS.workdir,
-            FLAGS.tokenizer))
+            FLAGS.tokenizer, FLAGS.format, embedding))
+
+
+def _check_sources(f) -> bool:
+    """hf_to_ours reads --hf_dir into --checkpoint_dir; ours_to_hf reads --checkpoint_dir, or
+    --model (a Hugging Face folder) with --format=sentence_transformers."""
+    if f["direction"] == "hf_to_ours" or f["model"] is None:
+        return f["checkpoint_dir"] is not None and f["model"] is None
+    return f["checkpoint_dir"] is None and f["format"] == runs.SENTENCE_TRANSFORMERS
 
 
 if __name__ == "__main__":
@@ -78,6 +103,24 @@ if __name__ == "__main__":
                         "ours_to_hf: the tokenizer to write (tokenizer.json, vocab.txt or a "
                         "Hugging Face folder; default: the run's), or 'none' for the weights "
                         "alone.")
-    flags.mark_flags_as_required(["direction", "hf_dir", "checkpoint_dir"])
+    flags.DEFINE_enum("format", runs.HF_FORMAT, list(runs.FORMATS),
+                      "ours_to_hf: hf (a folder transformers loads) or sentence_transformers (the "
+                      "encoder alone, plus the files SentenceTransformer(path) reads: pooling, "
+                      "normalisation, max length, similarity).")
+    flags.DEFINE_string("model", None, "--format=sentence_transformers: a Hugging Face folder to "
+                        "write as a sentence-transformers folder (instead of --checkpoint_dir).")
+    flags.DEFINE_enum("pooling", None, list(sentence_folder.POOLING_MODES),
+                      "--format=sentence_transformers: pooling (default: a contrastive run's, "
+                      "else mean).")
+    flags.DEFINE_boolean("normalize", None, "--format=sentence_transformers: L2-normalise "
+                         "(default: yes for a contrastive run, else no).")
+    flags.DEFINE_enum("similarity", None, list(sentence_folder.SIMILARITIES),
+                      "--format=sentence_transformers: similarity_fn_name (default: cosine).")
+    flags.mark_flags_as_required(["direction", "hf_dir"])
+    flags.register_multi_flags_validator(
+        ["direction", "checkpoint_dir", "model", "format"], _check_sources,
+        message="give --checkpoint_dir (with --direction=hf_to_ours: the checkpoint to write), or "
+                "with --direction=ours_to_hf --format=sentence_transformers --model=HF_FOLDER "
+                "instead")
     distributed.define_flags()
     app.run(main, flags_parser=cli.parse_flags)

@@ -6,6 +6,10 @@
                                                       a checkpoint -> a folder transformers loads,
                                                       with the run's tokenizer (or `tokenizer`)
                                                       and labels
+        folder_format="sentence_transformers"        ... the encoder alone, plus the files that
+                                                      SentenceTransformer(path) reads (pooling,
+                                                      normalisation, length: embedding_settings)
+    hf_to_sentence_transformers(model_dir, out_dir)   an HF folder -> a sentence-transformers one
 
 An export never leaves a folder without a tokenizer unless told to (`tokenizer="none"`):
 transformers 5's AutoTokenizer builds an empty tokenizer from the config.json of such a folder,
@@ -30,6 +34,7 @@ the file.
 from __future__ import annotations
 
 import os
+from typing import Optional
 
 import jax
 import numpy as np
@@ -37,6 +42,7 @@ from absl import logging
 from etils import epath
 
 from bert_jax.convert import hf, hf_layout
+from bert_jax.convert import sentence_transformers_folder as sentence_folder
 from bert_jax.runtime import outputs, paths
 from bert_jax.tools import saved_runs
 from bert_jax.train.checkpoint import params as params_loading
@@ -48,6 +54,9 @@ PROBLEM_TYPES = {"classification": "single_label_classification", "regression": 
 
 
 EXPORT_MARKER = "bert_jax_export.json"  # in every export folder: where it came from
+HF_FORMAT = "hf"  # a folder transformers loads
+SENTENCE_TRANSFORMERS = "sentence_transformers"  # ... that SentenceTransformer(path) loads too
+FORMATS = (HF_FORMAT, SENTENCE_TRANSFORMERS)
 
 
 class OutputFolderError(ValueError):
@@ -179,9 +188,20 @@ def export_fault(hf_dir: str, checkpoint_dir: str, workdir: str | None,
 
 
 def ours_to_hf(checkpoint_dir: str, hf_dir: str, step: int | None, encoder_only: bool,
-               workdir: str | None = None, tokenizer: str | None = None) -> None:
+               workdir: str | None = None, tokenizer: str | None = None,
+               folder_format: str = HF_FORMAT, embedding: Optional[dict] = None) -> None:
     """Export a checkpoint (module docstring); `tokenizer`: None for the run's own, a path to
-    write that one instead, or "none" for the weights alone."""
+    write that one instead, or "none" for the weights alone. folder_format
+    SENTENCE_TRANSFORMERS writes the encoder alone with the sentence-transformers files
+    (`embedding_settings`; `embedding` overrides pooling / normalize / similarity)."""
+    if folder_format not in FORMATS:
+        raise ValueError(f"format {folder_format!r} is unknown; choose one of {FORMATS}")
+    sentence_model = folder_format == SENTENCE_TRANSFORMERS
+    if sentence_model:
+        encoder_only = True
+        if tokenizer == NO_TOKENIZER:
+            raise ValueError("a sentence-transformers folder needs its tokenizer: drop "
+                             f"--tokenizer={NO_TOKENIZER}")
     if workdir is not None and not (epath.Path(workdir) / "config.json").is_file():
         raise FileNotFoundError(f"--workdir={workdir} holds no config.json: it is not the workdir "
                                 "of a training run")
@@ -208,9 +228,15 @@ def ours_to_hf(checkpoint_dir: str, hf_dir: str, step: int | None, encoder_only:
     max_seq_len = _run_config(run).get("max_seq_len")
     if isinstance(max_seq_len, int) and max_seq_len > 0:
         options["model_max_length"] = max_seq_len
+    settings = None
+    if sentence_model:
+        settings = embedding_settings(run, cfg, embedding)
+        options["model_max_length"] = settings["max_seq_len"]
 
     def write(folder: str) -> None:
         hf.save(cfg, params, folder, **options)
+        if settings is not None:
+            sentence_folder.write_modules(folder, hidden_size=cfg.hidden_size, **settings)
         _, params_back = hf.load(folder, with_heads=not encoder_only)
         written = params
         if hf.heads_of(written) == ("mlm",) and "pooler" in written.get("bert", {}):
@@ -221,6 +247,84 @@ def ours_to_hf(checkpoint_dir: str, hf_dir: str, step: int | None, encoder_only:
     outputs.replace_folder(hf_dir, write, EXPORT_MARKER, {
         "checkpoint_dir": os.fspath(paths.path(checkpoint_dir)), "step": step,
         "run": os.fspath(paths.path(run)) if run else None, "encoder_only": encoder_only,
-        "model_max_length": options.get("model_max_length")})
+        "model_max_length": options.get("model_max_length"), "format": folder_format,
+        **({"sentence_embedding": settings} if settings else {})})
     logging.info("wrote %s: %d parameters, heads %s", hf_dir, _count(params),
                  list(hf.heads_of(params)) or "none")
+
+
+# ----- sentence-transformers folders ------------------------------------------------------------
+
+def embedding_settings(run: str | None, cfg, overrides: Optional[dict] = None) -> dict:
+    """How the exported sentence-transformers model pools: a contrastive run's own settings
+    (task.json pooling, L2-normalised, cosine: what it trained and evaluated with), otherwise
+    mean pooling without normalisation (embed.py's defaults); max_seq_len the run's (else the
+    model's max_sequence_length). `overrides` (pooling, normalize, similarity, max_seq_len; a
+    None value changes nothing) win over both."""
+    settings = {"pooling": "mean", "normalize": False, "similarity": "cosine",
+                "max_seq_len": cfg.max_sequence_length}
+    if run is not None:
+        from bert_jax.recipes.finetune.task_data import read_task_file
+        task = read_task_file(run) or {}
+        if task.get("task") == "contrastive":
+            settings.update(pooling=task.get("pooling", "mean"), normalize=True)
+        max_seq_len = _run_config(run).get("max_seq_len")
+        if isinstance(max_seq_len, int) and max_seq_len > 0:
+            settings["max_seq_len"] = max_seq_len
+    settings.update({k: v for k, v in (overrides or {}).items() if v is not None})
+    if not 3 <= settings["max_seq_len"] <= cfg.max_sequence_length:
+        raise ValueError(f"max_seq_len={settings['max_seq_len']} must be in "
+                         f"3..{cfg.max_sequence_length} (the model's max_sequence_length)")
+    return settings
+
+
+def hf_to_sentence_transformers(model_dir: str, out_dir: str,
+                                embedding: Optional[dict] = None) -> None:
+    """A Hugging Face encoder folder (BERT, RoBERTa/XLM-R, ModernBERT; heads dropped) -> a
+    sentence-transformers folder, written and swapped in as ours_to_hf writes. Settings: those
+    of the folder's own modules.json when it has one, else mean pooling without normalisation;
+    max_seq_len the tokenizer's model_max_length when the model can read that many tokens, else
+    the model's; `embedding` overrides them."""
+    from bert_jax.data.tokenizers import load as tokenizer_lib
+    fault = (outputs.fault(out_dir, "--hf_dir", [("the model folder read (--model)", model_dir)],
+                           folder=True)
+             or outputs.foreign_folder_fault(out_dir, "--hf_dir", marker=EXPORT_MARKER))
+    if fault:
+        raise OutputFolderError(fault)
+    cfg, params = hf.load(model_dir, with_heads=False)
+    params = jax.tree.map(np.asarray, params)
+    if set(params) == {"bert"}:
+        params = params["bert"]
+    tokenizer = tokenizer_lib.load_tokenizer(model_dir)
+    found = sentence_folder.read_settings(model_dir) or {}
+    if found.get("max_seq_len") is None:
+        found["max_seq_len"] = _tokenizer_max_length(model_dir, cfg.max_sequence_length)
+    settings = embedding_settings(None, cfg, {**found, **{
+        k: v for k, v in (embedding or {}).items() if v is not None}})
+
+    def write(folder: str) -> None:
+        hf.save(cfg, params, folder, tokenizer=tokenizer,
+                model_max_length=settings["max_seq_len"])
+        sentence_folder.write_modules(folder, hidden_size=cfg.hidden_size, **settings)
+        _, params_back = hf.load(folder, with_heads=False)
+        written = params
+        if set(params_back) == {"bert"}:
+            params_back = params_back["bert"]
+        _assert_same(written, params_back, out_dir)
+
+    outputs.replace_folder(out_dir, write, EXPORT_MARKER, {
+        "model": os.fspath(paths.path(model_dir)), "format": SENTENCE_TRANSFORMERS,
+        "model_max_length": settings["max_seq_len"], "sentence_embedding": settings})
+    logging.info("wrote %s: a sentence-transformers folder of %s (%s)", out_dir, model_dir,
+                 settings)
+
+
+def _tokenizer_max_length(model_dir: str, limit: int) -> int:
+    """tokenizer_config.json's model_max_length when it is a length the model reads, else
+    `limit` (transformers writes a huge number for 'no limit')."""
+    path = os.path.join(model_dir, "tokenizer_config.json")
+    try:
+        length = paths.read_json(epath.Path(path)).get("model_max_length")
+    except (OSError, ValueError):
+        return limit
+    return length if isinstance(length, int) and 3 <= length <= limit else limit
