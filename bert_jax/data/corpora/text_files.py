@@ -21,13 +21,13 @@ Bad input (decided at preparation time, before any training starts):
 from __future__ import annotations
 
 import dataclasses
-import glob as globlib
 import hashlib
 import logging
 import os
 
 import tensorflow_datasets as tfds
 
+from bert_jax.data.corpora import files
 from bert_jax.data.corpora.splits import keyed_examples, split_documents, text_features
 from bert_jax.runtime import progress
 
@@ -38,11 +38,7 @@ _LINES_OF_A_SUSPECT_DOCUMENT = 100
 
 def matched_files(pattern: str) -> list[str]:
     """Sorted files matched by `pattern` ("**" recurses); ValueError naming the glob if none."""
-    files = sorted(p for p in globlib.glob(os.path.expanduser(pattern), recursive=True)
-                   if os.path.isfile(p))
-    if not files:
-        raise ValueError(f"text corpus: the glob {pattern!r} matches no file")
-    return files
+    return files.matched_files(pattern, what="text corpus")
 
 
 def check_delimiter(document_delimiter: str) -> None:
