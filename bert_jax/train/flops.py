@@ -1,20 +1,28 @@
-"""Model FLOPs of a BERT training step, tokens per second and MFU.
+"""Model FLOPs of a BERT or ModernBERT training step, tokens per second and MFU.
 
 Counting multiply-adds as 2 FLOPs, the forward pass of one sequence of length L costs, with
 hidden size d, feed-forward size f, n layers, vocabulary V, P masked positions per sequence:
 
     per layer, per token:  8 d^2          Q, K, V and output projections (4 matmuls d x d)
-                         + 4 d f          the two feed-forward matmuls (d x f and f x d)
-                         + 4 L d          attention scores Q K^T and the weighted sum of V
+                         + 4 d f          a dense feed-forward: two matmuls (d x f and f x d);
+                           6 d f          a gated one (GeGLU, SwiGLU; ModernBERT's): three
+                                          (gate and input d x f each, output f x d)
+                         + 4 K d          attention scores Q K^T and the weighted sum of V over
+                                          the K keys a query sees: K = L in a global layer,
+                                          K = min(L, w + 1) in a sliding-window layer of window w
+                                          (query i sees key j where |i - j| <= w // 2)
     masked-LM head, per masked position:  2 d^2 (transform) + 2 d V (tied decoder)
     pooler + NSP head, per sequence:      2 d^2 + 4 d               (only with NSP)
 
-    forward(sequence) = n L (8 d^2 + 4 d f + 4 L d) + P (2 d^2 + 2 d V) [+ 2 d^2 + 4 d]
+    forward(sequence) = L sum over layers (8 d^2 + c d f + 4 K d) + P (2 d^2 + 2 d V)
+                        [+ 2 d^2 + 4 d]
 
 and a training step costs 3 x forward per sequence (the backward pass is twice the forward):
 
     flops_per_step = 3 * batch_size * forward(sequence)
 
+The window is what the model needs, not what a kernel computes: an implementation that scores a
+window's band as a full L x L matrix and masks it spends more (its MFU counts only the band).
 Embedding look-ups, LayerNorm, softmax, GELU and the optimizer are left out (they are not
 matmuls and are small next to them); recomputation by remat is left out too, as is usual for
 *model* FLOPs utilisation: MFU = (flops_per_step / seconds_per_step) / (peak FLOP/s of all devices).
@@ -25,6 +33,7 @@ from __future__ import annotations
 import jax
 
 from bert_jax.config.bert import BertConfig
+from bert_jax.config.modernbert import ModernBertConfig
 
 # Dense peak FLOP/s per device by jax `device_kind` (bf16 unless said otherwise). The CPU figure is
 # not a vendor peak: it is a measured bf16 x bf16 -> fp32 matmul rate of XLA:CPU's YNNPACK kernel
@@ -50,11 +59,27 @@ PEAK_FLOPS_BY_DEVICE_KIND: dict[str, float] = {
 }
 
 
-def forward_flops_per_sequence(cfg: BertConfig, seq_len: int, max_predictions: int,
-                               with_nsp: bool = False) -> float:
+def _ffn_matrices(cfg: BertConfig | ModernBertConfig) -> int:
+    """Matmuls of a layer's feed-forward block: 2 (dense) or 3 (gated: ModernBERT's GeGLU, or
+    BertConfig.ffn_kind "geglu"/"swiglu")."""
+    if isinstance(cfg, ModernBertConfig):
+        return 3
+    return 2 if cfg.ffn_kind == "dense" else 3
+
+
+def _keys_per_query(cfg: BertConfig | ModernBertConfig, layer: int, seq_len: int) -> int:
+    """How many keys a query of layer `layer` attends to: all seq_len, or a sliding window's."""
+    window = cfg.window_of(layer) if isinstance(cfg, ModernBertConfig) else None
+    return seq_len if window is None else min(seq_len, 2 * (window // 2) + 1)
+
+
+def forward_flops_per_sequence(cfg: BertConfig | ModernBertConfig, seq_len: int,
+                               max_predictions: int, with_nsp: bool = False) -> float:
     """FLOPs of one forward pass over one sequence (see the module docstring)."""
     d, f, n, vocab = cfg.hidden_size, cfg.intermediate_size, cfg.num_hidden_layers, cfg.vocab_size
-    encoder = n * seq_len * (8 * d * d + 4 * d * f + 4 * seq_len * d)
+    dense = 8 * d * d + 2 * _ffn_matrices(cfg) * d * f
+    encoder = seq_len * sum(dense + 4 * _keys_per_query(cfg, layer, seq_len) * d
+                            for layer in range(n))
     mlm_head = max_predictions * (2 * d * d + 2 * d * vocab)
     nsp_head = (2 * d * d + 4 * d) if with_nsp else 0
     return float(encoder + mlm_head + nsp_head)
