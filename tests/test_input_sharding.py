@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 import tensorflow_datasets as tfds
 import xla_flags
+from faults.inject import as_saved_before_checksums
 
 from bert_jax.data.corpora import catalog as corpora
 from bert_jax.data.pretraining import host_shards
@@ -261,7 +262,7 @@ def test_checkpoint_of_two_processes_starts_a_new_pass_or_is_refused(corpus, tmp
     (folder / "process_1-of-2.json").write_text(json.dumps(hosts[1].get_state()))
     # The files were changed after the save, which the step's checksums rightly refuse: drop
     # them, so the step reads as one saved before checksums (restored unverified).
-    shutil.rmtree(tmp_path / "checkpoints" / "2" / "checksums")
+    as_saved_before_checksums(tmp_path / "checkpoints" / "2")
 
     one = pretraining.make_iterator(cfg, "train", 8)
     restored = checkpointing.restore(manager, 2, {"w": jnp.zeros(3)}, model_config=model_config,

@@ -9,10 +9,11 @@ longer match the checksum recorded when it was saved: any CheckpointUnreadableEr
 as a warning naming the step and the error, and the previous step is tried. Once a step
 restores, the newer unreadable ones are moved (never deleted) to
 `<workdir>/checkpoints_unreadable/<step>` (a suffix `.1`, ... if that exists) and the manager
-forgets them, so the run continues from there exactly and later saves do not meet them. If no
-step can be read the run stops with CheckpointUnreadableError listing each step's error and
-nothing is moved: starting over silently would lose the run's position. A CheckpointMismatchError
-(this config does not fit the run) stops the run at once.
+forgets them (so is, before anything, an entry named as a step that is no step folder: a
+dangling symbolic link, a file), so the run continues from there exactly and later saves do not
+meet them. If no step can be read the run stops with CheckpointUnreadableError listing each
+step's error and nothing is moved: starting over silently would lose the run's position. A
+CheckpointMismatchError (this config does not fit the run) stops the run at once.
 
 With several processes, every process first checks the files of a step on its own
 (`checkpointing.check_readable`), then reads its own shards (`checkpointing.restore`, which has no
@@ -111,6 +112,7 @@ def create_or_restore(init_fn: Callable[[jax.Array], Any], initial_params: Any,
     """
     target = abstract_state(init_fn, optimizer, mesh, seed) if target is None else target
     shardings = jax.tree.map(lambda a: a.sharding, target)
+    _set_aside_entries_that_are_not_steps(manager)
     if manager.latest_step() is not None:
         resumable = hasattr(train_iterator, "set_state")
         if not resumable:
@@ -215,6 +217,23 @@ def _set_aside(manager, steps_to_move: list[int]) -> None:
         from jax.experimental import multihost_utils
         multihost_utils.sync_global_devices("bert_jax: unreadable checkpoints set aside")
     manager.reload()
+
+
+def _set_aside_entries_that_are_not_steps(manager) -> None:
+    """An entry named as a step that is no step folder (a dangling symbolic link, a file:
+    checkpointing.not_step_folders) is moved aside like an unreadable step, one line each, before
+    the steps are listed: Orbax does not list it, and the save of that step would meet it."""
+    found = checkpointing.not_step_folders(manager.directory)
+    if jax.process_index() == 0:
+        for step, what in found:
+            target = checkpointing.set_aside(manager.directory, step)
+            logging.warning("%s/%d is %s: not a checkpoint step; moved to %s, and the run goes on "
+                            "from its newest step folder", manager.directory, step, what, target)
+    if jax.process_count() > 1:
+        from jax.experimental import multihost_utils
+        multihost_utils.sync_global_devices("bert_jax: entries that are not steps set aside")
+    if found:
+        manager.reload()
 
 
 def _restore_newest_readable(manager, abstract_state: Any, model_config: BertConfig,

@@ -23,6 +23,22 @@ import runpy
 import sys
 
 
+def as_saved_before_checksums(step_dir) -> None:
+    """Make a checkpoint step look as one saved before checksums were recorded: no checksums/
+    folder, and no "checksums" key in its metadata (a step saved to have a record and without
+    one is unreadable: bert_jax.train.checkpoint.store.verify_checksums)."""
+    import json
+    import shutil
+    step_dir = os.fspath(step_dir)
+    shutil.rmtree(os.path.join(step_dir, "checksums"))
+    metadata_file = os.path.join(step_dir, "metadata", "metadata")
+    with open(metadata_file) as f:
+        metadata = json.load(f)
+    metadata.pop("checksums", None)
+    with open(metadata_file, "w") as f:
+        json.dump(metadata, f)
+
+
 def _error(code: int, path: str = "") -> OSError:
     return OSError(code, os.strerror(code), *([path] if path else []))
 

@@ -33,6 +33,7 @@ from bert_jax.train.checkpoint import checksums
 from bert_jax.train.checkpoint import params as params_loading
 from bert_jax.train.checkpoint import store as checkpointing
 from bert_jax.train.checkpoint import verification as checkpoint_verification
+from faults.inject import as_saved_before_checksums
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TOTAL_STEPS = 8  # checkpoints every 2 steps, the newest 3 kept: 4, 6, 8
@@ -209,7 +210,7 @@ def test_load_params_names_an_unreadable_step(run_copy):
                        match=rf"^checkpoint {directory}/6 cannot be read: state/manifest.ocdbt has "
                              r"\d+ bytes, and \d+ were saved"):
         params_loading.load_params(directory, step=6)
-    shutil.rmtree(directory / "6" / "checksums")  # as saved before checksums: Orbax finds it
+    as_saved_before_checksums(directory / "6")  # Orbax finds it
     with pytest.raises(checkpointing.CheckpointUnreadableError,
                        match=rf"^checkpoint {directory}/6 cannot be read: state: ValueError: "
                              r"DATA_LOSS: "):
@@ -361,9 +362,10 @@ def _remove(step_dir, name):
                                  "or partly copied file)"),
     (lambda d: _remove(d, largest_array_file(d)), "{file} is missing (recorded in "
                                                   "checksums/process_0.json)"),
-    (lambda d: shutil.copy(largest_array_file(d), d / "state" / "extra"),
-     "state/extra is in none of the step's checksum records (checksums/): a file added after "
-     "the step was saved"),
+    (lambda d: shutil.copy(d / "state" / "array_metadatas" / "process_0",
+                           d / "state" / "array_metadatas" / "process_1"),
+     "state/array_metadatas/process_1 is in none of the step's checksum records (checksums/), "
+     "and a restore would read it: a file added or replaced after the step was saved"),
     (lambda d: _remove(d, "checksums/process_0.json"), None),  # as a step saved before them
 ])
 def test_verify_names_the_damaged_file(run_copy, damage, problem):
@@ -411,12 +413,12 @@ def test_two_damaged_steps_are_set_aside_and_the_run_resumes_from_the_third(
 def test_steps_saved_before_checksums_restore_as_before_with_one_log_line(
         uninterrupted, run_copy, restored_steps, caplog):
     for step in (4, 6, 8):
-        shutil.rmtree(run_copy / "checkpoints" / str(step) / "checksums")
+        as_saved_before_checksums(run_copy / "checkpoints" / str(step))
     with caplog.at_level("WARNING"):
         checkpointing.verify_checksums(epath.Path(run_copy / "checkpoints" / "8"), "step 8")
     assert [r.getMessage() for r in caplog.records] == [
-        "checkpoint step 8 has no checksums (saved before they were recorded, or its run "
-        "stopped before recording them): its files are read unverified"]
+        "checkpoint step 8 has no checksums (saved before they were recorded): its files are "
+        "read unverified"]
     train(run_copy)
     assert restored_steps == [8]  # nothing set aside
     assert not (run_copy / "checkpoints_unreadable").exists()
@@ -437,7 +439,7 @@ def test_verify_checkpoints_lists_each_step_and_fails_on_a_damaged_one(run_copy)
     assert [(c.step, c.problem, c.verified) for c in checks] == [
         (4, None, True), (6, None, True), (8, None, True)]
     flip_bytes(run_copy / "checkpoints" / "6")
-    shutil.rmtree(run_copy / "checkpoints" / "4" / "checksums")
+    as_saved_before_checksums(run_copy / "checkpoints" / "4")
     env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=ROOT)
     done = subprocess.run(
         [sys.executable, os.path.join(ROOT, "experiments", "verify_checkpoints.py"),
@@ -496,3 +498,113 @@ def test_after_a_resume_the_claim_is_read_from_the_checkpoint(tmp_path):
                              r"the newest checkpoint, step 2, holds finite parameters\. "):
         train(tmp_path, tx=overflowing(OVERFLOW))
     assert params_are_finite(tmp_path / "checkpoints", 2)
+
+
+# ----- checkpoint folders with something unexpected in them (issue 40, class 3) ------------------
+
+def test_a_step_whose_checksum_record_is_gone_and_whose_array_file_is_damaged_is_not_restored(
+        uninterrupted, run_copy, restored_steps, caplog):
+    """A kill between Orbax's finalisation and the record leaves a step without checksums/; its
+    array file is damaged afterwards. It was saved to have a record, so it is unverifiable: the
+    run falls back to step 6 (one line says why, no read error, no divergence), and
+    load_params (evaluate.py, predict.py) refuses it in one line."""
+    directory = run_copy / "checkpoints"
+    shutil.rmtree(directory / "8" / "checksums")
+    zero_largest_file(directory / "8")
+    with pytest.raises(checkpointing.CheckpointUnreadableError, match=(
+            rf"^checkpoint {directory}/8 cannot be read: its checksum record \(checksums/\) is "
+            r"gone, and the step was saved to have one .*its files cannot be verified, so it is "
+            "not read$")):
+        params_loading.load_params(directory)
+    with caplog.at_level("WARNING"):
+        train(run_copy)
+    assert restored_steps == [6]
+    assert losses(run_copy)[-2:] == uninterrupted[1][-2:]  # steps 7 and 8 trained again, the same
+    messages = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert any("its checksum record (checksums/) is gone" in m and "trying step 6" in m
+               for m in messages), messages
+    assert not any("diverg" in m or "DATA_LOSS" in m or "ZSTD" in m for m in messages), messages
+    assert os.listdir(run_copy / "checkpoints_unreadable") == ["8"]
+
+
+def test_a_harmless_stray_file_in_a_step_folder_is_named_and_ignored(
+        run_copy, restored_steps, caplog):
+    step_dir = run_copy / "checkpoints" / "8"
+    (step_dir / "notes.txt").write_text("copied from the cluster on Monday")
+    (step_dir / "state" / ".DS_Store").write_bytes(b"\0\1")
+    (step_dir / "state" / "d" / "0123456789abcdef").write_bytes(b"not referenced")
+    with caplog.at_level("WARNING"):
+        train(run_copy, total_steps=10)
+    assert restored_steps == [8]
+    assert not (run_copy / "checkpoints_unreadable").exists()
+    stray = [r.getMessage() for r in caplog.records if "none of its checksum records" in
+             r.getMessage()]
+    assert stray and stray[0] == (
+        f"checkpoint {step_dir} holds notes.txt, state/.DS_Store, state/d/0123456789abcdef that "
+        "none of its checksum records lists (added after it was saved): ignored, as a restore "
+        "reads only recorded files")
+    checks = {c.step: c for c in checkpoint_verification.check_run(run_copy)}
+    assert checks[8].problem is None and checks[8].verified
+
+
+def test_a_stray_file_that_a_restore_would_read_makes_the_step_damaged(run_copy):
+    step_dir = run_copy / "checkpoints" / "8"
+    (step_dir / "state" / "array_metadatas" / "process_1").write_text("{}")
+    with pytest.raises(checkpointing.CheckpointUnreadableError,
+                       match=r"state/array_metadatas/process_1 is in none of the step's checksum "
+                             r"records \(checksums/\), and a restore would read it"):
+        checksums.verify(epath.Path(step_dir), str(step_dir))
+
+
+def test_a_step_folder_replaced_by_a_dangling_symlink_is_moved_aside_in_one_line(
+        uninterrupted, run_copy, restored_steps, caplog):
+    directory = run_copy / "checkpoints"
+    shutil.rmtree(directory / "8")
+    os.symlink(run_copy / "moved_away" / "8", directory / "8")
+    assert params_loading.load_params(directory)[0].hidden_size == 32  # step 6, and says so
+    with caplog.at_level("WARNING"):
+        train(run_copy)
+    assert restored_steps == [6]
+    assert losses(run_copy)[-2:] == uninterrupted[1][-2:]
+    lines = [r.getMessage() for r in caplog.records if "not a checkpoint step;" in r.getMessage()]
+    assert lines == [
+        f"{directory}/8 is a symbolic link to {run_copy}/moved_away/8, which does not exist: not "
+        f"a checkpoint step; moved to {run_copy}/checkpoints_unreadable/8, and the run goes on "
+        "from its newest step folder"]
+    assert os.path.islink(run_copy / "checkpoints_unreadable" / "8")
+    assert steps_in(directory) == [4, 6, 8] and not os.path.islink(directory / "8")
+    assert checksums.verify(epath.Path(directory / "8"), "8")  # step 8 saved anew, whole
+
+
+def test_load_params_and_verify_checkpoints_name_a_dangling_step_link(run_copy, caplog):
+    directory = run_copy / "checkpoints"
+    shutil.rmtree(directory / "8")
+    os.symlink("/nonexistent/8", directory / "8")
+    with caplog.at_level("WARNING"):
+        assert params_loading.resolve_step(directory) == 6
+    assert f"{directory}/8 is a symbolic link to /nonexistent/8, which does not exist: not a " \
+           "checkpoint step, so the newest step read is 6" in caplog.text
+    with pytest.raises(FileNotFoundError, match=r"8 is a symbolic link to /nonexistent/8, which "
+                                                r"does not exist: not a checkpoint step"):
+        params_loading.load_params(directory, step=8)
+    checks = checkpoint_verification.check_run(run_copy)
+    assert [(c.step, c.problem) for c in checks][-1] == (
+        8, "a symbolic link to /nonexistent/8, which does not exist: not a checkpoint step")
+
+
+def test_a_step_linked_to_a_folder_elsewhere_is_a_step_and_a_file_named_as_a_step_is_not(
+        uninterrupted, run_copy, restored_steps, caplog):
+    """New case: a run's newest step moved to another disk and linked back is restored as it
+    is; a file named as a newer step (`touch checkpoints/10`) is moved aside in one line, and
+    does not stop the save of step 10."""
+    directory = run_copy / "checkpoints"
+    shutil.move(directory / "8", run_copy / "other_disk_8")
+    os.symlink(run_copy / "other_disk_8", directory / "8")
+    (directory / "10").write_text("")
+    with caplog.at_level("WARNING"):
+        train(run_copy, total_steps=10)
+    assert restored_steps == [8]
+    assert f"{directory}/10 is a file, not a step folder: not a checkpoint step; moved to " \
+           f"{run_copy}/checkpoints_unreadable/10" in caplog.text
+    assert os.path.isfile(run_copy / "checkpoints_unreadable" / "10")
+    assert 10 in steps_in(directory) and os.path.isdir(directory / "10")

@@ -20,6 +20,8 @@ import time
 import numpy as np
 import pytest
 
+from faults.inject import as_saved_before_checksums
+
 from pretrain_runs import (
     ROOT,
     command,
@@ -287,7 +289,7 @@ def test_when_no_step_can_be_read_the_one_line_error_is_the_last_line(short_copy
         step_dir = os.path.join(short_copy, "checkpoints", str(step))
         _zero(os.path.join(step_dir, "state", "manifest.ocdbt"))
         if not with_checksums:
-            shutil.rmtree(os.path.join(step_dir, "checksums"))
+            as_saved_before_checksums(step_dir)
     line = _clean_one_line(run(short_copy, *SHORT, check=False))
     assert line.startswith(f"pretrain.py: error: no checkpoint in {short_copy}/checkpoints can be "
                            "read"), line
@@ -299,7 +301,7 @@ def test_a_recovery_from_a_zeroed_file_prints_no_traceback(short_run, short_copy
     step_dir = os.path.join(short_copy, "checkpoints", "30")
     _zero(max(_array_files(step_dir), key=os.path.getsize))
     if not with_checksums:
-        shutil.rmtree(os.path.join(step_dir, "checksums"))
+        as_saved_before_checksums(step_dir)
     done = run(short_copy, *SHORT)
     assert "Traceback" not in done.stderr and "Event loop is closed" not in done.stderr, \
         done.stderr[-3000:]

@@ -14,11 +14,13 @@ Orbax's finalize thread for an asynchronous save, so training does not wait for 
 before it reads a step's arrays.
 
 A step is damaged (`verify` raises CheckpointUnreadableError naming the step and the file) when a
-file's size or digest differs from its record, a recorded file is gone, a file of the step is in
-no process's record, or one of the `process_count` records is missing or unreadable. A step
-without a `checksums` folder was saved before checksums were recorded (or its run stopped between
-Orbax's finalisation and the record): `verify` returns False and the caller restores it as
-before. Files are read in chunks through etils.epath, so a gs:// step is checked like a local one.
+file's size or digest differs from its record, a recorded file is gone, a file that a restore
+would read (`read_by_orbax`) is in no process's record, or one of the `process_count` records is
+missing or unreadable. Any other file in no record (a note, an editor's backup, .DS_Store) is
+harmless, as a restore never opens it: one warning line names it and the step is read. A step
+without a `checksums` folder: `verify` returns False, and the caller decides (the step's metadata
+says whether it was saved to have a record: bert_jax.train.checkpoint.store.verify_checksums).
+Files are read in chunks through etils.epath, so a gs:// step is checked like a local one.
 
 The digest is CRC32 (zlib), as object stores check their objects (Cloud Storage: CRC32C): it is
 meant to find bit rot and partial copies, not deliberate changes, and costs under a third of a
@@ -35,6 +37,7 @@ import re
 import zlib
 from typing import Iterator, Optional
 
+from absl import logging
 from etils import epath
 
 from bert_jax.runtime import paths
@@ -107,6 +110,24 @@ def owner(relative: str) -> int:
     return int(match.group(1)) if match and len(parts) > 1 else 0
 
 
+# Names that Orbax reads in a step folder by name (not through a manifest), wherever they are:
+# a file of one of these names that no record lists could be read by a restore.
+_READ_BY_NAME = frozenset({"_CHECKPOINT_METADATA", "_METADATA", "_sharding", "manifest.ocdbt",
+                           "commit_success.txt", "metadata", "descriptor"})
+
+
+def read_by_orbax(relative: str) -> bool:
+    """Whether a restore could read the step's file `relative` were it added after the save:
+    a name Orbax opens by name, an array-metadata file, an iterator state. Any other added file
+    (an editor's backup, a note, .DS_Store, a file in an ocdbt `d/` folder, which only the
+    recorded manifests could name) is never read."""
+    parts = relative.split("/")
+    name = parts[-1]
+    return (name in _READ_BY_NAME or "array_metadatas" in parts[:-1]
+            or (len(parts) > 1 and parts[0] != "state" and _PROCESS_FILE.fullmatch(name)
+                is not None))
+
+
 def record(step_dir: epath.Path, process_index: int, process_count: int) -> int:
     """Write `checksums/process_<process_index>.json` for the files this process wrote into the
     finalized step `step_dir`; returns how many bytes were hashed."""
@@ -169,10 +190,17 @@ def verify(step_dir: epath.Path, where: str, share: Optional[tuple[int, int]] = 
                 for relative, entry in r["files"].items()}
     algorithms = {index: r["algorithm"] for index, r in records.items()}
     present = dict(step_files(step_dir))
-    for relative in present:
-        if relative not in recorded:
+    strays = [relative for relative in present if relative not in recorded]
+    for relative in strays:
+        if read_by_orbax(relative):
             raise unreadable(where, f"{relative} is in none of the step's checksum records "
-                                    f"({FOLDER}/): a file added after the step was saved")
+                                    f"({FOLDER}/), and a restore would read it: a file added "
+                                    "or replaced after the step was saved")
+    if strays:
+        logging.warning("checkpoint %s holds %s that none of its checksum records lists (added "
+                        "after it was saved): ignored, as a restore reads only recorded files",
+                        where, ", ".join(strays[:5]) + (f" and {len(strays) - 5} more"
+                                                        if len(strays) > 5 else ""))
     for relative, (index, entry) in sorted(recorded.items()):
         if relative not in present:
             item = relative.split("/")[0]

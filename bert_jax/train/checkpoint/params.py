@@ -18,6 +18,7 @@ from typing import Any, Optional
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
+from absl import logging
 from etils import epath
 
 from bert_jax.config.bert import BertConfig
@@ -33,6 +34,14 @@ def _resolve_step_dir(checkpoint_dir: str | os.PathLike, step: Optional[int]
     if not root.exists():
         raise FileNotFoundError(f"no checkpoint directory at {root}")
     steps = sorted(int(p.name) for p in root.iterdir() if p.name.isdigit() and p.is_dir())
+    not_steps = dict(checkpointing.not_step_folders(root))
+    for other, what in not_steps.items():
+        if step is None and (not steps or other > steps[-1]):
+            logging.warning("%s/%d is %s: not a checkpoint step, so the newest step read is %s",
+                            root, other, what, steps[-1] if steps else "none")
+    if step is not None and step in not_steps:
+        raise FileNotFoundError(f"{root}/{step} is {not_steps[step]}: not a checkpoint step; "
+                                f"the steps there are {steps}")
     if not steps and (root / checkpointing.STATE).exists() and root.name.isdigit():
         return root.parent, int(root.name)  # a step folder itself was given
     if not steps:

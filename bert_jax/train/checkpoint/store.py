@@ -29,7 +29,10 @@ Whether a step fits the run (`check_compatible`) is bert_jax.train.checkpoint.fi
 process its own shards) read without any collective and without Orbax's restore barrier, so
 that an error on one process never leaves the others waiting: with several processes the caller
 agrees on the outcome (see bert_jax.train.state, which falls back to the previous step).
-`set_aside` moves an unreadable step to `<directory>_unreadable/<step>`.
+`set_aside` moves an unreadable step to `<directory>_unreadable/<step>`, as it moves an entry
+named as a step that is no step folder (`not_step_folders`: a dangling symbolic link, a file).
+A step whose metadata says it was saved with a checksum record (CHECKSUMS_KEY) and that has none
+is unreadable: its files cannot be verified (`verify_checksums`).
 """
 
 from __future__ import annotations
@@ -176,9 +179,17 @@ class _IteratorStateReceiver:
 
 # ----- save --------------------------------------------------------------------------------------
 
+# In a step's metadata: the format of the checksum record the step is saved to have. A step that
+# carries it and has no record lost it (a kill between Orbax's finalisation and the record, a
+# removed folder): its files cannot be verified, so it is not read (`verify_checksums`).
+CHECKSUMS_KEY = "checksums"
+
+
 def metadata_for(model_config: BertConfig, extra: Optional[Mapping[str, Any]] = None) -> dict:
-    """The model config with its family (bert_jax.model.families), and the caller's keys."""
-    return {"model_config": families.config_to_dict(model_config), **dict(extra or {})}
+    """The model config with its family (bert_jax.model.families), the checksum format the step
+    will be recorded with (CHECKSUMS_KEY), and the caller's keys."""
+    return {"model_config": families.config_to_dict(model_config),
+            CHECKSUMS_KEY: checksums.FORMAT, **dict(extra or {})}
 
 
 def save(manager: ocp.CheckpointManager, step: int, state: Any, *,
@@ -386,16 +397,44 @@ def restore(manager: ocp.CheckpointManager, step: int, abstract_state: Any, *,
 
 def verify_checksums(step_dir: epath.Path, where: str,
                      share: Optional[tuple[int, int]] = None) -> bool:
-    """checksums.verify, with one log line for a step saved without checksums (restored as
-    before, unverified); False for such a step. Raises CheckpointUnreadableError naming the
-    step and the damaged file."""
+    """checksums.verify, with one log line for a step saved before checksums were recorded
+    (its metadata lacks CHECKSUMS_KEY; restored as before, unverified); False for such a step.
+    Raises CheckpointUnreadableError naming the step and the damaged file, or saying that the
+    record of a step saved to have one is gone (not read: its files cannot be verified)."""
     with Reading(where, checksums.FOLDER):
         verified = checksums.verify(step_dir, where, share)
     if not verified:
-        logging.warning("checkpoint %s has no checksums (saved before they were recorded, or its "
-                        "run stopped before recording them): its files are read unverified",
-                        where)
+        if CHECKSUMS_KEY in _read_metadata_item(step_dir, where):
+            raise unreadable(where, f"its checksum record ({checksums.FOLDER}/) is gone, and the "
+                             "step was saved to have one (its run stopped between Orbax's "
+                             "finalisation of the step and the record, or the folder was "
+                             "removed): its files cannot be verified, so it is not read")
+        logging.warning("checkpoint %s has no checksums (saved before they were recorded): its "
+                        "files are read unverified", where)
     return verified
+
+
+def not_step_folders(directory: str | os.PathLike) -> list[tuple[int, str]]:
+    """(step, what it is) of each entry of `directory` named as a step that is not a folder: a
+    symbolic link whose target does not exist (or is no folder), a file. Orbax does not list
+    them as steps, yet a save of that step would meet them; `set_aside` moves them like an
+    unreadable step. A link to a step folder elsewhere is a step."""
+    directory = paths.path(directory)
+    if paths.is_remote(directory) or not directory.is_dir():
+        return []
+    found = []
+    for entry in directory.iterdir():
+        if not entry.name.isdigit() or entry.is_dir():
+            continue
+        local = os.fspath(entry)
+        if os.path.islink(local):
+            target = os.readlink(local)
+            what = (f"a symbolic link to {target}, which does not exist"
+                    if not os.path.exists(local) else f"a symbolic link to {target}, not a folder")
+        else:
+            what = "a file, not a step folder"
+        found.append((int(entry.name), what))
+    return sorted(found)
 
 
 def set_aside(directory: str | os.PathLike, step: int) -> epath.Path:
@@ -406,7 +445,7 @@ def set_aside(directory: str | os.PathLike, step: int) -> epath.Path:
     aside = unreadable_dir(directory)
     aside.mkdir(parents=True, exist_ok=True)
     target, n = aside / str(step), 0
-    while target.exists():
+    while target.exists() or os.path.islink(os.fspath(target)):
         n += 1
         target = aside / f"{step}.{n}"
     source.rename(target)

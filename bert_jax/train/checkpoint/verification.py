@@ -51,14 +51,17 @@ def check_run(workdir: str | os.PathLike) -> list[StepCheck]:
     FileNotFoundError when there is no checkpoint folder or no step in it."""
     directory = paths.path(checkpoints_of(workdir))
     steps = sorted(int(p.name) for p in directory.iterdir() if p.name.isdigit() and p.is_dir())
-    if not steps:
+    not_steps = [StepCheck(f"{directory}/{step}", step, f"{what}: not a checkpoint step", False,
+                           0, 0) for step, what in checkpointing.not_step_folders(directory)]
+    if not steps and not not_steps:
         raise FileNotFoundError(f"{directory} holds no checkpoint steps (expected folders named "
                                 "by step)")
     manager = ocp.CheckpointManager(
         directory, item_handlers=checkpointing.item_handlers(ocp.StandardCheckpointHandler()),
         options=ocp.CheckpointManagerOptions(read_only=True))
     try:
-        return [_check_step(manager, step) for step in steps]
+        return sorted([_check_step(manager, step) for step in steps] + not_steps,
+                      key=lambda check: check.step)
     finally:
         manager.close()
 
