@@ -34,6 +34,7 @@ RUNTIME = [
     "gensim>=4.3",  # ships the demo corpus (real English text) under gensim/test/test_data/
     "tqdm>=4.60",  # progress bars (bert_jax/runtime/progress.py)
     "matplotlib>=3.7",  # experiments/plot.py
+    "flatbuffers>=24",  # jax.export's serialisation (export_serving.py); jax does not declare it
     # gs:// workdirs: etils.epath reads and writes gs:// through fsspec's gcsfs when TensorFlow
     # is absent (Orbax's metadata, our JSON and metrics files, TensorBoard events, vocabularies);
     # tensorstore writes the checkpoint arrays by itself.
