@@ -52,6 +52,32 @@ def test_a_saved_config_older_than_a_key_reads_as_the_default(tmp_path):
 
 
 def test_model_block_refuses_unknown_fields():
-    with pytest.raises(ValueError, match="unknown BertConfig fields"):
+    with pytest.raises(ValueError, match="unknown model fields"):
         run_config.model_block("tiny", hidden=3)
     assert isinstance(run_config.model_block("base"), ml_collections.ConfigDict)
+
+
+def test_modernbert_hyper_parameters_are_set_from_the_run_config():
+    """--config.model.local_attention and the other ModernBERT fields reach the model config
+    (they had no key: MODEL_FIELDS listed BERT's alone); a field of the other family is one
+    line naming it."""
+    from bert_jax.config.modernbert import ModernBertConfig
+    from bert_jax.recipes import common
+    from experiments.configs import modern
+
+    config = modern.get_config()
+    config.model.local_attention = 16
+    config.model.global_attn_every_n_layers = 2
+    config.model.local_rope_theta = 5000.0
+    config.model.classifier_pooling = "mean"
+    cfg = common.model_config(config, vocab_size=1024)
+    assert isinstance(cfg, ModernBertConfig)
+    assert (cfg.local_attention, cfg.global_attn_every_n_layers, cfg.local_rope_theta,
+            cfg.classifier_pooling) == (16, 2, 5000.0, "mean")
+    assert [cfg.window_of(i) for i in range(4)] == [None, 16, None, 16]
+
+    bert = run_config.model_block("tiny")
+    config.model = bert
+    config.model.local_attention = 16
+    with pytest.raises(ValueError, match="local_attention"):
+        common.model_config(config, vocab_size=1024)

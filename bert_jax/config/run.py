@@ -27,9 +27,9 @@ from typing import TYPE_CHECKING, Any, Mapping
 if TYPE_CHECKING:  # ml_collections loads where a config is built: the train loop imports
     import ml_collections  # LOOP_DEFAULTS on images without it
 
-# BertConfig fields a config may override, with their types (bert_jax.config.bert.BertConfig says
-# what each means; placeholders keep them typed, None keeps the preset's or the init weights'
-# value).
+# Model fields a config may override, with their types (bert_jax.config.bert.BertConfig and
+# bert_jax.config.modernbert.ModernBertConfig say what each means; placeholders keep them typed,
+# None keeps the preset's or the init weights' value; a field the family has not is refused).
 MODEL_FIELDS = {
     "vocab_size": int,  # embedding rows (None: the tokenizer's size); token ids must be below it
     "hidden_size": int,  # width of every layer
@@ -52,6 +52,14 @@ MODEL_FIELDS = {
     # how attention runs: auto | xla | splash | cudnn (None: auto, whatever the init
     # weights ran with; bert_jax.model.attention.choose)
     "attention": str,
+    # ModernBERT only (family modernbert; bert_jax.config.modernbert.ModernBertConfig):
+    "local_attention": int,  # the sliding window: query i sees key j where |i - j| <= it // 2
+    "global_attn_every_n_layers": int,  # layer i attends globally where i % this == 0
+    "global_rope_theta": float,  # RoPE base of the global layers
+    "local_rope_theta": float,  # RoPE base of the sliding-window layers
+    "hidden_activation": str,  # the GeGLU's activation: gelu | gelu_new | ...
+    "norm_eps": float,  # LayerNorm's epsilon
+    "classifier_pooling": str,  # a classifier's pooling: cls | mean
 }
 
 # The training loop's keys (bert_jax.config.settings.LoopConfig takes its defaults from here).
@@ -88,7 +96,7 @@ def model_block(preset: str = "tiny", family: str = "bert", **overrides
     from ml_collections import config_dict
     unknown = sorted(set(overrides) - set(MODEL_FIELDS))
     if unknown:
-        raise ValueError(f"model_block: unknown BertConfig fields {unknown}")
+        raise ValueError(f"model_block: unknown model fields {unknown}")
     block = {name: config_dict.placeholder(kind) for name, kind in MODEL_FIELDS.items()}
     block.update(overrides)
     # preset: tiny | mini | small | medium | base | large (bert_jax.config.bert.BertConfig.preset)
