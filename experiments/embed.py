@@ -22,6 +22,7 @@ from absl import app, flags, logging
 
 from bert_jax import cli
 from bert_jax.embeddings import encode as sentence_embeddings
+from bert_jax.recipes import inputs as run_inputs
 from bert_jax.runtime import distributed, outputs
 from bert_jax.tools import saved_runs
 
@@ -52,6 +53,10 @@ def main(argv):
     for path in sentence_embeddings.output_paths(FLAGS.output):
         cli.check_output(SCRIPT, path, protected=protected)
     with cli.interrupts_stop(SCRIPT):
+        if FLAGS.workdir:
+            cli.run_or_exit(SCRIPT, lambda: run_inputs.check_run(
+                FLAGS.workdir, SCRIPT, roles=[run_inputs.TOKENIZER],
+                allow=FLAGS.allow_changed_inputs))
         print(json.dumps(cli.run_or_exit(SCRIPT, embed_file)))
 
 
@@ -82,5 +87,9 @@ if __name__ == "__main__":
     flags.register_multi_flags_validator(
         ["model", "workdir"], lambda f: (f["model"] is None) != (f["workdir"] is None),
         message="give exactly one of --model (a Hugging Face folder) and --workdir (a run)")
+    flags.DEFINE_bool("allow_changed_inputs", False,
+                      "Go on when a file the run was trained with (--workdir: its tokenizer files) "
+                      "changed since it started (<workdir>/inputs.json); the change is recorded "
+                      "there.")
     distributed.define_flags()
     app.run(main, flags_parser=cli.parse_flags)

@@ -35,6 +35,7 @@ from absl import app, flags, logging
 
 from bert_jax import cli, recipes
 from bert_jax.config import settings
+from bert_jax.recipes import inputs as run_inputs
 from bert_jax.recipes import run_record
 from bert_jax.runtime import distributed, outputs, paths
 from bert_jax.train.checkpoint import params as params_loading
@@ -131,6 +132,8 @@ def main(argv):
     if FLAGS.format is not None and FLAGS.input is None:
         cli.fail(SCRIPT, "--format is the format of --input: give --input=FILE with it")
     with cli.interrupts_stop(SCRIPT):
+        cli.run_or_exit(SCRIPT, lambda: run_inputs.check_run(
+            FLAGS.workdir, SCRIPT, allow=FLAGS.allow_changed_inputs))
         step, metrics, extra = cli.run_or_exit(
             SCRIPT, lambda: evaluate_run(FLAGS.workdir, FLAGS.step, FLAGS.input, FLAGS.format,
                                          FLAGS.long_inputs))
@@ -155,5 +158,10 @@ if __name__ == "__main__":
     flags.DEFINE_enum("long_inputs", None, ["truncate", "slide"],
                       "Fine-tuning runs: inputs longer than a row truncated, or read in "
                       "sliding windows (default: the run's config.data.long_inputs).")
+    flags.DEFINE_bool("allow_changed_inputs", False,
+                      "Go on when a file the run was trained with (its tokenizer, data or "
+                      "corpus files) "
+                      "changed since it started (<workdir>/inputs.json); the change is recorded "
+                      "there.")
     distributed.define_flags()
     app.run(main, flags_parser=cli.parse_flags)

@@ -38,6 +38,7 @@ import jax
 from absl import app, flags
 
 from bert_jax import cli
+from bert_jax.recipes import inputs as run_inputs
 from bert_jax.recipes.finetune import predict
 from bert_jax.runtime import distributed
 
@@ -53,6 +54,9 @@ def main(argv):
         batch_size=FLAGS.batch_size, dtype=FLAGS.dtype, file_format=FLAGS.format,
         skip_bad_rows=FLAGS.skip_bad_rows, long_inputs=FLAGS.long_inputs)
     with cli.interrupts_stop("predict.py"):
+        cli.run_or_exit("predict.py", lambda: run_inputs.check_run(
+            FLAGS.workdir, "predict.py", roles=[run_inputs.TOKENIZER],
+            allow=FLAGS.allow_changed_inputs))
         summary = cli.run_or_exit("predict.py",
                                   lambda: predict.predict_file(FLAGS.workdir, options))
     if jax.process_index() == 0:
@@ -74,5 +78,9 @@ if __name__ == "__main__":
     flags.DEFINE_enum("long_inputs", None, ["truncate", "slide"],
                       "Inputs longer than a row: truncated, or read in sliding windows "
                       "(default: the run's config.data.long_inputs).")
+    flags.DEFINE_bool("allow_changed_inputs", False,
+                      "Go on when a file the run was trained with (its tokenizer files) "
+                      "changed since it started (<workdir>/inputs.json); the change is recorded "
+                      "there.")
     distributed.define_flags()
     app.run(main, flags_parser=cli.parse_flags)

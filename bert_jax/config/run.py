@@ -168,6 +168,9 @@ def base_config(recipe: str) -> ml_collections.ConfigDict:
     # A rerun on a workdir must have the config the run started with (keys that change what it
     # computes); true: the change is meant (the old config.json is kept beside the new one).
     config.allow_config_change = False
+    # A resumed run whose inputs (corpus files, tokenizer files, data files: <workdir>/inputs.json,
+    # bert_jax.recipes.inputs) changed since it started stops; true: go on, the change recorded.
+    config.allow_changed_inputs = False
     return config
 
 

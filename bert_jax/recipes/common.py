@@ -134,9 +134,19 @@ def read_tokenizer(path: str, lowercase: bool):
         raise ValueError(f"{path} is not a vocabulary: not UTF-8 text (byte {e.start})") from None
 
 
+def has_checkpoint(workdir: str) -> bool:
+    """Whether <workdir>/checkpoints holds a step folder (a run to resume)."""
+    from etils import epath
+    directory = epath.Path(checkpointing.checkpoint_dir(workdir))
+    return directory.is_dir() and any(p.name.isdigit() for p in directory.iterdir())
+
+
 def train(config: Config, workdir: str, task: loop.Task, train_iterator, mesh,
           total_steps: int, evaluate=None) -> loop.TrainResult:
-    """loop.train with the optimizer and loop settings of `config`."""
+    """loop.train with the optimizer and loop settings of `config`, once the run's inputs are
+    checked against and recorded in <workdir>/inputs.json (bert_jax.recipes.inputs)."""
+    from bert_jax.recipes import inputs
+    inputs.check_and_record(config, workdir, has_checkpoint(workdir))
     opt_config = optimizer_config(config, total_steps)
     logging.info("model %s: %.1fM parameters; %.3g model FLOPs per step", task.model_config,
                  task.model_config.num_params() / 1e6, task.flops_per_step)

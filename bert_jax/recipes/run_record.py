@@ -50,7 +50,8 @@ if TYPE_CHECKING:  # annotations only: ml_collections is imported where a saved 
 RUN_NEUTRAL_KEYS = frozenset({
     "log_every_steps", "eval_every_steps", "checkpoint_every_steps", "keep_checkpoints",
     "async_checkpoints", "peak_flops_per_device", "eval_batch_size", "mesh.data", "mesh.fsdp",
-    "mesh.tensor", "allow_config_change", "nonfinite", "max_nonfinite_in_a_row",
+    "mesh.tensor", "allow_config_change", "allow_changed_inputs", "nonfinite",
+    "max_nonfinite_in_a_row",
     "data.seconds_per_batch", "data.eval_mask_rate", "data.bucket_lengths"})
 
 
