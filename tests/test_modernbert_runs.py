@@ -267,6 +267,92 @@ def test_a_transformers_modernbert_folder_fine_tuned_predicted_and_exported(tmp_
                                                            attention="auto")
 
 
+QA_CONFIG = """from bert_jax.config import run as run_config
+
+
+def get_config():
+    config = run_config.finetune_config("span_qa")
+    config.init.hf_dir = {hf_dir!r}
+    config.data.train_path = {squad!r}
+    config.data.eval_path = {squad!r}
+    config.max_seq_len = 32
+    config.squad.max_query_len = 8
+    config.squad.doc_stride = 16
+    config.squad.max_answer_length = 4
+    config.batch_size = 8
+    config.eval_batch_size = 8
+    config.total_steps = 6
+    config.learning_rate = 2e-3
+    config.log_every_steps = 3
+    config.async_checkpoints = False
+    return config
+"""
+
+
+def _squad(path, rng, count):
+    """SQuAD-style JSON: who / where questions over short contexts of WORDS."""
+    paragraphs = []
+    for i in range(count):
+        person, place = WORDS[int(rng.integers(2))], WORDS[2 + int(rng.integers(2))]
+        context = f"{person} visited {place} today and is old ."
+        question, answer = (("who visited", person) if i % 2 else ("where is", place))
+        paragraphs.append({"context": context, "qas": [{
+            "id": f"q{i}", "question": question,
+            "answers": [{"text": answer, "answer_start": context.index(answer)}]}]})
+    path.write_text(json.dumps({"data": [{"title": "t", "paragraphs": paragraphs}]}),
+                    encoding="utf-8")
+
+
+def test_span_qa_on_a_modernbert_folder_fine_tunes_predicts_and_exports(tmp_path):
+    """Span QA built BertForQuestionAnswering whatever the family (an AttributeError on a
+    ModernBERT model): now the family's head, ModernBertForQuestionAnswering, fine-tunes,
+    predicts, and exports as transformers' ModernBertForQuestionAnswering with our logits."""
+    import jax
+    import torch
+    import transformers
+
+    from bert_jax.model.modernbert_qa import ModernBertForQuestionAnswering
+    from bert_jax.tools import convert_runs as runs
+    from bert_jax.train.checkpoint import params as params_loading
+    from bert_jax.train.checkpoint import store as checkpointing
+
+    _squad(tmp_path / "qa.json", np.random.default_rng(0), 24)
+    folder = tmp_path / "modernbert"
+    _transformers_folder(folder, SPECIALS + WORDS)
+    config_file = tmp_path / "config.py"
+    config_file.write_text(QA_CONFIG.format(hf_dir=str(folder), squad=str(tmp_path / "qa.json")))
+    workdir = str(tmp_path / "run")
+    _script("finetune.py", f"--config={config_file}", f"--workdir={workdir}")
+    cfg, params = params_loading.load_params(checkpointing.checkpoint_dir(workdir))
+    assert sorted(params) == ["bert", "classifier"]
+
+    questions = tmp_path / "questions.jsonl"
+    questions.write_text("".join(json.dumps({"question": "who visited", "context": c}) + "\n"
+                                 for c in ("mary visited paris today .", "john met acme .")))
+    _script("predict.py", f"--workdir={workdir}", f"--input={questions}",
+            f"--output={tmp_path / 'answers.jsonl'}")
+    answers = _jsonl(tmp_path / "answers.jsonl")
+    assert len(answers) == 2 and all(isinstance(a["prediction"], str) for a in answers)
+
+    export = tmp_path / "exported"
+    runs.ours_to_hf(checkpointing.checkpoint_dir(workdir), str(export), None,
+                    encoder_only=False)
+    written = json.loads((export / "config.json").read_text())
+    assert written["architectures"] == ["ModernBertForQuestionAnswering"]
+    input_ids = np.array([[2, 5, 11, 7, 3, 0], [2, 6, 12, 8, 9, 3]], np.int32)
+    attention_mask = (input_ids != 0).astype(np.int32)
+    start, end = ModernBertForQuestionAnswering(cfg).apply(
+        {"params": jax.device_get(params)}, input_ids, None, attention_mask, True)
+    theirs = transformers.ModernBertForQuestionAnswering.from_pretrained(
+        export, attn_implementation="eager").eval()
+    with torch.no_grad():
+        out = theirs(input_ids=torch.as_tensor(input_ids.astype(np.int64)),
+                     attention_mask=torch.as_tensor(attention_mask))
+    real = attention_mask.astype(bool)
+    for ours, hf_logits in ((start, out.start_logits), (end, out.end_logits)):
+        assert np.max(np.abs(np.asarray(ours)[real] - hf_logits.numpy()[real])) <= 1e-5
+
+
 def test_sentence_embeddings_of_a_modernbert_folder_are_transformers_mean_pooled_states(
         tmp_path):
     import torch

@@ -373,12 +373,14 @@ def _numpy_dtype(name: str):
 
 def save(cfg, params: Mapping[str, Any], directory: str | os.PathLike, *, tokenizer=None,
          label_map=None, problem_type: str | None = None,
-         model_max_length: int | None = None) -> None:
+         model_max_length: int | None = None, question_answering: bool = False) -> None:
     """Write a folder that transformers loads (hf_export.save's contract) for a model of either
     family: a BertConfig through hf_export.save, a ModernBertConfig through
-    bert_jax.convert.modernbert.save. For ModernBERT a classifier is a sequence classifier when
-    `problem_type` is given (the recipes' text tasks), else a token classifier; the tokenizer's
-    special ids go into config.json."""
+    bert_jax.convert.modernbert.save. For ModernBERT a classifier is a span-QA head when
+    `question_answering` (a span_qa run's), a sequence classifier when `problem_type` is given
+    (the recipes' text tasks), else a token classifier (the three have the same tensors); the
+    tokenizer's special ids go into config.json. A BERT-family tree says its head by its names
+    (qa_outputs)."""
     from bert_jax.model import families
     if families.name_of(cfg) != families.MODERNBERT:
         save_bert_family(cfg, params, directory, tokenizer=tokenizer, label_map=label_map,
@@ -387,7 +389,8 @@ def save(cfg, params: Mapping[str, Any], directory: str | os.PathLike, *, tokeni
     from bert_jax.convert import modernbert
     architecture = None
     if "classifier" in modernbert.heads_of(params):
-        architecture = ("ModernBertForSequenceClassification" if problem_type is not None
+        architecture = ("ModernBertForQuestionAnswering" if question_answering
+                        else "ModernBertForSequenceClassification" if problem_type is not None
                         else "ModernBertForTokenClassification")
     if tokenizer is not None:
         if tokenizer.vocab_size > cfg.vocab_size:

@@ -1,7 +1,7 @@
 """Hugging Face ModernBERT checkpoints <-> (ModernBertConfig, our parameter trees), both ways.
 
 A folder holds `config.json` and `model.safetensors` (read with the safetensors numpy API, no
-torch needed). Four architectures are read and written:
+torch needed). Five architectures are read and written:
 
   config.json "architectures"            our tree (its model: the same class name in
                                          bert_jax.model.modernbert)
@@ -9,10 +9,12 @@ torch needed). Four architectures are read and written:
   ModernBertForMaskedLM                  {"bert": ..., "mlm": ...}
   ModernBertForSequenceClassification    {"bert": ..., "classifier": ...}
   ModernBertForTokenClassification       {"bert": ..., "classifier": ...}
+  ModernBertForQuestionAnswering         {"bert": ..., "classifier": ...} (two labels: start,
+                                         end; bert_jax.model.modernbert_qa)
 
 (`load(..., with_heads=False)` returns the bare encoder tree of any of them, and of the other
-ModernBERT architectures too.) The two classifiers have the same tensors, so which one a tree is
-comes from the folder (`architecture`) when reading and from the caller when writing.
+ModernBERT architectures too.) The three classifiers have the same tensors, so which one a tree
+is comes from the folder (`architecture`) when reading and from the caller when writing.
 
 Which tensor goes where (`encoder_entries`, `head_entries`): the torch Linear weights [out, in]
 become our kernels [in, out], the fused projections with their parts on an axis of their own:
@@ -52,6 +54,7 @@ ARCHITECTURES: dict[str, Optional[str]] = {
     "ModernBertForMaskedLM": "mlm",
     "ModernBertForSequenceClassification": "classifier",
     "ModernBertForTokenClassification": "classifier",
+    "ModernBertForQuestionAnswering": "classifier",  # two labels: start and end
 }
 TIED_DECODER = "decoder.weight"
 

@@ -50,6 +50,7 @@ class Family:
     masked_lm: Callable[..., Any]
     sequence_classifier: Callable[..., Any]
     token_classifier: Callable[..., Any]
+    question_answerer: Callable[..., Any]  # cfg -> (start_logits, end_logits) per token
     relayout: Callable[[Any, bool, Any], Any]
     shardings_in_layout: Callable[[Any, Any, bool], Any]
 
@@ -82,6 +83,7 @@ def _bert() -> Family:
     from bert_jax.model.encoder import BertModel
     from bert_jax.model.heads import (
         BertForPreTraining,
+        BertForQuestionAnswering,
         BertForSequenceClassification,
         BertForTokenClassification,
     )
@@ -91,6 +93,7 @@ def _bert() -> Family:
         masked_lm=lambda cfg, with_nsp=False: BertForPreTraining(cfg, with_nsp=with_nsp),
         sequence_classifier=BertForSequenceClassification,
         token_classifier=BertForTokenClassification,
+        question_answerer=BertForQuestionAnswering,
         relayout=lambda params, scanned, cfg: scan.relayout(params, scanned,
                                                            cfg.num_hidden_layers),
         shardings_in_layout=lambda shardings, cfg, scanned: scan.shardings_in_layout(
@@ -106,7 +109,7 @@ def _modernbert_masked_lm(cfg: ModernBertConfig, with_nsp: bool = False):
 
 
 def _modernbert() -> Family:
-    from bert_jax.model import modernbert, modernbert_scan
+    from bert_jax.model import modernbert, modernbert_qa, modernbert_scan
 
     def relayout(params, scanned, cfg):
         return (modernbert_scan.stack_layers(params, cfg) if scanned
@@ -118,6 +121,7 @@ def _modernbert() -> Family:
         masked_lm=_modernbert_masked_lm,
         sequence_classifier=modernbert.ModernBertForSequenceClassification,
         token_classifier=modernbert.ModernBertForTokenClassification,
+        question_answerer=modernbert_qa.ModernBertForQuestionAnswering,
         relayout=relayout, shardings_in_layout=modernbert_scan.shardings_in_layout)
 
 

@@ -159,6 +159,8 @@ def run_export_options(workdir: str | None, params, tokenizer: str | None = None
     if "classifier" in hf.heads_of(params):
         options["label_map"] = task.get("label_map") or None
         options["problem_type"] = PROBLEM_TYPES.get(task.get("task"))
+        # ModernBERT's span-QA head is a two-label classifier: the task says which it is
+        options["question_answering"] = task.get("task") == "span_qa"
     logging.info("run %s (task %s): labels %s, problem_type %s", workdir, task.get("task", "none"),
                  options.get("label_map"), options.get("problem_type"))
     return options

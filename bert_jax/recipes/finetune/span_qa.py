@@ -36,7 +36,7 @@ import optax
 
 from bert_jax.data import textfiles
 from bert_jax.data.finetuning import readers, squad, unlabelled
-from bert_jax.model import BertForQuestionAnswering
+from bert_jax.model import families
 from bert_jax.recipes.finetune import metrics
 from bert_jax.recipes.finetune.kinds import TaskKind, register
 from bert_jax.runtime import paths
@@ -65,7 +65,7 @@ class SpanQA(TaskKind):
         return squad.encode_qa_examples(tokenizer, examples, window)
 
     def make_model(self, cfg, labels):
-        return BertForQuestionAnswering(cfg)
+        return families.of(cfg).question_answerer(cfg)
 
     def loss(self, outputs, batch, example_weights):
         start, end = span_logits(*outputs, batch["attention_mask"])
