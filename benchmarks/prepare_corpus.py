@@ -21,8 +21,11 @@ compression ratios are those of repeated text) in four formats of 8 files each: 
   tokenizer/<kind>/hf    the same `tokenizers` pipeline and trainer fed by batches of a
                          `datasets` Dataset holding the same sample (HF's training scripts)
 
-Prints one JSON object a line: seconds, MB/s of text, tokens/s, and the peak memory of the
-process tree (the sum of the RSS of the process and its children, sampled every 0.1 s).
+Prints one JSON object a line: seconds, MB/s of text, tokens/s, the peak memory of the process
+tree (the sum of the RSS of the process and its children, sampled every 0.1 s) and its CPU
+seconds (cpu_s: user + system of the tree; the figure to compare when other jobs share the
+cores, since wall time then measures the scheduler's shares as much as the work), with the
+load average before and after each run (load).
 """
 
 from __future__ import annotations
@@ -92,22 +95,31 @@ def build(workdir: str, size_mb: int) -> dict:
     return specs
 
 
-def peak_rss(command: list[str], env: dict) -> tuple[int, float, str]:
-    """(return code, peak RSS of the process tree in MB, stdout) of a command."""
+def peak_rss(command: list[str], env: dict) -> tuple[int, float, str, float]:
+    """(return code, peak RSS of the process tree in MB, stdout, CPU seconds of the tree) of a
+    command. CPU seconds: user + system of every process of the tree, each at its last sample
+    (every 0.1 s; a process's last 0.1 s before it exits may be missed): what the work cost
+    whatever else runs on the machine."""
     import psutil
     process = subprocess.Popen(command, env=env, cwd=ROOT, stdout=subprocess.PIPE,
                                stderr=subprocess.DEVNULL, text=True)
     parent = psutil.Process(process.pid)
-    peak = 0
+    peak, cpu = 0, {}
     while process.poll() is None:
         try:
             tree = [parent, *parent.children(recursive=True)]
-            peak = max(peak, sum(p.memory_info().rss for p in tree if p.is_running()))
+            rss = 0
+            for p in tree:
+                with p.oneshot():
+                    rss += p.memory_info().rss
+                    times = p.cpu_times()
+                cpu[p.pid] = times.user + times.system
+            peak = max(peak, rss)
         except psutil.Error:
             pass
         time.sleep(0.1)
     out = process.stdout.read()
-    return process.returncode, peak / 1e6, out
+    return process.returncode, peak / 1e6, out, sum(cpu.values())
 
 
 # ----- the measured runs (each in a child process: --run=...) ----------------------------------
@@ -202,16 +214,18 @@ def child(args) -> None:
 def measure(name: str, fn: str, env: dict, text_bytes: float, **kwargs) -> dict:
     command = [sys.executable, os.path.abspath(__file__),
                "--run=" + json.dumps({"fn": fn, **kwargs})]
-    code, peak, out = peak_rss(command, env)
+    load_before = os.getloadavg()[0]
+    code, peak, out, cpu_seconds = peak_rss(command, env)
     if code != 0:
         result = {"name": name, "error": f"exit {code}"}
     else:
         result = {"name": name, **json.loads(out.strip().splitlines()[-1]),
-                  "peak_rss_mb": round(peak)}
+                  "peak_rss_mb": round(peak), "cpu_s": round(cpu_seconds, 1)}
         result["mb_per_s"] = round(text_bytes / 1e6 / result["seconds"], 2)
         if "tokens" in result:
             result["tokens_per_s"] = round(result["tokens"] / result["seconds"])
         result["seconds"] = round(result["seconds"], 1)
+    result["load"] = [round(load_before, 1), round(os.getloadavg()[0], 1)]
     print(json.dumps(result), flush=True)
     return result
 
