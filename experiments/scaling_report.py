@@ -17,6 +17,14 @@ traffic against its all-gather + reduce-scatter ideal. --max_batch finds the lar
 batch that fits in HBM (in steps of the data-parallel size; about four compilations).
 --recipe=finetune compiles the fine-tuning step of a sequence classifier instead of pre-training.
 
+--config=experiments/configs/<run>.py (with --config.<key>=<value> overrides, as pretrain.py and
+finetune.py take them) plans the run that config describes: its recipe, model, dtype, remat,
+lengths, global batch, accumulation and mesh; a flag of this script given on the command line
+(--preset, --dtype, --batch_size, --mesh, ...) overrides the config's value.
+
+    python experiments/scaling_report.py --config=experiments/configs/bert_large.py \
+        --config.mesh.fsdp=8 --devices=8
+
 For each --mesh (data,fsdp,tensor; one -1 takes the remaining devices) the real train step of
 bert_jax.recipes.pretrain is compiled ahead of time for --devices fake CPU devices (nothing runs,
 nothing of the model's size is allocated), and the report prints: per-device memory, FLOPs,
@@ -30,6 +38,7 @@ Exit status: 0 done, 1 bad input (one line `scaling_report.py: error: ...`).
 The library: bert_jax/tools/scaling/.
 """
 
+import copy
 import json
 import math
 import os
@@ -65,22 +74,42 @@ def _run_for_tpu() -> None:
     os.execve(sys.executable, [sys.executable] + sys.argv, env)
 
 
+def _given(name: str) -> bool:
+    """Whether --name decides: always without --config, else only where it was given."""
+    return FLAGS.config is None or FLAGS[name].present
+
+
+def _recipe() -> str:
+    return FLAGS.config.recipe if FLAGS.config is not None and not _given("recipe") \
+        else FLAGS.recipe
+
+
+def _preset() -> str:
+    return FLAGS.preset if _given("preset") else FLAGS.config.model.preset
+
+
 def _config(mesh_shape: tuple[int, int, int], batch_size: int):
-    """The config of the flags (bert_jax/config/run.py)."""
+    """The run config planned: --config's (a copy) with the flags given applied, or the schema's
+    defaults (bert_jax/config/run.py) with every flag applied."""
     from bert_jax.config import run as run_config
-    config = (run_config.pretrain_config() if FLAGS.recipe == "pretrain"
-              else run_config.finetune_config("classification"))
-    config.model.preset = FLAGS.preset
-    config.model.scan_layers = FLAGS.scan_layers
-    if FLAGS.attention != "auto":
+    if FLAGS.config is not None:
+        config = copy.deepcopy(FLAGS.config)
+    else:
+        config = (run_config.pretrain_config() if FLAGS.recipe == "pretrain"
+                  else run_config.finetune_config("classification"))
+    config.model.preset = _preset()
+    if _given("scan_layers"):
+        config.model.scan_layers = FLAGS.scan_layers
+    if _given("attention") and FLAGS.attention != "auto":
         config.model.attention = FLAGS.attention
-    config.tokenizer.vocab_size = FLAGS.vocab_size
-    config.dtype, config.remat = FLAGS.dtype, FLAGS.remat
-    config.max_seq_len, config.batch_size = FLAGS.max_seq_len, batch_size
+    if _given("vocab_size"):
+        config.tokenizer.vocab_size = FLAGS.vocab_size
+    for name in ("dtype", "remat", "max_seq_len", "accumulation_steps", "fsdp_collectives"):
+        if _given(name):
+            setattr(config, name, FLAGS[name].value)
+    config.batch_size = batch_size
     config.eval_batch_size = batch_size  # checked against the mesh; no eval step is compiled
-    config.accumulation_steps = FLAGS.accumulation_steps
-    config.fsdp_collectives = FLAGS.fsdp_collectives
-    if FLAGS.recipe == "pretrain":
+    if _recipe() == "pretrain" and _given("max_predictions"):
         config.data.max_predictions = FLAGS.max_predictions
     config.total_steps = 1000
     config.mesh.data, config.mesh.fsdp, config.mesh.tensor = mesh_shape
@@ -91,7 +120,9 @@ def _mesh_shapes(devices: int) -> list[tuple[int, int, int]]:
     """The --mesh shapes for `devices` devices (one line and exit 1 for a bad one)."""
     from bert_jax.runtime import sharding
     shapes = []
-    for text in FLAGS.mesh:
+    meshes = (FLAGS.mesh if _given("mesh") else
+              [f"{FLAGS.config.mesh.data},{FLAGS.config.mesh.fsdp},{FLAGS.config.mesh.tensor}"])
+    for text in meshes:
         try:
             data, fsdp, tensor = (int(x) for x in text.split(","))
         except ValueError:
@@ -127,7 +158,8 @@ def main(argv):
     if on_tpu and chip is None:
         sys.exit(f"{SCRIPT}: error: {FLAGS.target}: no figures for the chip "
                  f"{devices[0].device_kind!r} in bert_jax/tools/scaling/chips.py")
-    batch_size = FLAGS.batch_size or 32 * len(devices)
+    batch_size = (FLAGS.batch_size if FLAGS.batch_size is not None
+                  else 32 * len(devices) if FLAGS.config is None else FLAGS.config.batch_size)
     records = []
     for shape in _mesh_shapes(len(devices)):
         mesh = make_mesh_of(shape, devices)
@@ -146,7 +178,7 @@ def main(argv):
             print(report.format_chip(records[-1]), flush=True)
         if FLAGS.hlo_dir:
             _write(os.path.join(FLAGS.hlo_dir, "{}_{}.hlo.txt".format(
-                FLAGS.preset, "x".join(map(str, shape)))), step.compiled.as_text())
+                _preset(), "x".join(map(str, shape)))), step.compiled.as_text())
         del step
     print(report.ASSUMPTIONS)
     print(report.markdown_table(records))
@@ -154,7 +186,7 @@ def main(argv):
         print(report.chip_table(records))
     if FLAGS.json:
         _write(FLAGS.json, json.dumps(
-            {"preset": FLAGS.preset, "recipe": FLAGS.recipe, "target": FLAGS.target,
+            {"preset": _preset(), "recipe": _recipe(), "target": FLAGS.target,
              "chip": vars(chip) if chip else None, "assumptions": report.ASSUMPTIONS,
              "targets": {n: vars(targets.get(n)) for n in FLAGS.targets}, "mfu": FLAGS.mfu,
              "records": records}, indent=1, default=str))
@@ -169,7 +201,7 @@ def compile_step(shape: tuple[int, int, int], mesh, batch_size: int):
     """The recipe's train step of the flags at `batch_size` global rows, compiled for `mesh`."""
     from bert_jax.tools.scaling import program
     config = _config(shape, batch_size)
-    if FLAGS.recipe == "pretrain":
+    if _recipe() == "pretrain":
         return program.compile_pretrain_step(config, mesh)
     return program.compile_finetune_step(config, mesh, FLAGS.num_labels)
 
@@ -245,6 +277,9 @@ def _write(path: str, text: str) -> None:
 
 
 if __name__ == "__main__":
+    cli.define_config_file_flag("config", "A run's config file (get_config(); --config.<key> "
+                                "overrides it): the run to plan. The flags below, where given, "
+                                "override its values.")
     flags.DEFINE_string("preset", "base", "BertConfig preset: tiny, mini, small, medium, base, "
                         "large.")
     flags.DEFINE_integer("vocab_size", 30522, "Vocabulary size (BERT's WordPiece: 30522).",

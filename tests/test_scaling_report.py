@@ -368,6 +368,26 @@ def test_script_reports_a_mesh_and_writes_json(tmp_path):
     assert record["effective_wire_bytes_per_device"] > 0
 
 
+def test_script_plans_the_run_a_config_file_describes(tmp_path):
+    """--config and --config.<key> as the training scripts take them (the script had no way to
+    read a run's own config): its model, lengths, batch and mesh are planned; a flag given on
+    the command line overrides the config."""
+    out = tmp_path / "report.json"
+    config = os.path.join(ROOT, "experiments", "configs", "demo.py")
+    done = _script(f"--config={config}", "--config.mesh.data=2", "--config.mesh.fsdp=4",
+                   "--config.batch_size=16", "--config.tokenizer.vocab_size=1024",
+                   "--max_seq_len=32", "--devices=8", "--targets=h100", f"--json={out}")
+    assert done.returncode == 0, done.stderr[-4000:]
+    report = json.loads(out.read_text())
+    (record,) = report["records"]
+    assert record["mesh"] == {"data": 2, "fsdp": 4, "tensor": 1}
+    assert report["recipe"] == "pretrain" and report["preset"] == "tiny"
+    assert "| 8 | (2,4,1) |" in done.stdout
+    bad = _script(f"--config={config}", "--config.no_such_key=1", "--devices=8",
+                  devices_set=True)
+    assert bad.returncode != 0 and "no_such_key" in bad.stderr
+
+
 @pytest.mark.parametrize("args, message", [
     (["--devices=8", "--mesh=3,1,1"], "needs 3 devices"),
     (["--devices=8", "--targets=tpu_v9"], "unknown target"),
