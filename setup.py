@@ -59,6 +59,7 @@ PEERS = [
     # goes with each end's transformers (5.x needs transformers 4.x; 6.x needs transformers 5)
     "sentence-transformers>=5.7,<6; python_version < '3.12'",
     "sentence-transformers>=6,<7; python_version >= '3.12'",
+    "mteb>=2.26,<3; python_version >= '3.12'",
 ]
 
 setup(
