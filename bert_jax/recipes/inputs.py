@@ -9,10 +9,12 @@ the files with it and stop with one line naming the file and what changed, unles
      "folders": {"<corpus folder>": "corpus"}, "changes": [...]}
 
 A fingerprint is the size and a BLAKE2b-128 digest (`fingerprint`). Tokenizer and fine-tuning
-data files are hashed whole, whatever their size (a 100 MB TSV costs ~0.2 s). A corpus file is
-hashed whole up to SAMPLE_ABOVE bytes and sampled above it: SAMPLE_BLOCKS blocks of SAMPLE_BYTES
-spread evenly from its first byte to its last, so a 10 GB corpus costs one stat per file and about
-4 MiB read per large file. What a sample misses: a change that keeps the file's size and lies
+data files are hashed whole, whatever their size (a 100 MB TSV: 0.08-0.2 s). A corpus file is
+hashed whole up to SAMPLE_ABOVE (4 MiB) and sampled above it: SAMPLE_BLOCKS (16) blocks of
+SAMPLE_BYTES (64 KiB) spread evenly from its first byte to its last, 1 MiB read per file whatever
+its size. TFDS writes a prepared corpus in files of ~36 MB, so a 1 GB corpus is ~28 sampled files
+and a 10 GB one ~280: one stat each and ~280 MiB read (docs/results.md, "Input fingerprints",
+has the measured cost). What a sample misses: a change that keeps the file's size and lies
 wholly between the sampled blocks (bytes flipped in place, records of equal length swapped inside
 one file); a truncated, extended, replaced or re-prepared file is found (its size or a sampled
 block differs), and so is a file added to or gone from the corpus folder. Token shards also keep
@@ -45,9 +47,9 @@ from bert_jax.runtime import multiprocess, paths
 
 INPUTS_FILE = "inputs.json"
 FORMAT = 1
-SAMPLE_ABOVE = 64 << 20  # a corpus file larger than this is sampled, not hashed whole
+SAMPLE_ABOVE = 4 << 20  # a corpus file larger than this is sampled, not hashed whole
 SAMPLE_BLOCKS = 16
-SAMPLE_BYTES = 256 << 10
+SAMPLE_BYTES = 64 << 10  # 1 MiB read per sampled file
 _CHUNK = 8 << 20
 TOKENIZER_FILES = ("vocab.txt", "tokenizer.json", "tokenizer_config.json",
                    "special_tokens_map.json", "vocab.json", "merges.txt", "spiece.model",

@@ -147,3 +147,22 @@ def test_a_real_full_tmpfs_then_more_space(reference, tmp_path):
         assert same_data(reference_dir, data_dir)
     finally:
         subprocess.run(["umount", mount])
+
+
+def test_a_corpus_past_tfds_shuffle_buffer_without_tensorflow_is_one_line(tmp_path, monkeypatch):
+    """New case: past 1 GB of records TFDS's shuffle spills to disk through TensorFlow, which
+    this stack does not install: a traceback (ModuleNotFoundError) before, one line now (the
+    buffer is made small here instead of writing a GB)."""
+    pytest.importorskip("tensorflow_datasets")
+    try:
+        import tensorflow  # noqa: F401
+        pytest.skip("TensorFlow is installed: TFDS spills through it")
+    except ImportError:
+        pass
+    from tensorflow_datasets.core import shuffle
+    monkeypatch.setattr(shuffle, "MAX_MEM_BUFFER_SIZE", 1 << 10)
+    corpus = write_corpus(str(tmp_path / "text"))
+    with pytest.raises(ValueError, match=r"too large for TFDS to prepare in memory here: past 0 "
+                                         r"GB of records its shuffle spills to disk through "
+                                         r"TensorFlow, which is not installed.*prepare_shards"):
+        catalog.prepare(corpus, str(tmp_path / "data"))

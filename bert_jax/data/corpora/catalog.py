@@ -147,12 +147,21 @@ def _download_and_prepare(builder: tfds.core.DatasetBuilder, corpus: str, data_d
     it when every split is written; a failure removes that folder. So a full disk leaves nothing
     half-prepared: it ends in an OSError(ENOSPC) naming the data dir (one line in the scripts),
     and the same command, once space is freed, prepares the corpus whole, the same bytes as a
-    preparation that never stopped (the writer is deterministic)."""
+    preparation that never stopped (the writer is deterministic). A corpus whose records pass
+    TFDS's in-memory shuffle buffer (1 GB) needs TensorFlow to spill: without it, one line that
+    says so and what to do instead."""
     local = corpus == DEMO or corpus.startswith(TEXT_PREFIX)
     tfds.display_progress_bar(not local and progress.enabled())  # TFDS's own bars: downloads
     try:
         builder.download_and_prepare()
     except Exception as e:
+        if _needs_tensorflow(e):
+            raise ValueError(
+                f"corpus {corpus!r} is too large for TFDS to prepare in memory here: past "
+                f"{_shuffle_buffer_gb():.0f} GB of records its shuffle spills to disk through "
+                "TensorFlow, which is not installed; nothing of it was kept. Prepare it as token "
+                "shards (experiments/prepare_shards.py, any size, no TensorFlow), or split it "
+                "into corpora under that size, or pip install tensorflow") from e
         if disk_full(e):
             raise OSError(errno.ENOSPC, f"no space left on the device while preparing corpus "
                           f"{corpus!r} there ({_first_line(e)}); nothing of it was kept: free "
@@ -164,6 +173,22 @@ def _download_and_prepare(builder: tfds.core.DatasetBuilder, corpus: str, data_d
             f"(network access and the dataset's own dependencies are needed): {e}") from e
     finally:
         tfds.display_progress_bar(True)
+
+
+def _needs_tensorflow(error: BaseException) -> bool:
+    """True when TFDS stopped for want of TensorFlow (its shuffle's spill to disk)."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if isinstance(error, ModuleNotFoundError) and (error.name or "").startswith("tensorflow"):
+            return True
+        error = error.__cause__ or error.__context__
+    return False
+
+
+def _shuffle_buffer_gb() -> float:
+    from tensorflow_datasets.core import shuffle
+    return shuffle.MAX_MEM_BUFFER_SIZE / 1e9
 
 
 def _first_line(error: BaseException) -> str:
