@@ -8,6 +8,8 @@ correlation.
     search    exact top-k search, the corpus sharded over a device mesh
     sts       Spearman / Pearson of cosine similarity against gold pair scores
     evaluate  an encoder + a BEIR folder or an STS file -> the metrics dict
+    mteb_encoder  an encoder as an MTEB (mteb 2.x) model; local MTEB tasks from a BEIR folder or
+              an STS file (mteb imported on first use)
 
 Importing the package imports none of them (no JAX start-up for a caller of `metrics`).
 """

@@ -10,11 +10,11 @@
     mteb.evaluate(model, [task], cache=mteb.ResultCache("results"))
 
 `wrap` gives an instance of a subclass of mteb.models.abs_encoder.AbsEncoder (MTEB's
-EncoderProtocol):
-`encode(inputs, *, task_metadata, hf_split, hf_subset, prompt_type=None)` reads every batch of
-MTEB's DataLoader (its "text" column), embeds all the texts in one `encode.embed` call (packed
-rows, one compiled program per row length, the jitted function kept per model config, pooling and
-normalisation: a second task of the same lengths compiles nothing) and returns float32 [N, H];
+EncoderProtocol): `encode(inputs, *, task_metadata, hf_split, hf_subset, prompt_type=None)`
+reads every batch of MTEB's DataLoader (its "text" column), embeds all the texts in one
+`encode.embed` call (packed rows, one compiled program per row length, the jitted function kept
+per model config, pooling and normalisation: a second task of the same lengths compiles nothing)
+and returns float32 [N, H];
 `similarity` / `similarity_pairwise` follow `mteb_model_meta.similarity_fn_name` (cosine or
 dot). The ModelMeta says: name ("organization/model": MTEB's result folder), revision (None:
 MTEB writes "no_revision_available"), embedding dimension, max tokens (max_seq_len), similarity,
