@@ -130,7 +130,7 @@ def _tokenize_unit_fn():
                                                                    settings)
 
         def setup(self):
-            self.tokenizer = preparation.worker_tokenizer(self.tokenizer_json)
+            self.tokenizer = preparation.worker_encoder(self.tokenizer_json)
 
         def process(self, task):
             index, unit = task
