@@ -15,7 +15,7 @@ import bz2
 import importlib.util
 import os
 import xml.etree.ElementTree as ElementTree
-from typing import Iterator
+from typing import Collection, Iterator
 
 import tensorflow_datasets as tfds
 
@@ -72,14 +72,18 @@ def wiki_plain_text(wikitext: str) -> str:
     return "\n".join(line for line in lines if line)
 
 
-def wiki_articles(path: str) -> Iterator[str]:
-    """Plain text of the articles (namespace 0, no redirects) of a MediaWiki XML dump (.bz2)."""
+def wiki_articles(path: str, namespaces: Collection[str] = ("0",)) -> Iterator[str]:
+    """Plain text of the pages of a MediaWiki XML dump (.bz2, any XML encoding) in `namespaces`
+    (default: the articles, namespace 0), redirects skipped. Other namespaces are text too:
+    "4" the project's own pages (experiments/non_english_demo.py takes them from the Bulgarian
+    sample, which holds one article)."""
+    namespaces = frozenset(namespaces)
     with bz2.open(path, "rb") as f:
         for _, element in ElementTree.iterparse(f, events=("end",)):
             if element.tag.rsplit("}", 1)[-1] != "page":
                 continue
             namespace = element.findtext("{*}ns", default="0")
-            if namespace == "0" and element.find("{*}redirect") is None:
+            if namespace in namespaces and element.find("{*}redirect") is None:
                 text = wiki_plain_text(element.findtext("{*}revision/{*}text", default=""))
                 if text:
                     yield text
