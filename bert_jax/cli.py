@@ -45,6 +45,7 @@ from typing import Callable, Iterator, Optional, TypeVar
 from absl import flags, logging
 
 from bert_jax.config import help as script_help
+from bert_jax.config import run_keys
 from bert_jax.runtime import compilation_cache as compilation_cache_lib
 from bert_jax.runtime import distributed, orbax_logs, platform
 
@@ -297,12 +298,7 @@ def run_inputs(config) -> list[tuple[str, str]]:
     """(what, path) of what a run's config reads that its workdir must not equal, hold or lie
     inside: the model or checkpoint it starts from, its tokenizer, its data files."""
     def get(*keys):
-        value = config
-        for key in keys:
-            try:
-                value = value[key]
-            except (KeyError, TypeError, AttributeError):
-                return None
+        value = run_keys.value_at(config, *keys)
         return value if isinstance(value, str) and value else None
 
     return [(what, value) for what, value in (

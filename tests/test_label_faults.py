@@ -7,22 +7,18 @@ import os
 
 import pytest
 
-from bert_jax import cli
 from bert_jax.data.finetuning import readers
 from bert_jax.recipes.finetune import recipe as finetune_recipe
 from tests.finetune_runs import set_keys, tiny_finetune_config
+
+import script_errors
 
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 WORDS = ["good", "bad", "movie", "film", "the", "a", "is", "was", "not", "fun"]
 
 
 def one_line(fn, script="finetune.py"):
-    with pytest.raises(SystemExit) as exit_:
-        cli.run_or_exit(script, fn)
-    message = exit_.value.code
-    assert isinstance(message, str) and "\n" not in message, message
-    assert message.startswith(f"{script}: error: "), message
-    return message
+    return script_errors.one_line(fn, script)
 
 
 def write(path, lines):

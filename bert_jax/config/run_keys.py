@@ -31,6 +31,18 @@ _DEFINED_IN = {
 _PREFIXES = {"model_block": "model", "MODEL_FIELDS": "model", "optimizer_block": "optimizer"}
 
 
+def value_at(config: Any, *keys: str) -> Any:
+    """config[keys[0]][keys[1]]..., or None where a key is absent (a ConfigDict, a dict, or a
+    saved config.json read back)."""
+    value = config
+    for key in keys:
+        try:
+            value = value[key]
+        except (KeyError, TypeError, AttributeError):
+            return None
+    return value
+
+
 def flat(config: Any) -> dict[str, Any]:
     """{dotted key: value} of a ConfigDict or nested mapping (placeholders as None)."""
     tree = run_config.plain(config.to_dict() if hasattr(config, "to_dict") else config)

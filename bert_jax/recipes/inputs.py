@@ -43,6 +43,7 @@ import jax
 from absl import logging
 from etils import epath
 
+from bert_jax.config.run_keys import value_at
 from bert_jax.runtime import multiprocess, paths
 
 INPUTS_FILE = "inputs.json"
@@ -86,16 +87,6 @@ def _local(path: Optional[str]) -> Optional[str]:
     return os.path.abspath(os.path.expanduser(path))
 
 
-def _get(config: Any, *keys: str) -> Any:
-    value = config
-    for key in keys:
-        try:
-            value = value[key]
-        except (KeyError, TypeError, AttributeError):
-            return None
-    return value
-
-
 def _tokenizer_files(path: Optional[str]) -> list[str]:
     path = _local(path)
     if path is None or not os.path.exists(path):
@@ -121,8 +112,8 @@ def _data_config(config: Any, workdir: str):
 def corpus_folder(config: Any, workdir: str) -> Optional[str]:
     """The folder of a pre-training run's prepared corpus files, None for none (synthetic, a
     fine-tuning run, a corpus on object storage or not prepared)."""
-    corpus = _get(config, "data", "corpus")
-    if not isinstance(corpus, str) or _get(config, "recipe") == "finetune":
+    corpus = value_at(config, "data", "corpus")
+    if not isinstance(corpus, str) or value_at(config, "recipe") == "finetune":
         return None
     if corpus.startswith("shards:"):
         return _local(corpus[len("shards:"):])
@@ -138,7 +129,7 @@ def corpus_folder(config: Any, workdir: str) -> Optional[str]:
 
 
 def _pretraining_vocab(config: Any, workdir: str) -> Optional[str]:
-    corpus = _get(config, "data", "corpus")
+    corpus = value_at(config, "data", "corpus")
     if not isinstance(corpus, str) or not (corpus == "demo" or corpus.startswith("text:")):
         return None
     from bert_jax.data.pretraining import vocab as pretraining_vocab
@@ -151,13 +142,13 @@ def _pretraining_vocab(config: Any, workdir: str) -> Optional[str]:
 def run_files(config: Any, workdir: str) -> tuple[dict[str, str], dict[str, str]]:
     """({file: role}, {corpus folder: role}) of the local files the run reads (module doc)."""
     files: dict[str, str] = {}
-    tokenizer = _get(config, "tokenizer", "path") or _get(config, "init", "hf_dir")
-    if not tokenizer and _get(config, "recipe") != "finetune":
+    tokenizer = value_at(config, "tokenizer", "path") or value_at(config, "init", "hf_dir")
+    if not tokenizer and value_at(config, "recipe") != "finetune":
         tokenizer = _pretraining_vocab(config, workdir)
     for file in _tokenizer_files(tokenizer):
         files[file] = TOKENIZER
     for role, key in ((TRAIN_DATA, "train_path"), (EVAL_DATA, "eval_path")):
-        path = _local(_get(config, "data", key))
+        path = _local(value_at(config, "data", key))
         if path and os.path.isfile(path):
             files.setdefault(path, role)
     folders = {}
@@ -250,7 +241,7 @@ def check_and_record(config: Any, workdir: str, has_checkpoint: bool) -> None:
         found = differences(record)
         if not found:
             return
-        if not _get(config, "allow_changed_inputs"):
+        if not value_at(config, "allow_changed_inputs"):
             raise InputsChangedError(_refusal(workdir, found, "the resumed run would train on "
                                               "other data than it started with",
                                               "--config.allow_changed_inputs=true"))

@@ -10,26 +10,18 @@ import sys
 
 import pytest
 
-from bert_jax import cli
 from bert_jax.recipes import inputs as run_inputs
 from bert_jax.recipes import pretrain
 from bert_jax.recipes.finetune import recipe as finetune_recipe
 from tests.finetune_runs import set_keys, tiny_finetune_config
 
 from pretrain_runs import tiny_pretrain_config
+from script_errors import one_line
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 WORDS = ["good", "bad", "movie", "film", "the", "a", "is", "was", "not", "fun"]
 
-
-def one_line(fn, script):
-    with pytest.raises(SystemExit) as exit_:
-        cli.run_or_exit(script, fn)
-    message = exit_.value.code
-    assert isinstance(message, str) and "\n" not in message, message
-    assert message.startswith(f"{script}: error: "), message
-    return message
 
 
 def script(name, *flags):

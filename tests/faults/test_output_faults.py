@@ -22,6 +22,8 @@ from bert_jax.recipes.finetune import predict
 from bert_jax.runtime import outputs
 from bert_jax.tools import convert_runs as runs
 
+import script_errors
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CFG = BertConfig(vocab_size=64, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
                  intermediate_size=32, max_position_embeddings=32, type_vocab_size=2)
@@ -51,13 +53,7 @@ def export(run, hf_dir, **options):
 
 
 def one_line(fn, script="convert.py"):
-    """cli.run_or_exit(fn)'s SystemExit message: the one line a script prints, exit status 1."""
-    with pytest.raises(SystemExit) as exit_:
-        cli.run_or_exit(script, fn)
-    message = exit_.value.code
-    assert isinstance(message, str) and "\n" not in message, message
-    assert message.startswith(f"{script}: error: "), message
-    return message
+    return script_errors.one_line(fn, script)
 
 
 def snapshot(folder):
