@@ -117,16 +117,7 @@ def test_a_state_resumes_exactly_in_and_after_the_warmup_under_any_process_count
             next(run)
         state = run.get_state()
         assert state["rows"] == run.schedule.rows_before(saved_at)
-        for count in (1, 2):
-            resumed = [shard_iterator.make_shard_iterator(cfg, "train", FULL, p, count)
-                       for p in range(count)]
-            for it in resumed:
-                (it.set_state if count == 1 else it.set_state_of_other_layout)(dict(state))
-            for expected in straight[saved_at:]:
-                got = [next(it) for it in resumed]
-                for key in expected:
-                    np.testing.assert_array_equal(
-                        np.concatenate([g[key] for g in got]), expected[key])
+        token_shard_fixture.assert_resumes_as(cfg, state, straight[saved_at:], FULL, (1, 2))
 
 
 def test_shape_examples_list_each_size_once_and_other_schedules_are_refused(shards):

@@ -80,16 +80,7 @@ def test_a_saved_state_resumes_exactly_under_any_process_count(shards):
             next(run)
         state = run.get_state()
         assert state["batch"] == saved_at
-        for count in (1, 2, 4):
-            resumed = [shard_iterator.make_shard_iterator(cfg, "train", 8, p, count)
-                       for p in range(count)]
-            for it in resumed:
-                (it.set_state if count == 1 else it.set_state_of_other_layout)(dict(state))
-            for expected in straight[saved_at:]:
-                got = [next(it) for it in resumed]
-                for key in expected:
-                    np.testing.assert_array_equal(
-                        np.concatenate([g[key] for g in got]), expected[key])
+        token_shard_fixture.assert_resumes_as(cfg, state, straight[saved_at:], 8, (1, 2, 4))
 
 
 def test_a_state_of_other_data_or_settings_is_refused(shards):

@@ -73,3 +73,21 @@ def prepare(directory: str, train_documents: int = 300, validation_documents: in
     return write_shards(directory, {"train": ids[:train_documents],
                                     "validation": ids[train_documents:]},
                         tokenizer.vocab_size, tokenizer_file=vocab_path)
+
+
+def assert_resumes_as(cfg, state: dict, expected_batches: list, global_batch_size: int,
+                      process_counts=(1, 2)) -> None:
+    """Iterators restored from `state` under each process count (1: set_state, more:
+    set_state_of_other_layout) give `expected_batches` (the uninterrupted run's global batches
+    from the saved one on), their shares concatenated, bit for bit."""
+    from bert_jax.data.pretraining import shard_iterator
+    for count in process_counts:
+        resumed = [shard_iterator.make_shard_iterator(cfg, "train", global_batch_size, p, count)
+                   for p in range(count)]
+        for it in resumed:
+            (it.set_state if count == 1 else it.set_state_of_other_layout)(dict(state))
+        for expected in expected_batches:
+            got = [next(it) for it in resumed]
+            for key in expected:
+                np.testing.assert_array_equal(np.concatenate([g[key] for g in got]),
+                                              expected[key])
