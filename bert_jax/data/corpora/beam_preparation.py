@@ -180,12 +180,7 @@ def _check_plan(output_dir: str, plan: dict) -> None:
     from apache_beam.io.filesystems import FileSystems
     path = _join(output_dir, preparation.PLAN)
     if FileSystems.exists(path):
-        recorded = json.loads(_read(path))
-        differs = [key for key in plan if recorded.get(key) != plan[key]]
-        if differs:
-            raise ValueError(f"{output_dir} holds shards of another preparation (its "
-                             f"{preparation.PLAN} differs in: {', '.join(differs)}); use another "
-                             "output folder or remove this one")
+        preparation.check_same_plan(output_dir, json.loads(_read(path)), plan)
         return
     _write(path, [json.dumps(plan, indent=1).encode("utf-8")])
 

@@ -231,17 +231,21 @@ def _remove_stale_temporaries(output_dir: str) -> None:
                         "run: %s", len(stale), ", ".join(os.path.basename(p) for p in stale))
 
 
+def check_same_plan(output_dir: str, recorded: dict, plan: dict) -> None:
+    """ValueError naming what differs unless the folder's recorded plan is `plan` (another
+    corpus, tokenizer or options: another folder is needed); any runner's check."""
+    differs = [key for key in plan if recorded.get(key) != plan[key]]
+    if differs:
+        raise ValueError(f"{output_dir} holds shards of another preparation (its {PLAN} "
+                         f"differs in: {', '.join(differs)}); use another output folder or "
+                         "remove this one")
+
+
 def _check_plan(output_dir: str, plan: dict) -> None:
-    """Records the plan, or checks that the folder's is the same; ValueError naming what
-    differs otherwise (another corpus, tokenizer or options: another folder is needed)."""
+    """Records the plan, or checks that the folder's is the same (`check_same_plan`)."""
     path = os.path.join(output_dir, PLAN)
     if os.path.isfile(path):
-        recorded = paths.read_json(path)
-        differs = [key for key in plan if recorded.get(key) != plan[key]]
-        if differs:
-            raise ValueError(f"{output_dir} holds shards of another preparation (its {PLAN} "
-                             f"differs in: {', '.join(differs)}); use another output folder or "
-                             "remove this one")
+        check_same_plan(output_dir, paths.read_json(path), plan)
         return
     paths.write_text_atomically(path, json.dumps(plan, indent=1))
 
