@@ -23,7 +23,7 @@ RUNTIME = [
     "safetensors>=0.4",
     # Pre-training corpora as they are published: Parquet and Arrow (Hugging Face datasets'
     # files) through pyarrow, zstd-compressed text and JSONL through zstandard.
-    "pyarrow>=26.0.1",
+    "pyarrow>=25.0.1",  # apache-beam 2.78 (the beam extra) takes pyarrow < 26
     "zstandard>=0.25",
     "absl-py>=2.1",
     "ml-collections>=1.0",
