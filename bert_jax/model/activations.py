@@ -11,7 +11,7 @@ Being a custom VJP, `gelu` has no forward-mode derivative (jax.jvp, jacfwd, Hess
 products through it fail, as they do through the bf16 matmuls of precision.py). A custom JVP
 that keeps the slope would allow them, but XLA then keeps erfc's fp32 intermediates of every layer
 alive until the backward pass (barriers do not prevent it), which costs more train-step scratch
-memory than the custom VJP saves (figures in docs/results.md).
+memory than the custom VJP saves (figures in docs/history.md).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ With `BertConfig.dtype="bfloat16"` activations and weights enter each matmul in 
 are summed in fp32 (`preferred_element_type=float32`) and the result is rounded to bf16 once.
 Accuracy: the fp32 sum is what GPUs and TPUs do anyway. Speed: on CPUs with bf16 dot-product
 instructions XLA:CPU runs bf16 x bf16 -> fp32 on its YNNPACK kernel at about twice its fp32 rate
-(bf16 in and bf16 out it widens to fp32 operands); the figures are in docs/results.md.
+(bf16 in and bf16 out it widens to fp32 operands); the figures are in docs/history.md.
 
 The matmuls have their own VJP, for two reasons:
 - JAX would transpose a dot with an fp32 output into dots that take the fp32 cotangent as an

@@ -7,7 +7,7 @@ while the forward pass is still going, so they all sit in memory at once, and re
 nothing. The memory-optimised scheduler orders the program to keep buffers short-lived: less
 scratch memory for the train step and the initialiser, remat that saves what it should, and a
 step that is no slower (on a CPU with little memory bandwidth, faster: fewer cache misses).
-Figures in docs/results.md.
+Figures in docs/history.md ("What each speed change gave").
 
 On TPU, XLA (libtpu 0.0.42) turns the all-gathers of fsdp-split parameters into all-reduces of
 full-size, zero-padded buffers, which send twice the bytes, unless told to prefer all-gathers:
@@ -18,7 +18,7 @@ measured from the compiled program, not on a TPU). GPU keeps its defaults.
 A one-off program (the parameter initialiser, run once per run) is compiled on CPU with LLVM's
 optimisation off (`one_off_options`): its compilation is on the path to the first step and its
 run is short, so optimising its code costs more than it saves (a tiny BERT's initialiser: 2.8-3.1
-s to 1.6-2.2 s compiling and running; BERT-base's 2.7 s to 2.3 s; docs/results.md).
+s to 1.6-2.2 s compiling and running; BERT-base's 2.7 s to 2.3 s; docs/history.md).
 """
 
 from __future__ import annotations

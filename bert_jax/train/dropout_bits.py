@@ -14,7 +14,7 @@ bit). fold_in(key, d) and split(key) hash the key's words with d (or with the ne
 the same way. Why not threefry (JAX's default): threefry2x32 takes 20 rounds for every 64 bits
 and, on CPU, compiles to a rolled loop per draw, two per dropout site (the site's fold_in and its
 bits), so that dropout alone was a third of a small BERT step's compilation (1.5 of 4.5-5.4 s)
-and 5-10% of its run (docs/results.md). The hash is a dozen integer operations per 32 bits with
+and 5-10% of its run (docs/history.md). The hash is a dozen integer operations per 32 bits with
 no loop: it fuses into the select that applies the mask, and its compilation is that of one
 elementwise expression.
 

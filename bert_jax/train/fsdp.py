@@ -82,7 +82,7 @@ def two_level_mesh(mesh: Mesh) -> tuple[Mesh, tuple[str, ...]]:
 
     When the fsdp axis holds every device of a TPU slice of more than 8 chips, XLA:TPU (libtpu
     0.0.42) runs collectives over the whole torus as all-reduces, even gathers and
-    reduce-scatters written as such (docs/results.md). Such an fsdp axis is split here into
+    reduce-scatters written as such (docs/history.md). Such an fsdp axis is split here into
     (`fsdp_outer`, `fsdp_inner`) groups of the same devices in the same order, and each
     collective runs in two levels (the bytes of one: (k-1)/k B + (m-1)/m B/k for n = m k).
     Otherwise the mesh is kept and `fsdp` is one axis.

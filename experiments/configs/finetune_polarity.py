@@ -31,7 +31,7 @@ def get_config():
     config.data.encoding = "cp1252"
     config.data.heldout_fraction = 0.25
     config.max_seq_len = 64
-    config.batch_size = 4  # 150 sentences: small batches, more updates (docs/results.md)
+    config.batch_size = 4  # 150 sentences: small batches, more updates (docs/history.md)
     config.eval_batch_size = 50
     config.epochs = 3.0
     config.learning_rate = 5e-5
