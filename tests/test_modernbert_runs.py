@@ -32,6 +32,8 @@ TINY_PRETRAINING = [
     "--config.model.hidden_size=32", "--config.model.num_attention_heads=2",
     "--config.model.intermediate_size=48", "--config.model.num_hidden_layers=4",
     "--config.model.scan_layers=True", "--config.max_seq_len=64",
+    # StableAdamW (modern.py's) clips per parameter array, which scanned layers would merge
+    "--config.optimizer.name=adamw",
     "--config.data.max_predictions=20", "--config.batch_size=4", "--config.eval_batch_size=4",
     "--config.eval_batches=2", f"--config.total_steps={TOTAL}", "--config.log_every_steps=1",
     "--config.checkpoint_every_steps=4", "--config.eval_every_steps=0",

@@ -36,6 +36,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import time
 from typing import Any, Iterable, Optional
 
@@ -155,11 +156,23 @@ def run_files(config: Any, workdir: str) -> tuple[dict[str, str], dict[str, str]
     folder = corpus_folder(config, workdir)
     if folder:
         folders[folder] = CORPUS
-        for name in sorted(os.listdir(folder)):
-            path = os.path.join(folder, name)
-            if os.path.isfile(path) and not name.startswith("."):
-                files.setdefault(path, CORPUS)
+        for path in corpus_inputs(folder):
+            files.setdefault(path, CORPUS)
     return files, folders
+
+
+# The token-shard reader's per-document token counts (document_tokens.<split>.npy): derived from
+# the shards, checked against the manifest whenever a folder is opened and written again when
+# they disagree, and written by the first run on a folder prepared without them: not an input.
+_DERIVED = re.compile(r"document_tokens\.[^.]+\.npy")
+
+
+def corpus_inputs(folder: str) -> list[str]:
+    """The files of a prepared corpus folder that are inputs of a run: every regular file, less
+    hidden ones and the token-shard reader's derived counts (`_DERIVED`)."""
+    return [os.path.join(folder, name) for name in sorted(os.listdir(folder))
+            if os.path.isfile(os.path.join(folder, name)) and not name.startswith(".")
+            and not _DERIVED.fullmatch(name)]
 
 
 def fingerprints(files: dict[str, str]) -> dict[str, dict]:
@@ -191,10 +204,8 @@ def differences(recorded: dict, roles: Optional[Iterable[str]] = None) -> list[s
     for folder, role in sorted(recorded.get("folders", {}).items()):
         if (roles is not None and role not in roles) or not os.path.isdir(folder):
             continue
-        for name in sorted(os.listdir(folder)):
-            path = os.path.join(folder, name)
-            if (os.path.isfile(path) and not name.startswith(".")
-                    and path not in recorded.get("files", {})):
+        for path in corpus_inputs(folder):
+            if path not in recorded.get("files", {}):
                 found.append(f"{path} ({role}) is new in the corpus folder")
     return found
 

@@ -178,3 +178,17 @@ def test_a_sampled_fingerprint_finds_truncation_and_a_changed_block_and_says_wha
     assert run_inputs.differences(record) == []  # what a sample misses
     path.write_bytes(bytes(data[:-1]))
     assert "has 1048575 bytes" in run_inputs.differences(record)[0]
+
+
+def test_the_shard_readers_derived_counts_are_not_inputs(tmp_path):
+    """A token-shard folder prepared without per-document counts gets them from its first run
+    (document_tokens.<split>.npy, checked against the manifest at every open): a file the run
+    writes into the folder after recording its inputs, so not one of them; a resume after it is
+    not refused (tests/test_batch_warmup.py resumes such a run)."""
+    from bert_jax.recipes import inputs as run_inputs
+
+    for name in ("manifest.json", "train-00000-of-00001.array_record", "tokenizer.json",
+                 "document_tokens.train.npy", "document_tokens.validation.npy", ".hidden"):
+        (tmp_path / name).write_bytes(b"x")
+    assert [os.path.basename(p) for p in run_inputs.corpus_inputs(str(tmp_path))] == [
+        "manifest.json", "tokenizer.json", "train-00000-of-00001.array_record"]
