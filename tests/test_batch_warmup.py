@@ -80,12 +80,7 @@ def global_batches(cfg, process_count, first_batch, count):
     return out
 
 
-def assert_same(a, b):
-    assert len(a) == len(b)
-    for x, y in zip(a, b):
-        assert sorted(x) == sorted(y)
-        for key in x:
-            np.testing.assert_array_equal(x[key], y[key], err_msg=key)
+assert_same = token_shard_fixture.assert_same
 
 
 def test_batches_follow_the_schedule_for_1_2_and_4_processes(shards):

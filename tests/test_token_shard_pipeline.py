@@ -48,12 +48,7 @@ def global_batches(cfg, batch_size, process_count, first_batch, count, num_epoch
     return out
 
 
-def assert_same(a, b):
-    assert len(a) == len(b)
-    for x, y in zip(a, b):
-        assert sorted(x) == sorted(y)
-        for key in x:
-            np.testing.assert_array_equal(x[key], y[key], err_msg=key)
+assert_same = token_shard_fixture.assert_same
 
 
 @pytest.mark.parametrize("whole_word", [False, True])

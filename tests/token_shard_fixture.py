@@ -91,3 +91,12 @@ def assert_resumes_as(cfg, state: dict, expected_batches: list, global_batch_siz
             for key in expected:
                 np.testing.assert_array_equal(np.concatenate([g[key] for g in got]),
                                               expected[key])
+
+
+def assert_same(a: list, b: list) -> None:
+    """Two lists of batches (dicts of arrays) equal, key by key, bit for bit."""
+    assert len(a) == len(b)
+    for x, y in zip(a, b):
+        assert sorted(x) == sorted(y)
+        for key in x:
+            np.testing.assert_array_equal(x[key], y[key], err_msg=key)
