@@ -294,21 +294,6 @@ def workdir_fault(path: str, flag: str = "--workdir", protected=()) -> Optional[
             or outputs.foreign_folder_fault(path, flag, workdir=True))
 
 
-def run_inputs(config) -> list[tuple[str, str]]:
-    """(what, path) of what a run's config reads that its workdir must not equal, hold or lie
-    inside: the model or checkpoint it starts from, its tokenizer, its data files."""
-    def get(*keys):
-        value = run_keys.value_at(config, *keys)
-        return value if isinstance(value, str) and value else None
-
-    return [(what, value) for what, value in (
-        ("the model folder it starts from (init.hf_dir)", get("init", "hf_dir")),
-        ("the checkpoint it starts from (init.checkpoint)", get("init", "checkpoint")),
-        ("its tokenizer (tokenizer.path)", get("tokenizer", "path")),
-        ("its training file (data.train_path)", get("data", "train_path")),
-        ("its held-out file (data.eval_path)", get("data", "eval_path"))) if value]
-
-
 def check_output(script: str, path: str, flag: str = "--output", protected=()) -> None:
     """One line and exit 1 when a file cannot be written at `path` (`output_file_fault`)."""
     fault = output_file_fault(path, flag, protected)
@@ -442,7 +427,7 @@ def train_main(argv: list[str], script: str, train_and_evaluate: Callable) -> No
     """The main of a training script: train_and_evaluate(FLAGS.config, FLAGS.workdir)."""
     with interrupts_stop(script):
         run_or_exit(script, lambda: start(argv))
-        fault = workdir_fault(FLAGS.workdir, protected=run_inputs(FLAGS.config))
+        fault = workdir_fault(FLAGS.workdir, protected=run_keys.run_inputs(FLAGS.config))
         if fault:
             fail(script, fault)
         result = run_or_exit(script, lambda: train_and_evaluate(FLAGS.config, FLAGS.workdir))

@@ -43,6 +43,21 @@ def value_at(config: Any, *keys: str) -> Any:
     return value
 
 
+def run_inputs(config) -> list[tuple[str, str]]:
+    """(what, path) of what a run's config reads that its workdir must not equal, hold or lie
+    inside: the model or checkpoint it starts from, its tokenizer, its data files."""
+    def get(*keys):
+        value = value_at(config, *keys)
+        return value if isinstance(value, str) and value else None
+
+    return [(what, value) for what, value in (
+        ("the model folder it starts from (init.hf_dir)", get("init", "hf_dir")),
+        ("the checkpoint it starts from (init.checkpoint)", get("init", "checkpoint")),
+        ("its tokenizer (tokenizer.path)", get("tokenizer", "path")),
+        ("its training file (data.train_path)", get("data", "train_path")),
+        ("its held-out file (data.eval_path)", get("data", "eval_path"))) if value]
+
+
 def flat(config: Any) -> dict[str, Any]:
     """{dotted key: value} of a ConfigDict or nested mapping (placeholders as None)."""
     tree = run_config.plain(config.to_dict() if hasattr(config, "to_dict") else config)

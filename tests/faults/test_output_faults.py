@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from bert_jax import BertConfig, BertModel, cli
+from bert_jax.config import run_keys
 from bert_jax.convert import hf
 from bert_jax.recipes.finetune import predict
 from bert_jax.runtime import outputs
@@ -86,7 +87,7 @@ def test_a_workdir_that_is_the_model_folder_it_starts_from_is_refused(run):
     """finetune.py --workdir=<the Hugging Face folder of init.hf_dir>."""
     config = {"init": {"hf_dir": run["model"], "checkpoint": ""}, "tokenizer": {"path": ""},
               "data": {"train_path": "", "eval_path": ""}}
-    fault = cli.workdir_fault(run["model"], protected=cli.run_inputs(config))
+    fault = cli.workdir_fault(run["model"], protected=run_keys.run_inputs(config))
     assert fault.startswith(f"--workdir={run['model']} is the model folder it starts from "
                             "(init.hf_dir)")
     # a model folder that the config does not name is no workdir either
@@ -217,5 +218,5 @@ def test_a_workdir_holding_its_own_training_file_is_refused(tmp_path):
     data = tmp_path / "data.tsv"
     data.write_text("text\tlabel\na\tb\n")
     config = {"data": {"train_path": str(data)}}
-    assert cli.workdir_fault(str(tmp_path), protected=cli.run_inputs(config)).startswith(
+    assert cli.workdir_fault(str(tmp_path), protected=run_keys.run_inputs(config)).startswith(
         f"--workdir={tmp_path} holds its training file (data.train_path)")
