@@ -88,15 +88,10 @@ class _Manager(ocp.CheckpointManager):
     def _finalize(self, step: int, *args, **kwargs):
         """Orbax's finalisation of a saved step (every process; in Orbax's finalize thread when
         saves are asynchronous), then this process's checksums of the files it wrote. An error
-        here surfaces as the save's error (wait_until_finished).
-
-        A private method, on purpose: Orbax's one public hook, AsyncOptions'
-        post_finalization_callback, is refused with synchronous saves (`async_saves=False`),
-        takes no step, and runs per item before the manager renames the step's folder into
-        place, so it cannot checksum the finalized step. Tested on orbax-checkpoint 0.12.8, the
-        floor and the newest release the registry serves (setup.py: >=0.12.8,<0.13);
-        tests/faults/test_checkpoint_faults.py (every saved step records its checksums, also
-        asynchronously) fails if Orbax stops calling it."""
+        here surfaces as the save's error (wait_until_finished). Private on purpose: Orbax's
+        public hook (AsyncOptions.post_finalization_callback) refuses synchronous saves, takes no
+        step and runs before the step's folder is in place. Tested on orbax-checkpoint 0.12.8
+        (both stacks); tests/faults/test_checkpoint_faults.py fails if Orbax stops calling it."""
         super()._finalize(step, *args, **kwargs)
         step_dir = self.directory / str(step)
         if step_dir.is_dir():  # not when Orbax skipped the finalisation of a failed save
