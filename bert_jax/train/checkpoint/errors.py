@@ -18,6 +18,7 @@ All three are ValueErrors, so the scripts print them as one line and exit with s
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import time
 import traceback
@@ -147,3 +148,24 @@ class Reading:
 
 def unreadable(where: str, what: str) -> CheckpointUnreadableError:
     return CheckpointUnreadableError(f"checkpoint {where} cannot be read: {what}")
+
+
+class _OrbaxErrorsInOneLine(logging.Filter):
+    """Orbax logs a failed write with its traceback (from its background threads too) before it
+    hands the error on, and `save` or the manager's wait raise it as a CheckpointWriteError
+    naming the step: the log keeps the error's class and first line, not the traceback."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info and "/orbax/" in record.pathname.replace(os.sep, "/"):
+            error = record.exc_info[1]
+            message = record.getMessage()
+            record.msg = f"{message} ({describe(error)})" if error is not None else message
+            record.args, record.exc_info, record.exc_text = None, None, None
+        return True
+
+
+def orbax_errors_in_one_line() -> None:
+    """Install _OrbaxErrorsInOneLine on the absl logger, through which Orbax logs (once)."""
+    logger = logging.getLogger("absl")
+    if not any(isinstance(f, _OrbaxErrorsInOneLine) for f in logger.filters):
+        logger.addFilter(_OrbaxErrorsInOneLine())

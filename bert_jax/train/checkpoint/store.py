@@ -38,7 +38,6 @@ is unreadable: its files cannot be verified (`verify_checksums`).
 from __future__ import annotations
 
 import json
-import logging as std_logging
 import os
 from typing import Any, Mapping, Optional
 
@@ -57,6 +56,7 @@ from bert_jax.train.checkpoint.errors import (
     CheckpointWriteError,
     Reading,
     describe,
+    orbax_errors_in_one_line,
     unreadable,
 )
 
@@ -111,32 +111,11 @@ class _Manager(ocp.CheckpointManager):
         self.pending_step = None
 
 
-class _OrbaxErrorsInOneLine(std_logging.Filter):
-    """Orbax logs a failed write with its traceback (from its background threads too) before it
-    hands the error on, and `save` or the manager's wait raise it as a CheckpointWriteError
-    naming the step: the log keeps the error's class and first line, not the traceback."""
-
-    def filter(self, record: std_logging.LogRecord) -> bool:
-        if record.exc_info and "/orbax/" in record.pathname.replace(os.sep, "/"):
-            error = record.exc_info[1]
-            message = record.getMessage()
-            record.msg = f"{message} ({describe(error)})" if error is not None else message
-            record.args, record.exc_info, record.exc_text = None, None, None
-        return True
-
-
-def _orbax_errors_in_one_line() -> None:
-    """Install _OrbaxErrorsInOneLine on the absl logger, through which Orbax logs (once)."""
-    logger = std_logging.getLogger("absl")
-    if not any(isinstance(f, _OrbaxErrorsInOneLine) for f in logger.filters):
-        logger.addFilter(_OrbaxErrorsInOneLine())
-
-
 def make_manager(directory: str | os.PathLike, keep: int = 3,
                  async_saves: bool = True) -> ocp.CheckpointManager:
     """A CheckpointManager over `directory` that keeps the newest `keep` steps. Orbax's log
-    records of failed writes lose their tracebacks from here on (_OrbaxErrorsInOneLine)."""
-    _orbax_errors_in_one_line()
+    records of failed writes lose their tracebacks from here on (orbax_errors_in_one_line)."""
+    orbax_errors_in_one_line()
     options = ocp.CheckpointManagerOptions(
         max_to_keep=keep, create=True, enable_async_checkpointing=async_saves)
     return _Manager(paths.path(directory), options=options,
