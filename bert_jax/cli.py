@@ -261,12 +261,12 @@ def output_file_fault(path: str, flag: str = "--output", protected=()) -> Option
     """What keeps a file from being written at `path`: it is a folder, a symbolic link, a
     device (a FIFO, a socket), a file stands where a folder above it must be, or it equals or
     lies inside one of `protected` ((what, path) pairs: the inputs; bert_jax.runtime.outputs);
-    None when nothing does (object-storage paths are not checked)."""
+    None when nothing does (an object-storage path: only the path rule, outputs.fault)."""
     from bert_jax.runtime import outputs, paths
     if not path:
         return f"{flag} is empty: name the file to write"
     if paths.is_remote(path):
-        return None
+        return outputs.fault(path, flag, protected)
     return outputs.fault(path, flag, protected) or _file_above(path, flag)
 
 
@@ -286,8 +286,9 @@ def workdir_fault(path: str, flag: str = "--workdir", protected=()) -> Optional[
     from bert_jax.runtime import outputs, paths
     if not path:
         return f"{flag} is empty: name a folder"
-    if paths.is_remote(path):
-        return None
+    if paths.is_remote(path):  # the path rule and the folder's files (outputs' module doc)
+        return (outputs.overlap_fault(path, flag, protected)
+                or outputs.foreign_folder_fault(path, flag, workdir=True))
     if os.path.exists(path) and not os.path.isdir(path):
         return f"{flag}={path} is a file, not a folder"
     return (_file_above(path, flag) or outputs.overlap_fault(path, flag, protected)

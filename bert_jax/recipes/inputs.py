@@ -45,9 +45,9 @@ from absl import logging
 from etils import epath
 
 from bert_jax.config.run_keys import value_at
-from bert_jax.runtime import multiprocess, paths
+from bert_jax.runtime import multiprocess, outputs, paths
 
-INPUTS_FILE = "inputs.json"
+INPUTS_FILE = outputs.INPUTS_RECORD  # "inputs.json"
 FORMAT = 1
 SAMPLE_ABOVE = 4 << 20  # a corpus file larger than this is sampled, not hashed whole
 SAMPLE_BLOCKS = 16

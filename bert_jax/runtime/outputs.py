@@ -15,13 +15,19 @@ a training run's workdir).
    and swapped in (`replace_folder`), so stale files of a previous export go with it; a folder
    of ours is recognised by its marker file, anything else is refused, never merged into.
 
-Object-storage paths (gs://) are not checked here: an object is written whole or not at all.
+Object storage (gs://): an object is written whole or not at all, and there are no links or
+devices, so rule 1 is the path rule: an output never equals, contains or lies inside an input or
+a run's file on the same storage (compared as written, `bucket/key` with `.`, `..` and repeated
+slashes resolved: `_location`), and a folder output is listed for another model's or run's
+files; an output on one storage never meets an input on another. When the bucket cannot be read
+to check it (no credentials, no network), the output is refused in one line (`_unchecked`).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import posixpath
 import shutil
 import stat
 from typing import Callable, Iterable, Optional, Sequence
@@ -72,22 +78,53 @@ def kind_fault(path: str, flag: str, folder: bool = False) -> Optional[str]:
     return None
 
 
+def _location(path: str) -> tuple[str, str]:
+    """(storage, where): ("", the real path) for a local path, (scheme, "bucket/key" normalised)
+    for an object-storage URI."""
+    if not paths.is_remote(path):
+        return "", _real(path)
+    scheme, rest = path.split("://", 1)
+    return scheme, posixpath.normpath("/" + rest).lstrip("/")
+
+
+def _exists(path: str) -> bool:
+    return paths.remote_exists(path) if paths.is_remote(path) else os.path.exists(path)
+
+
+def _unchecked(path: str, flag: str, error: Exception) -> str:
+    return (f"{flag}={path} cannot be checked against the inputs it must not replace (reading "
+            f"the bucket failed: {type(error).__name__}: {error}); nothing was written: make the "
+            "bucket readable, or name a local path")
+
+
 def overlap_fault(path: str, flag: str, protected: Protected) -> Optional[str]:
     """What `path` would destroy among `protected`: it is one of them (a hard link too), holds
-    one, or lies inside one that is a folder."""
-    real = _real(path)
+    one, or lies inside one that is a folder. Local and object-storage paths alike (module doc);
+    an output and an input on different storages never meet."""
+    storage, real = _location(path)
     for what, other in protected:
-        if not other or paths.is_remote(other) or not os.path.exists(other):
+        if not other:
             continue
-        other_real = _real(other)
-        same = real == other_real or (os.path.exists(path) and os.path.samefile(path, other))
+        other_storage, other_real = _location(other)
+        if other_storage != storage or (storage and not (
+                real == other_real or _inside(other_real, real) or _inside(real, other_real))):
+            continue  # locally a hard link to `other` lies anywhere: samefile below
+        try:
+            if not _exists(other):
+                continue
+            same = real == other_real or (not storage and os.path.exists(path)
+                                          and os.path.samefile(path, other))
+            inside_folder = _inside(real, other_real) and (
+                paths.remote_is_dir(other) if storage else os.path.isdir(other_real))
+        except OSError as e:  # the bucket could not be read
+            return _unchecked(path, flag, e)
         if same:
             return (f"{flag}={path} is {what} ({other}): writing there would replace it; "
                     "name another path")
         if _inside(other_real, real):
             return (f"{flag}={path} holds {what} ({other}): writing there could replace it; "
                     "name another path")
-        if os.path.isdir(other_real) and _inside(real, other_real):
+        if inside_folder:
             return (f"{flag}={path} lies inside {what} ({other}), which a write must not "
                     "change; name a path outside it")
     return None
@@ -98,8 +135,8 @@ def fault(path: str, flag: str, protected: Protected = (), folder: bool = False
     """Rule 1 of the module docstring for one output; None when it may be written."""
     if not path:
         return f"{flag} is empty: name the {'folder' if folder else 'file'} to write"
-    if paths.is_remote(path):
-        return None
+    if paths.is_remote(path):  # no links or devices on object storage
+        return overlap_fault(path, flag, protected)
     return kind_fault(path, flag, folder) or overlap_fault(path, flag, protected)
 
 
@@ -108,9 +145,15 @@ def foreign_folder_fault(path: str, flag: str, marker: Optional[str] = None,
     """A folder output that holds what it did not write: a Hugging Face model folder (a run's
     workdir must not be one); for an export (`marker` given), any non-empty folder without the
     marker of an earlier export (another model, a training run, anything else)."""
-    if paths.is_remote(path) or not os.path.isdir(path):
+    if paths.is_remote(path):
+        try:
+            names = paths.remote_names(path)
+        except OSError as e:
+            return _unchecked(path, flag, e)
+    elif os.path.isdir(path):
+        names = sorted(os.listdir(path))
+    else:
         return None
-    names = sorted(os.listdir(path))
     model_files = [n for n in names if n in MODEL_FILES]
     if workdir:
         if model_files:
@@ -226,9 +269,30 @@ def protected_files(folder: Optional[str], names: Iterable[str], what: str) -> l
 # What a run's workdir holds that an output of predict.py, evaluate.py, embed.py or convert.py
 # must never replace (an output file beside them, e.g. <workdir>/new.jsonl, is fine).
 RUN_CONTENTS = ("config.json", "task.json", "checkpoints", "run.lock", "predictions", "data",
-                "metrics.jsonl", "eval_metrics.jsonl")
+                "metrics.jsonl", "eval_metrics.jsonl", "inputs.json")
+# The run's record of its inputs (bert_jax.recipes.inputs writes it): {"files": {path: {"role":
+# ...}}, "folders": {folder: role}}.
+INPUTS_RECORD = "inputs.json"
 
 
 def run_files(workdir: Optional[str]) -> list[tuple]:
-    """(what, path) of each of RUN_CONTENTS in `workdir` (none for None)."""
-    return protected_files(workdir, RUN_CONTENTS, "the run")
+    """(what, path) of each of RUN_CONTENTS in `workdir` (none for None), and of each input the
+    run recorded in its inputs.json (its tokenizer files, training and held-out files, corpus
+    folders): an output of a script reading the run never replaces what the run was trained
+    on."""
+    return protected_files(workdir, RUN_CONTENTS, "the run") + recorded_inputs(workdir)
+
+
+def recorded_inputs(workdir: Optional[str]) -> list[tuple]:
+    """(what, path) of each file and folder in a local run's inputs.json; [] when it has none
+    or it cannot be read (the run's own checks name that)."""
+    if not workdir or paths.is_remote(workdir):
+        return []
+    try:
+        with open(os.path.join(workdir, INPUTS_RECORD), encoding="utf-8") as f:
+            record = json.load(f)
+        entries = [(path, saved.get("role")) for path, saved in record["files"].items()]
+        entries += list(record.get("folders", {}).items())
+    except (OSError, ValueError, KeyError, AttributeError, TypeError):
+        return []
+    return [(f"the run's {role}", path) for path, role in entries]

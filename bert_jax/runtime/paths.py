@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import posixpath
 
 from etils import epath
 
@@ -81,3 +82,45 @@ def create_exclusively(file: epath.Path, text: str) -> bool:
         return False
     finally:
         os.remove(temporary)
+
+
+def _filesystem(location: str):
+    import fsspec  # the filesystem epath itself reads gs:// through
+    return fsspec.core.url_to_fs(location)
+
+
+def _kind(location: str) -> str | None:
+    """"file", "directory" (a prefix holding objects) or None (nothing there) at an
+    object-storage URI. A failed read (no credentials, no network, 403) is an OSError naming
+    `location`, never taken for "nothing there" (fsspec's exists/isdir would say False)."""
+    filesystem, inner = _filesystem(location)
+    try:
+        return filesystem.info(inner).get("type")
+    except FileNotFoundError:
+        return None
+    except Exception as e:  # storage clients raise their own exception types
+        raise OSError(f"{location}: {type(e).__name__}: {e}") from e
+
+
+def remote_exists(location: str) -> bool:
+    """Whether an object or a folder is at an object-storage URI; OSError when the storage
+    cannot be read (`_kind`)."""
+    return _kind(location) is not None
+
+
+def remote_is_dir(location: str) -> bool:
+    """Whether an object-storage URI is a folder (a prefix holding objects); OSError as above."""
+    return _kind(location) == "directory"
+
+
+def remote_names(location: str) -> list[str]:
+    """The sorted names in the folder at an object-storage URI ([] when it is none); OSError
+    when the storage cannot be read."""
+    if _kind(location) != "directory":
+        return []
+    filesystem, inner = _filesystem(location)
+    try:
+        listed = filesystem.ls(inner, detail=False)
+    except Exception as e:  # as in _kind
+        raise OSError(f"{location}: {type(e).__name__}: {e}") from e
+    return sorted({posixpath.basename(p.rstrip("/")) for p in listed} - {""})

@@ -220,3 +220,42 @@ def test_a_workdir_holding_its_own_training_file_is_refused(tmp_path):
     config = {"data": {"train_path": str(data)}}
     assert cli.workdir_fault(str(tmp_path), protected=run_keys.run_inputs(config)).startswith(
         f"--workdir={tmp_path} holds its training file (data.train_path)")
+
+
+def test_an_output_over_a_file_the_run_was_trained_on_is_refused(tmp_path):
+    """New case (tried on a tiny classification run): `evaluate.py --output=<the run's training
+    TSV>` and `predict.py --output=<its held-out TSV>` wrote their JSON over the data the run was
+    trained and scored on, exit 0; `predict.py --output=<workdir>/inputs.json` replaced the
+    run's record of its inputs. Every file the run recorded in inputs.json, and the record
+    itself, is now an input no output may replace: one line, the file untouched."""
+    from bert_jax.recipes import inputs as run_inputs
+    from tests.finetune_runs import tiny_finetune_config
+
+    vocab, train, held_out = (tmp_path / name for name in ("vocab.txt", "train.tsv", "eval.tsv"))
+    vocab.write_text("\n".join(VOCAB) + "\n")
+    for data in (train, held_out):
+        data.write_text("text\tlabel\nw5 w6\tpos\nw7\tneg\n")
+    workdir = tmp_path / "run"
+    workdir.mkdir()
+    config = tiny_finetune_config("classification", str(vocab), **{
+        "data.train_path": str(train), "data.eval_path": str(held_out)})
+    (workdir / "config.json").write_text(json.dumps(config.to_dict()))
+    run_inputs.check_and_record(config, str(workdir), has_checkpoint=False)
+    texts = tmp_path / "texts.txt"
+    texts.write_text("w5 w6\n")
+    protected = predict.protected_inputs(str(workdir), str(texts))
+    assert cli.output_file_fault(str(held_out), protected=protected) == (
+        f"--output={held_out} is the run's held-out data (data.eval_path) ({held_out}): "
+        "writing there would replace it; name another path")
+    assert cli.output_file_fault(str(workdir / "inputs.json"), protected=protected).startswith(
+        f"--output={workdir / 'inputs.json'} is the run's inputs.json")
+    assert cli.output_file_fault(str(vocab), protected=protected).startswith(
+        f"--output={vocab} is the run's tokenizer")
+    done = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "experiments", "evaluate.py"),
+         f"--workdir={workdir}", f"--output={train}"], capture_output=True, text=True,
+        env=dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=ROOT), timeout=300)
+    assert done.returncode == 1 and done.stderr.strip().splitlines()[-1] == (
+        f"evaluate.py: error: --output={train} is the run's training data (data.train_path) "
+        f"({train}): writing there would replace it; name another path"), done.stderr[-2000:]
+    assert train.read_text() == "text\tlabel\nw5 w6\tpos\nw7\tneg\n"
