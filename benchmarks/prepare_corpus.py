@@ -21,6 +21,9 @@ compression ratios are those of repeated text) in four formats of 8 files each: 
   tokenizer/<kind>/hf    the same `tokenizers` pipeline and trainer fed by batches of a
                          `datasets` Dataset holding the same sample (HF's training scripts)
 
+With --unit_encoding, only the encoder's speed against the tokenizer's on one core (CPU seconds),
+on unique and on repeating text (`unit_encoding` below).
+
 Prints one JSON object a line: seconds, MB/s of text, tokens/s, the peak memory of the process
 tree (the sum of the RSS of the process and its children, sampled every 0.1 s) and its CPU
 seconds (cpu_s: user + system of the tree; the figure to compare when other jobs share the
@@ -203,6 +206,59 @@ def run_tokenizer_hf(saved_sample: str, kind: str, vocab: int, out: str) -> dict
     return {"seconds": time.perf_counter() - started}
 
 
+def wikipedia_articles() -> list[str]:
+    """The English Wikipedia articles gensim ships (206 articles, 2.9M characters of plain text):
+    text that does not repeat, the chunk cache's cold case."""
+    import bz2
+    import html
+    import re
+    sys.path.insert(0, ROOT)
+    from bert_jax.data.corpora.demo import gensim_test_data, wiki_plain_text
+    name = "enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2"
+    with bz2.open(os.path.join(gensim_test_data(), name)) as f:
+        pages = re.findall(r"<text[^>]*>(.*?)</text>", f.read().decode("utf-8"), re.S)
+    texts = [wiki_plain_text(html.unescape(page)) for page in pages]
+    return [text for text in texts if text.strip()]
+
+
+def unit_encoding(tokenizer_file: str) -> None:
+    """One core, CPU seconds: the preparation's encoder (`UnitEncoder.records`, 256 documents a
+    batch, a fresh cache for each text) against the tokenizer's `encode_batch` and
+    `encode_batch_fast` on the same documents; prints one JSON line per text."""
+    import numpy as np
+    import tokenizers
+
+    from bert_jax.data.corpora.unit_encoding import UnitEncoder
+    os.environ["RAYON_NUM_THREADS"] = "1"
+    tokenizer = tokenizers.Tokenizer.from_file(tokenizer_file)
+    tokenizer.no_truncation()
+    base = base_documents()
+    texts = {"wikipedia (unique)": wikipedia_articles(), "gensim lee+head500 (unique)": base,
+             "gensim lee+head500 x5 (repeating)": base * 5}
+    for name, docs in texts.items():
+        seconds = {}
+        started = time.process_time()
+        reference = [e.ids for e in tokenizer.encode_batch(docs, add_special_tokens=False)]
+        seconds["encode_batch"] = time.process_time() - started
+        started = time.process_time()
+        tokenizer.encode_batch_fast(docs, add_special_tokens=False)
+        seconds["encode_batch_fast"] = time.process_time() - started
+        encoder, records = UnitEncoder(tokenizer), []
+        started = time.process_time()
+        for i in range(0, len(docs), 256):
+            records += encoder.records(docs[i:i + 256], "<u4")
+        seconds["unit_encoder"] = time.process_time() - started
+        assert [np.frombuffer(r, "<u4").tolist() for r in records] == reference
+        tokens = sum(map(len, reference))
+        print(json.dumps({"text": name, "documents": len(docs), "tokens": tokens,
+                          "chars": sum(map(len, docs)),
+                          **{f"{k}_tokens_per_cpu_s": round(tokens / v) for k, v in
+                             seconds.items()},
+                          "unit_encoder_vs_encode_batch": round(
+                              seconds["encode_batch"] / seconds["unit_encoder"], 2)}),
+              flush=True)
+
+
 # ----- the driver ------------------------------------------------------------------------------
 
 def child(args) -> None:
@@ -240,6 +296,9 @@ def main() -> None:
     parser.add_argument("--tokenizer_kinds", default="wordpiece,bpe,unigram")
     parser.add_argument("--sample_mb", type=int, default=20)
     parser.add_argument("--vocab_size", type=int, default=30522)
+    parser.add_argument("--unit_encoding", action="store_true",
+                        help="only the encoder against the tokenizer, one core (on the WordPiece "
+                        "vocabulary of --workdir, made first if missing)")
     parser.add_argument("--run", default="", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.run:
@@ -280,6 +339,9 @@ def main() -> None:
         texts = document_sample.sample_documents(corpus_sources.parse_corpus(specs["parquet"]),
                                                  sample_bytes).texts
         tokenizer_training.train_tokenizer(texts, "wordpiece", args.vocab_size, vocab_dir)
+    if args.unit_encoding:
+        unit_encoding(tokenizer_file)
+        return
     for fmt in args.formats.split(","):
         for route in routes:
             out = os.path.join(args.workdir, f"out_{fmt}_{route}")
