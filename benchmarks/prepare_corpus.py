@@ -342,7 +342,7 @@ def main() -> None:
     if args.unit_encoding:
         unit_encoding(tokenizer_file)
         return
-    for fmt in args.formats.split(","):
+    for fmt in filter(None, args.formats.split(",")):
         for route in routes:
             out = os.path.join(args.workdir, f"out_{fmt}_{route}")
             shutil.rmtree(out, ignore_errors=True)

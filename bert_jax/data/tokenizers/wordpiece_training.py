@@ -27,19 +27,39 @@ def _trainer(vocab_size: int, min_frequency: int, special_tokens: Sequence[str])
 
 def _continuation_pieces(texts: Iterable[str], lowercase: bool,
                          strip_accents: bool | None) -> list[str]:
-    """The "##c" piece of every character c that continues a word of `texts`, sorted.
+    """The "##c" piece of every character c that may continue a word of `texts`, sorted.
 
     tokenizers' WordPiece trainer creates these pieces while it walks a hash map of the words,
     whose order changes from process to process, so their ids change too; it then breaks ties
     between equally frequent merges by ids, so two runs on the same texts learn different
     vocabularies (huggingface/tokenizers#1794). Given to the trainer beforehand as special tokens,
-    in sorted order, the pieces have fixed ids and training is deterministic. A training run
-    without merges (vocab_size=1) lists them, normalizing and splitting words as training does.
+    in sorted order, the pieces have fixed ids and training is deterministic.
+
+    The characters: each distinct character of the texts (one C-speed pass: a set), normalised
+    alone (BERT's normaliser works character by character), kept when it stays inside a word
+    after "a" (neither whitespace, punctuation nor a CJK character). A character seen only at
+    the start of words gets a piece too: a few unused vocabulary entries at most, for a pass
+    that costs a fraction of the training it makes deterministic.
     """
     tokenizer = bert_wordpiece(None, lowercase, strip_accents)
-    tokenizer.train_from_iterator(texts, _trainer(1, 1, SPECIAL_TOKENS))
-    return sorted(token for token in tokenizer.get_vocab()
-                  if token.startswith(CONTINUATION_PREFIX))
+    raw: set[str] = set()
+    for text in texts:
+        raw.update(text)
+    normalized = set().union(*(tokenizer.normalizer.normalize_str(c) for c in raw))
+    continuing = set()
+    for c in normalized:
+        words = tokenizer.pre_tokenizer.pre_tokenize_str(tokenizer.normalizer.normalize_str(
+            "a" + c))
+        if [word for word, _ in words] == ["a" + c]:
+            continuing.add(c)
+    return sorted(CONTINUATION_PREFIX + c for c in continuing)
+
+
+def _batches(texts: Sequence[str], size: int = 1000) -> Iterable[list[str]]:
+    """Lists of texts: the trainer works through a batch in parallel, with one crossing from
+    Python."""
+    for start in range(0, len(texts), size):
+        yield list(texts[start:start + size])
 
 
 def train_wordpiece(texts: Iterable[str], vocab_size: int, out_dir: str, lowercase: bool = True,
@@ -48,20 +68,22 @@ def train_wordpiece(texts: Iterable[str], vocab_size: int, out_dir: str, lowerca
 
     Ids 0..4 are [PAD] [UNK] [CLS] [SEP] [MASK]. Also writes tokenizer.json next to vocab.txt.
     The same texts give the same files, byte for byte, whatever the number of threads
-    (`_continuation_pieces`). `texts` is read twice: a one-shot iterator (a generator) is first
-    read into memory, a collection or any other re-iterable is not. Each pass shows a progress
+    (`_continuation_pieces`). `texts` is read twice: anything but a sequence (a list, a tuple) is
+    first read into memory. Each pass shows a progress
     bar of the texts read (`bert_jax.runtime.progress`); the bars change nothing in the result.
     """
     if vocab_size <= len(SPECIAL_TOKENS):
         raise ValueError(f"vocab_size={vocab_size} leaves no room beside the special tokens")
-    if iter(texts) is texts:
+    if not isinstance(texts, Sequence):
         texts = list(texts)
     pieces = _continuation_pieces(
         progress.bar(texts, desc="vocabulary 1/2: characters", unit="doc"), lowercase,
         strip_accents)
     trained = bert_wordpiece(None, lowercase, strip_accents)
-    trained.train_from_iterator(progress.bar(texts, desc="vocabulary 2/2: words", unit="doc"),
-                                _trainer(vocab_size, min_frequency, [*SPECIAL_TOKENS, *pieces]))
+    trained.train_from_iterator(
+        progress.bar(_batches(texts), desc="vocabulary 2/2: words", unit="batch",
+                     total=-(-len(texts) // 1000)),
+        _trainer(vocab_size, min_frequency, [*SPECIAL_TOKENS, *pieces]), length=len(texts))
     vocab = trained.get_vocab()
     tokenizer = bert_wordpiece(vocab, lowercase, strip_accents)  # the pieces are plain tokens
     tokenizer.add_special_tokens(list(SPECIAL_TOKENS))
