@@ -20,7 +20,9 @@ one file); a truncated, extended, replaced or re-prepared file is found (its siz
 block differs), and so is a file added to or gone from the corpus folder. Token shards also keep
 their own per-shard size and BLAKE2b in their manifest, which is hashed whole here.
 
-Which files (`run_files`): tokenizer.path (a file, or the tokenizer files of a folder), else
+Which files (`run_files`): tokenizer.path (a file, or the tokenizer files of a folder, the folder
+recorded too: a tokenizer file added to it later, e.g. a tokenizer.json that the loader prefers
+to the vocab.txt the run was trained with, is a change), else
 init.hf_dir's tokenizer files, else the vocabulary a pre-training run trained for its demo or
 text: corpus; data.train_path and data.eval_path; every file of the prepared corpus folder of a
 demo or text: corpus (TFDS array_record) or of a shards:DIR corpus. A path on object storage is
@@ -28,7 +30,9 @@ not fingerprinted (an object is rewritten whole, and reading it to hash it costs
 
 Recorded from process 0 when the run starts training (`check_and_record`, after its data is
 prepared, before its first step): the first time, and anew while the workdir holds no checkpoint
-(nothing trained yet). A run from before this record has none: it is recorded at its next start.
+(nothing trained yet). A run made before this record has none: its resume says so in one line and
+records its inputs from then on; evaluate.py, predict.py and embed.py on it say so in one line
+and go on (a change before the record cannot be seen).
 """
 
 from __future__ import annotations
@@ -148,11 +152,12 @@ def run_files(config: Any, workdir: str) -> tuple[dict[str, str], dict[str, str]
         tokenizer = _pretraining_vocab(config, workdir)
     for file in _tokenizer_files(tokenizer):
         files[file] = TOKENIZER
+    folder = _local(tokenizer)
+    folders = {folder: TOKENIZER} if folder and os.path.isdir(folder) else {}
     for role, key in ((TRAIN_DATA, "train_path"), (EVAL_DATA, "eval_path")):
         path = _local(value_at(config, "data", key))
         if path and os.path.isfile(path):
             files.setdefault(path, role)
-    folders = {}
     folder = corpus_folder(config, workdir)
     if folder:
         folders[folder] = CORPUS
@@ -180,9 +185,15 @@ def fingerprints(files: dict[str, str]) -> dict[str, dict]:
             for path, role in sorted(files.items())}
 
 
+def _folder_inputs(folder: str, role: str) -> list[str]:
+    """The files of a recorded folder that are inputs: a corpus folder's (`corpus_inputs`), a
+    tokenizer folder's tokenizer files."""
+    return corpus_inputs(folder) if role == CORPUS else _tokenizer_files(folder)
+
+
 def differences(recorded: dict, roles: Optional[Iterable[str]] = None) -> list[str]:
-    """One phrase per recorded file (of `roles`, default all) that changed, and per file new in
-    a recorded corpus folder: '<file> (<role>): <what changed>'."""
+    """One phrase per recorded file (of `roles`, default all) that changed, and per input file
+    new in a recorded folder (corpus, tokenizer): '<file> (<role>): <what changed>'."""
     roles = None if roles is None else set(roles)
     found = []
     for path, saved in sorted(recorded.get("files", {}).items()):
@@ -204,9 +215,9 @@ def differences(recorded: dict, roles: Optional[Iterable[str]] = None) -> list[s
     for folder, role in sorted(recorded.get("folders", {}).items()):
         if (roles is not None and role not in roles) or not os.path.isdir(folder):
             continue
-        for path in corpus_inputs(folder):
+        for path in _folder_inputs(folder, role):
             if path not in recorded.get("files", {}):
-                found.append(f"{path} ({role}) is new in the corpus folder")
+                found.append(f"{path} ({role}) is new in the {role} folder")
     return found
 
 
@@ -227,6 +238,11 @@ def _refusal(workdir: str, found: list[str], what: str, flag: str) -> str:
             f"file, or {flag} to go on with it (the run's {INPUTS_FILE} then records the change)")
 
 
+def _not_fingerprinted(workdir: str, what: str) -> None:
+    logging.warning("the run in %s was made before its inputs were fingerprinted (it has no %s): "
+                    "%s", workdir, INPUTS_FILE, what)
+
+
 def _note(record: dict, found: list[str], by: str, files: Optional[dict] = None) -> dict:
     record.setdefault("changes", []).append(
         {"at": time.strftime("%Y-%m-%d %H:%M:%S"), "by": by, "changed": found})
@@ -245,6 +261,9 @@ def check_and_record(config: Any, workdir: str, has_checkpoint: bool) -> None:
         files, folders = run_files(config, workdir)
         record = read_record(workdir)
         current = fingerprints(files)
+        if record is None and has_checkpoint:
+            _not_fingerprinted(workdir, "they are recorded now, and a resume checks them from "
+                               "now on; a change before now cannot be seen")
         if record is None or not has_checkpoint:
             _write(workdir, {"format": FORMAT, "files": current, "folders": folders,
                              "recorded_at": time.strftime("%Y-%m-%d %H:%M:%S")})
@@ -270,11 +289,14 @@ def check_run(workdir: str, script: str, roles: Optional[Iterable[str]] = None,
               allow: bool = False) -> None:
     """For evaluate.py, predict.py, embed.py on a run's workdir: InputsChangedError naming the
     first recorded file (of `roles`) that changed, unless `allow` (a warning, and the change
-    recorded in the run's inputs.json). A run without a record is not checked."""
+    recorded in the run's inputs.json). A run without a record (made before inputs were
+    fingerprinted) is not checked, and one warning line says so."""
     if paths.is_remote(workdir):
         return
     record = read_record(workdir)
     if record is None:
+        _not_fingerprinted(workdir, f"{script} cannot tell whether its tokenizer or data changed "
+                           "since it was trained (a resume records them)")
         return
     found = differences(record, roles)
     if not found:

@@ -192,3 +192,81 @@ def test_the_shard_readers_derived_counts_are_not_inputs(tmp_path):
         (tmp_path / name).write_bytes(b"x")
     assert [os.path.basename(p) for p in run_inputs.corpus_inputs(str(tmp_path))] == [
         "manifest.json", "tokenizer.json", "train-00000-of-00001.array_record"]
+
+
+# ----- new cases, as an adversarial user would try -----------------------------------------------
+
+def _swapped_tokenizer_json(vocab_lines, path):
+    """A tokenizer.json of the same WordPiece vocabulary with "good" and "bad" swapped."""
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers
+    lines = list(vocab_lines)
+    a, b = lines.index("good"), lines.index("bad")
+    lines[a], lines[b] = lines[b], lines[a]
+    tokenizer = Tokenizer(models.WordPiece({t: i for i, t in enumerate(lines)},
+                                           unk_token="[UNK]"))
+    tokenizer.normalizer = normalizers.BertNormalizer(lowercase=True)
+    tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tokenizer.save(str(path))
+
+
+def test_a_tokenizer_file_added_to_the_runs_tokenizer_folder_stops_predict(tmp_path, caplog):
+    """New case: a run whose tokenizer.path is a folder holding vocab.txt; a tokenizer.json
+    copied into that folder afterwards is what the loader reads first (tokenizer.json is
+    preferred), so predict.py answered with other token ids, exit 0: only the files present at
+    the start were fingerprinted. The folder is recorded too, and a tokenizer file new in it is
+    a change, named in one line."""
+    from bert_jax.data.tokenizers.load import load_tokenizer
+
+    folder = tmp_path / "tokenizer"
+    folder.mkdir()
+    (folder / "vocab.txt").write_text("\n".join(SPECIALS + WORDS) + "\n", encoding="utf-8")
+    train = tmp_path / "train.tsv"
+    train.write_text("text\tlabel\ngood film\tpos\nbad film\tneg\n", encoding="utf-8")
+    config = tiny_finetune_config("classification", str(folder), hidden_size=16,
+                                  num_hidden_layers=1, max_position_embeddings=32,
+                                  **{"data.train_path": str(train), "max_seq_len": 16})
+    workdir = tmp_path / "run"
+    workdir.mkdir()
+    run_inputs.check_and_record(config, str(workdir), has_checkpoint=False)
+    before = load_tokenizer(str(folder)).encode("good film")
+    _swapped_tokenizer_json(SPECIALS + WORDS, folder / "tokenizer.json")
+    assert load_tokenizer(str(folder)).encode("good film") != before  # what the run would read
+    message = one_line(lambda: run_inputs.check_run(str(workdir), "predict.py",
+                                                    roles=[run_inputs.TOKENIZER]), "predict.py")
+    assert (f"{folder / 'tokenizer.json'} (tokenizer) is new in the tokenizer folder"
+            in message), message
+    with caplog.at_level("WARNING"):
+        run_inputs.check_run(str(workdir), "predict.py", roles=[run_inputs.TOKENIZER],
+                             allow=True)
+    assert "tokenizer.json (tokenizer) is new in the tokenizer folder" in caplog.text
+
+
+@pytest.mark.slow  # three scripts in their own processes and a resume: ~25 s
+def test_a_run_made_before_fingerprints_says_so_and_records_them_on_resume(finetuned,
+                                                                          tmp_path, caplog):
+    """Item 2: an old workdir (no inputs.json): evaluate.py, predict.py and embed.py on it say
+    in one line that its inputs were not fingerprinted when it was made and go on; its resume
+    says so too and records them, so that a later change is found."""
+    import shutil
+    config, workdir, _, train = finetuned
+    old = tmp_path / "old_run"
+    shutil.copytree(workdir, old)
+    os.remove(old / "inputs.json")
+    notice = (f"the run in {old} was made before its inputs were fingerprinted (it has no "
+              "inputs.json)")
+    texts = tmp_path / "texts.txt"
+    texts.write_text("good movie\n", encoding="utf-8")
+    for name, flags in (("predict.py", [f"--input={texts}", f"--output={tmp_path / 'p.jsonl'}"]),
+                        ("evaluate.py", []),
+                        ("embed.py", [f"--input={texts}", f"--output={tmp_path / 'e'}"])):
+        done = script(name, f"--workdir={old}", *flags)
+        assert done.returncode == 0, done.stderr[-3000:]
+        lines = [line for line in done.stderr.splitlines() if notice in line]
+        assert len(lines) == 1 and f"{name} cannot tell whether its tokenizer or data changed " \
+            "since it was trained (a resume records them)" in lines[0], done.stderr[-3000:]
+    assert not (old / "inputs.json").exists()
+    with caplog.at_level("WARNING"):
+        finetune_recipe.train_and_evaluate(config, str(old))  # the same command: resumes
+    assert f"{notice}: they are recorded now" in caplog.text
+    record = json.loads((old / "inputs.json").read_text())
+    assert record["files"][str(train)]["size"] == os.path.getsize(train)
