@@ -110,8 +110,9 @@ def _label_value(raw: Any, regression: bool, where: str, list_labels: bool = Tru
 def _from_records(records: Iterator[tuple[str, Mapping[str, Any]]], path: str, text_column: str,
                   label_column: str, text_pair_column: Optional[str], regression: bool,
                   list_labels: bool = True) -> list[TextExample]:
-    """(location, record) pairs -> TextExamples; a missing column names the columns that exist."""
-    examples = []
+    """(location, record) pairs -> TextExamples; a missing column names the columns that exist;
+    class labels that spell one number two ways are a DataError (`_one_spelling_per_number`)."""
+    examples, places = [], []
     for where, record in records:
         for column in (text_column, text_pair_column, label_column):
             if column is not None and column not in record:
@@ -123,9 +124,31 @@ def _from_records(records: Iterator[tuple[str, Mapping[str, Any]]], path: str, t
             raise DataError(f"{where}: the text columns must hold strings")
         examples.append(TextExample(text, pair, _label_value(record[label_column], regression,
                                                              where, list_labels)))
+        places.append(where)
     if not examples:
         raise DataError(f"{path}: holds no examples")
+    if not regression:
+        _one_spelling_per_number(examples, places)
     return examples
+
+
+def _one_spelling_per_number(examples: Sequence[TextExample], places: Sequence[str]) -> None:
+    """A class is its label's text, so `1` and `1.0` (JSON, or a TSV written by a tool that
+    turned a column of integers into floats), or "1" and "01", would be two classes of one
+    number: a DataError naming both places and spellings."""
+    seen: dict[float, tuple[str, str]] = {}
+    for example, where in zip(examples, places):
+        if not isinstance(example.label, str):
+            continue
+        try:
+            number = float(example.label)
+        except ValueError:
+            continue
+        first = seen.setdefault(number, (example.label, where))
+        if first[0] != example.label:
+            raise DataError(f"{where}: label {example.label!r} is the number of label "
+                            f"{first[0]!r} ({first[1]}) spelled another way: the two would be "
+                            "two classes; spell each class one way")
 
 
 def read_table(path: str, text_column: str, label_column: str,
