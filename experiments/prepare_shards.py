@@ -30,7 +30,9 @@ Corpus specs: text:GLOB, jsonl:GLOB, parquet:GLOB, hf:PATH and mix:W*SPEC,... wi
 options in brackets (`bert_jax.data.corpora.sources`). Run the same command again after a kill,
 a full disk or a failed Beam job: the completed shards are kept (checked against their recorded
 size and hash; on Beam, size) and the rest is done; the result is byte for byte an uninterrupted
-run's, whatever --workers or runner.
+run's, whatever --workers or runner. With --train_tokenizer, the sample stays in the tokenizer's
+folder until the tokenizer is trained: a rerun after a kill during training reads it back instead
+of the corpus (the `tokenizers` trainer itself cannot resume: it trains again).
 Prints the manifest's split totals. Exit status 1 with one line `prepare_shards.py: error: ...`
 for bad input, a bad record under --bad_records=fail, or a full disk.
 """
@@ -99,13 +101,14 @@ def _tokenizer():
         logging.info("%s holds a tokenizer already: used as is", path)
         return load_tokenizer(path)
     sources = corpus_sources.parse_corpus(FLAGS.corpus, FLAGS.text_key, FLAGS.document_delimiter)
-    sample = document_sample.sample_documents(sources, int(FLAGS.sample_bytes), FLAGS.seed,
-                                              FLAGS.bad_records, FLAGS.max_document_mb << 20)
+    sample = document_sample.kept_sample(sources, int(FLAGS.sample_bytes), FLAGS.seed,
+                                         FLAGS.bad_records, FLAGS.max_document_mb << 20, path)
     normalization = tokenizer_training.Normalization(
         FLAGS.unicode_form or None, _flag_bool(FLAGS.lowercase), _flag_bool(FLAGS.strip_accents),
         FLAGS.split_cjk)
     tokenizer_training.train_tokenizer(sample.texts, FLAGS.train_tokenizer, FLAGS.vocab_size,
                                        path, normalization)
+    document_sample.discard_samples(path)
     print(f"tokenizer: {FLAGS.train_tokenizer}, trained on {len(sample.texts)} documents "
           f"({sum(sample.kept_bytes):,} bytes) in {path}")
     return load_tokenizer(path)

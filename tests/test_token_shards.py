@@ -278,3 +278,55 @@ def test_beam_pipeline_writes_the_local_preparations_bytes(corpus, tmp_path):
     assert sorted(ours) == sorted(local)
     for key in ours:
         np.testing.assert_array_equal(ours[key], local[key], err_msg=key)
+
+
+TERMINATED_IN_TRAINING = textwrap.dedent("""
+    import runpy, sys, time
+    from bert_jax.data.tokenizers import training
+
+    marker = sys.argv.pop(1)
+
+    def slow_training(*args, **kwargs):  # the trainer at work when the SIGTERM comes
+        open(marker, "w").close()
+        time.sleep(120)
+
+    training.train_tokenizer = slow_training
+    sys.argv[0] = "experiments/prepare_shards.py"
+    runpy.run_path("experiments/prepare_shards.py", run_name="__main__")
+""")
+
+
+def test_sigterm_during_vocabulary_training_rerun_reads_the_kept_sample(corpus, tmp_path):
+    """The kill comes while the tokenizer trains: the sample stays in the tokenizer's folder and
+    the rerun trains from it without reading the corpus again; the result is an uninterrupted
+    run's, and nothing of the first run is left."""
+    def flags(name):
+        return [f"--corpus={corpus['spec']}", "--train_tokenizer=wordpiece", "--vocab_size=600",
+                "--sample_bytes=200000", f"--tokenizer={tmp_path / name / 'tok'}",
+                f"--output_dir={tmp_path / name / 'shards'}", "--workers=1"]
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    script = os.path.join(ROOT, "experiments", "prepare_shards.py")
+    reference = subprocess.run([sys.executable, script, *flags("reference")], env=env, cwd=ROOT,
+                               capture_output=True, text=True)
+    assert reference.returncode == 0, reference.stderr[-2000:]
+    marker = tmp_path / "training"
+    process = subprocess.Popen([sys.executable, "-c", TERMINATED_IN_TRAINING, str(marker),
+                                *flags("killed")], env=env, cwd=ROOT,
+                               stderr=subprocess.DEVNULL)
+    deadline = time.time() + 120
+    while not marker.exists() and time.time() < deadline and process.poll() is None:
+        time.sleep(0.05)
+    assert marker.exists(), "the child never reached the tokenizer's training"
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(timeout=60) != 0
+    tok = tmp_path / "killed" / "tok"
+    kept = [p.name for p in tok.iterdir()]
+    assert len(kept) == 1 and kept[0].startswith(".sample-") and kept[0].endswith(".parquet")
+    rerun = subprocess.run([sys.executable, script, *flags("killed")], env=env, cwd=ROOT,
+                           capture_output=True, text=True)
+    assert rerun.returncode == 0, rerun.stderr[-2000:]
+    assert "not drawn again from the corpus" in rerun.stderr
+    assert sorted(p.name for p in tok.iterdir()) == ["tokenizer.json", "vocab.txt"]
+    for name in ("tokenizer.json", "vocab.txt"):
+        assert (tok / name).read_bytes() == (tmp_path / "reference" / "tok" / name).read_bytes()
+    assert same_shards(str(tmp_path / "reference" / "shards"), str(tmp_path / "killed" / "shards"))

@@ -12,19 +12,31 @@ A mixture's sources each get their share of `sample_bytes` by weight (a source t
 gives all it has); the documents read and kept per source are logged and returned (`Sample`).
 Memory: the kept texts (sample_bytes as Python strings: 1-4 bytes a character) plus ~100 bytes
 a document, whatever the corpus's size.
+
+`kept_sample(..., folder)` is the same sample, kept in a local folder (the tokenizer's) as
+`.sample-<identity>.parquet` until `discard_samples(folder)`: the identity is a hash of the
+sources' fingerprints, the budget, the seed and the record options, so a rerun of the same
+preparation after a kill (e.g. during the tokenizer's training, which `tokenizers` cannot resume)
+reads the sample back instead of the corpus. It is written beside its name and renamed; a
+leftover of a write that was cut short is removed (and logged) by the next call.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import glob
 import hashlib
 import heapq
+import json
 import logging
-from typing import Iterable
+import os
+from typing import Iterable, Sequence
 
 from bert_jax.data.corpora.records import MAX_DOCUMENT_BYTES, BadRecords
 from bert_jax.data.corpora.sources import Source, source_documents
-from bert_jax.runtime import progress
+from bert_jax.runtime import paths, progress
+
+SAMPLE_PREFIX = ".sample-"
 
 
 class Reservoir:
@@ -105,3 +117,58 @@ def sample_documents(sources: Iterable[Source], sample_bytes: int, seed: int = 0
     if not texts:
         raise ValueError("the corpus holds no document to sample")
     return Sample(texts, read, kept, kept_bytes, bad)
+
+
+def sample_identity(sources: Sequence[Source], sample_bytes: int, seed: int, bad_records: str,
+                    max_document_bytes: int) -> str:
+    """sha256 of what a sample is a function of: the sources (spec, weight, files' identity),
+    the budget, the seed and the record options."""
+    identity = json.dumps([[source.spec, source.weight, source.fingerprint()] for source in
+                           sources] + [sample_bytes, seed, bad_records, max_document_bytes])
+    return hashlib.sha256(identity.encode("utf-8")).hexdigest()
+
+
+def kept_sample(sources: Sequence[Source], sample_bytes: int, seed: int, bad_records: str,
+                max_document_bytes: int, folder: str) -> Sample:
+    """`sample_documents`, read back from `folder` when a previous call with the same identity
+    kept it there, else drawn and kept (module docstring). A remote folder keeps nothing."""
+    sources = list(sources)
+    if paths.is_remote(folder):
+        return sample_documents(sources, sample_bytes, seed, bad_records, max_document_bytes)
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    os.makedirs(folder, exist_ok=True)
+    stale = glob.glob(os.path.join(folder, SAMPLE_PREFIX + "*.tmp-*"))
+    for path in stale:
+        os.remove(path)
+        logging.warning("sample: removed %s, left by a write that was cut short", path)
+    identity = sample_identity(sources, sample_bytes, seed, bad_records, max_document_bytes)
+    path = os.path.join(folder, f"{SAMPLE_PREFIX}{identity[:16]}.parquet")
+    if os.path.isfile(path):
+        table = pq.read_table(path)
+        counts = json.loads(table.schema.metadata[b"bert_jax.sample"])
+        bad = BadRecords(bad_records)
+        bad.merge(counts.pop("bad"))
+        logging.info("sample: read back from %s (%d documents), not drawn again from the corpus",
+                     path, table.num_rows)
+        return Sample(table.column("text").to_pylist(), bad=bad, **counts)
+    sample = sample_documents(sources, sample_bytes, seed, bad_records, max_document_bytes)
+    counts = {"read": sample.read, "kept": sample.kept, "kept_bytes": sample.kept_bytes,
+              "bad": sample.bad.as_dict()}
+    table = pa.table({"text": sample.texts}).replace_schema_metadata(
+        {"bert_jax.sample": json.dumps(counts)})
+    temporary = f"{path}.tmp-{os.getpid()}"
+    try:
+        pq.write_table(table, temporary)
+        os.replace(temporary, path)
+    finally:
+        if os.path.exists(temporary):
+            os.remove(temporary)
+    return sample
+
+
+def discard_samples(folder: str) -> None:
+    """Removes the samples `kept_sample` kept in `folder` (once what needed them is done)."""
+    if not paths.is_remote(folder):
+        for path in glob.glob(os.path.join(folder, SAMPLE_PREFIX + "*.parquet")):
+            os.remove(path)
