@@ -41,7 +41,8 @@ def embed_file():
     vectors = sentence_embeddings.embed(encoder, [row.text for row in rows], FLAGS.pooling,
                                         FLAGS.normalize, FLAGS.batch_size, FLAGS.max_seq_len,
                                         progress=True, pack=FLAGS.pack)
-    paths = sentence_embeddings.write_outputs(FLAGS.output, vectors, rows)
+    with outputs.naming(" and ".join(sentence_embeddings.output_paths(FLAGS.output))):
+        paths = sentence_embeddings.write_outputs(FLAGS.output, vectors, rows)
     return {"rows": len(rows), "hidden_size": int(vectors.shape[1]), "embeddings": paths[0],
             "index": paths[1]}
 

@@ -10,7 +10,9 @@ a training run's workdir).
 2. While writing: every file and folder is written beside its target under the name
    `.<name>.partial-<pid>` (`temporary_beside`) and renamed into place when complete, so a
    killed or failed write (SIGKILL, a full disk) leaves the previous version whole. The next
-   write to the same target names each such leftover and removes it (`clear_leftovers`).
+   write to the same target names each such leftover and removes it (`clear_leftovers`). A
+   write that fails (a full disk, a read-only folder) is an OSError naming the target, not the
+   part beside it or no file at all (`naming`).
 3. An export folder holds the files of one export only: it is written whole beside the old one
    and swapped in (`replace_folder`), so stale files of a previous export go with it; a folder
    of ours is recognised by its marker file, anything else is refused, never merged into.
@@ -25,12 +27,13 @@ to check it (no credentials, no network), the output is refused in one line (`_u
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import posixpath
 import shutil
 import stat
-from typing import Callable, Iterable, Optional, Sequence
+from typing import Callable, Iterable, Iterator, Optional, Sequence
 
 from absl import logging
 
@@ -209,10 +212,30 @@ def clear_leftovers(target: str) -> list[str]:
     return found
 
 
+@contextlib.contextmanager
+def naming(target: str) -> Iterator[None]:
+    """Within: an OSError with an errno (ENOSPC, EROFS, ...) becomes one naming `target` and
+    saying that what stood there was left whole, e.g. "out.jsonl: No space left on device
+    (while writing it; what was there before is as it was)". A full disk often raises without
+    a file name, or with that of the part written beside the target."""
+    try:
+        yield
+    except OSError as e:
+        if e.errno is None:
+            raise
+        raise OSError(e.errno, f"{e.strerror} (while writing it; what was there before is as "
+                      "it was)", target) from e
+
+
 def write_bytes(target: str, content: bytes) -> None:
     """`content` into `target` whole: written beside it, then renamed into place."""
     os.makedirs(os.path.dirname(os.path.abspath(target)), exist_ok=True)
     temporary = temporary_beside(target)
+    with naming(target):
+        _write_then_rename(temporary, target, content)
+
+
+def _write_then_rename(temporary: str, target: str, content: bytes) -> None:
     try:
         with open(temporary, "wb") as f:
             f.write(content)
@@ -244,8 +267,9 @@ def replace_folder(target: str, write: Callable[[str], None], marker: str,
     os.makedirs(os.path.dirname(os.path.abspath(target)), exist_ok=True)
     temporary = temporary_beside(target)
     try:
-        write(temporary)
-        mark(temporary)
+        with naming(target):
+            write(temporary)
+            mark(temporary)
     except BaseException:
         shutil.rmtree(temporary, ignore_errors=True)
         raise

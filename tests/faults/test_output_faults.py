@@ -259,3 +259,17 @@ def test_an_output_over_a_file_the_run_was_trained_on_is_refused(tmp_path):
         f"evaluate.py: error: --output={train} is the run's training data (data.train_path) "
         f"({train}): writing there would replace it; name another path"), done.stderr[-2000:]
     assert train.read_text() == "text\tlabel\nw5 w6\tpos\nw7\tneg\n"
+
+
+def test_a_full_disk_during_an_export_names_the_export_folder(run, tmp_path, monkeypatch):
+    """New case: the safetensors writer on a full disk raises without a file name, and convert.py
+    said `a file: No space left on device`. Now the export folder is named."""
+    def disk_full(cfg, params, folder, **options):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(hf, "save", disk_full)
+    target = tmp_path / "export"
+    assert one_line(lambda: export(run, target, tokenizer=run["vocab"])) == (
+        f"convert.py: error: {target}: No space left on device (while writing it; what was "
+        "there before is as it was)")
+    assert not os.path.exists(target) and not outputs.leftovers(str(target))

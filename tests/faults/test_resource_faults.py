@@ -166,3 +166,80 @@ def test_a_corpus_past_tfds_shuffle_buffer_without_tensorflow_is_one_line(tmp_pa
                                          r"GB of records its shuffle spills to disk through "
                                          r"TensorFlow, which is not installed.*prepare_shards"):
         catalog.prepare(corpus, str(tmp_path / "data"))
+
+
+# ----- new case: a full disk while a script writes its output ----------------------------------
+
+class _FullAfter:
+    """A file whose writes fail with ENOSPC, and no file name, once `room` bytes are written
+    (what a full disk does to a buffered write)."""
+
+    def __init__(self, f, room):
+        self._f, self._room = f, room
+
+    def write(self, data):
+        self._room -= len(data)
+        if self._room < 0:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return self._f.write(data)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self._f.close()
+
+
+def _open_filling_up(room):
+    def open_(file, mode="r", *args, **kwargs):
+        f = open(file, mode, *args, **kwargs)
+        return _FullAfter(f, room) if "w" in mode and ".partial-" in str(file) else f
+    return open_
+
+
+def test_a_full_disk_while_predict_writes_its_output_names_the_output(tmp_path, monkeypatch):
+    """New case (predict.py, embed.py and convert.py writing onto a full 64 KiB tmpfs): the
+    error was `predict.py: error: a file: No space left on device`, naming nothing. Now the
+    output is named, and the previous version is left whole with nothing beside it."""
+    from bert_jax import cli
+    from bert_jax.recipes.finetune import predict
+
+    output = tmp_path / "out.jsonl"
+    output.write_text("the previous predictions\n")
+    monkeypatch.setattr(predict, "open", _open_filling_up(100), raising=False)
+    records = ({"index": i, "prediction": "pos"} for i in range(50))
+    with pytest.raises(SystemExit) as stopped:
+        cli.run_or_exit("predict.py", lambda: predict.write_jsonl_atomically(records,
+                                                                              str(output)))
+    assert stopped.value.code == (f"predict.py: error: {output}: No space left on device (while "
+                                  "writing it; what was there before is as it was)")
+    assert output.read_text() == "the previous predictions\n"
+    assert os.listdir(tmp_path) == ["out.jsonl"]
+
+
+EMBED_ON_A_FULL_DISK = """
+import runpy, sys
+from bert_jax.embeddings import encode
+sys.path.insert(0, sys.argv[1])
+from test_resource_faults import _open_filling_up
+encode.open = _open_filling_up(64)
+sys.argv = sys.argv[2:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+def test_a_full_disk_while_embed_writes_names_both_files(tmp_path):
+    from bert_jax.convert import hf
+    texts = tmp_path / "texts.txt"
+    texts.write_text("a short text\nanother one\n")
+    prefix = tmp_path / "vectors"
+    done = subprocess.run(
+        [sys.executable, "-c", EMBED_ON_A_FULL_DISK, os.path.dirname(__file__),
+         os.path.join(ROOT, "experiments", "embed.py"), f"--model={hf.packaged_minilm_dir()}",
+         f"--input={texts}", f"--output={prefix}"], capture_output=True, text=True,
+        timeout=300, env=dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=ROOT))
+    assert done.returncode == 1, done.stderr[-3000:]
+    assert done.stderr.strip().splitlines()[-1] == (
+        f"embed.py: error: {prefix}.npy and {prefix}.index.jsonl: No space left on device (while "
+        "writing it; what was there before is as it was)")
+    assert sorted(os.listdir(tmp_path)) == ["texts.txt"]

@@ -249,14 +249,15 @@ def write_jsonl_atomically(records: Iterable[Mapping[str, Any]], path: str,
     temporary = outputs.temporary_beside(path)
     count = 0
     try:
-        with open(temporary, "w", encoding="utf-8") as f:
+        with outputs.naming(path), open(temporary, "w", encoding="utf-8") as f:
             for count, record in enumerate(records, 1):  # noqa: B007 - read after the loop
                 f.write(json.dumps(record, ensure_ascii=False) + "\n")
         if expected is not None and count != expected:
             raise RuntimeError(f"{expected} good rows but {count} records")  # a bug
         os.replace(temporary, path)
     except BaseException:
-        os.unlink(temporary)
+        if os.path.exists(temporary):
+            os.unlink(temporary)
         raise
     return count
 
