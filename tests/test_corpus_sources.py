@@ -172,7 +172,10 @@ def test_over_long_documents_cut_at_whitespace(tmp_path):
     assert out[0] == "short one" and out[-1] == "after" and len(out) >= 9
     assert all(len(t.encode("utf-8")) <= 100_000 for t in out)
     assert " ".join(out[1:-1]).split() == line.split()  # every word kept, none cut in two
-    assert bad.cut_documents == 1 and "long.txt, byte 11" in bad.summary()[0]
+    size = len(line.encode("utf-8"))
+    # counted once, with its whole size and every piece (not what was read at the first cut)
+    assert bad.cut_documents == 1
+    assert f"long.txt, byte 11: {size:,} bytes -> {len(out) - 2} pieces" in bad.summary()[0]
     # The same from a JSONL record, and without any whitespace: cut between characters.
     (tmp_path / "x.jsonl").write_text(json.dumps({"text": "é" * 30_000}))
     pieces = texts(f"jsonl:{tmp_path}/x.jsonl", max_bytes=7_001)

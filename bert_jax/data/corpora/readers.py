@@ -102,13 +102,15 @@ def text_documents(path: str, start: int = 0, end: int = -1, delimiter: str = "b
 
 class _TextDocument:
     """The document being read from a text file: its lines joined by "\\n", cut into pieces
-    when it grows past 2 x max_bytes (counted once), decoded and checked when it ends."""
+    when it grows past 2 x max_bytes, decoded and checked when it ends; a cut document is
+    counted once, when it ends, with its whole size and number of pieces."""
 
     def __init__(self, path: str, max_bytes: int, bad: BadRecords):
         self.path, self.max_bytes, self.bad = path, max_bytes, bad
         self.data = bytearray()
         self.first = 0
-        self.cut = self.skipping = False
+        self.skipping = False
+        self.cut_bytes = self.cut_pieces = 0  # what went out in pieces before the end
 
     def new_line(self, offset: int) -> None:
         if self.data:
@@ -122,9 +124,8 @@ class _TextDocument:
         self.data += body
         if len(self.data) > 2 * self.max_bytes:
             pieces = cut_long_document(bytes(self.data), self.max_bytes)
-            if not self.cut:
-                self.bad.add_cut(self.path, self.first, "byte", len(self.data), len(pieces))
-                self.cut = True
+            self.cut_pieces += len(pieces) - 1
+            self.cut_bytes += len(self.data) - len(pieces[-1])
             self.data[:] = pieces[-1]
             yield from self._documents(pieces[:-1])
 
@@ -146,13 +147,11 @@ class _TextDocument:
         data = bytes(self.data).strip()
         self.data.clear()
         skipping, self.skipping = self.skipping, False
-        if not data or skipping:
-            self.cut = False
-            return
-        pieces = cut_long_document(data, self.max_bytes)
-        if len(pieces) > 1 and not self.cut:
-            self.bad.add_cut(self.path, self.first, "byte", len(data), len(pieces))
-        self.cut = False
+        pieces = cut_long_document(data, self.max_bytes) if data and not skipping else []
+        cut_pieces, cut_bytes = self.cut_pieces + len(pieces), self.cut_bytes + len(data)
+        if cut_pieces > 1:
+            self.bad.add_cut(self.path, self.first, "byte", cut_bytes, cut_pieces)
+        self.cut_bytes = self.cut_pieces = 0
         yield from self._documents(pieces)
         self.skipping = False
 
