@@ -55,6 +55,16 @@ RUN_NEUTRAL_KEYS = frozenset({
     "data.seconds_per_batch", "data.eval_mask_rate", "data.bucket_lengths"})
 
 
+# Neutral only without dropout: the masks are drawn at the shape of a batch, which the buckets
+# set, so a changed bucket_lengths changes what a run with dropout computes from the next step on.
+NEUTRAL_WITHOUT_DROPOUT = frozenset({"data.bucket_lengths"})
+
+
+def _has_dropout(flat: Mapping[str, Any]) -> bool:
+    return any(key.endswith("dropout_prob") and isinstance(value, (int, float)) and value > 0
+               for key, value in flat.items())
+
+
 # A key the saved config lacks (it was written before the key existed) reads as the schema's
 # default (bert_jax.config.run.complete); one outside the schema that the new config sets to one
 # of these "off" values keeps the behaviour the run had without it.
@@ -71,11 +81,14 @@ def _flat(config: Any) -> dict[str, Any]:
 
 
 def config_differences(saved: dict, config: ml_collections.ConfigDict) -> list[str]:
-    """'key: saved -> new' for every key (but the run-neutral ones) that differs."""
+    """'key: saved -> new' for every key (but the run-neutral ones) that differs;
+    data.bucket_lengths counts when either config has dropout (NEUTRAL_WITHOUT_DROPOUT)."""
     from bert_jax.config import run as run_config
     old = _flat(run_config.complete(saved))
     new = _flat(run_config.complete(json.loads(json.dumps(config.to_dict()))))
-    keys = sorted((set(old) | set(new)) - RUN_NEUTRAL_KEYS)
+    neutral = RUN_NEUTRAL_KEYS - (NEUTRAL_WITHOUT_DROPOUT if _has_dropout(old) or _has_dropout(new)
+                                  else frozenset())
+    keys = sorted((set(old) | set(new)) - neutral)
     missing = object()
     return [f"{k}: {old.get(k, '(absent)')!r} -> {new.get(k, '(absent)')!r}" for k in keys
             if old.get(k, missing) != new.get(k, missing)
