@@ -18,16 +18,24 @@ or empty file, undecodable bytes, a line that is not a JSON object, an id or tex
 a string, an id given twice, a qrels row with the wrong number of columns, a score that is not
 an integer, a query or corpus id that the other files do not hold, the same judgment twice.
 `counts` says how much was read, so a caller can report counts in against counts scored.
+
+Writing one (what read_beir reads back as written):
+
+    write_beir(folder, corpus={"d0": "text", ...}, queries={"q0": "text", ...},
+               qrels={"q0": {"d0": 1}}, split="test")
+    pairs_to_beir(folder, [(query text, document text), ...])   # query i judges document i
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
-from typing import Any, Iterator, Mapping
+from typing import Any, Iterator, Mapping, Sequence
 
 from bert_jax.data import textfiles
 from bert_jax.data.textfiles import DataError
+from bert_jax.runtime import paths
 
 QRELS_COLUMNS = ("query-id", "corpus-id", "score")
 
@@ -146,3 +154,39 @@ def read_beir(folder: str, split: str = "test") -> BeirData:
                     document_texts=list(documents.values()), queries=judged,
                     query_texts=[queries[q] for q in judged], qrels=qrels,
                     queries_read=len(queries))
+
+
+def write_beir(folder: str, corpus: Mapping[str, str], queries: Mapping[str, str],
+               qrels: Mapping[str, Mapping[str, int]], split: str = "test") -> None:
+    """Write a BEIR folder: corpus.jsonl ({"_id", "title": "", "text"} in `corpus` order),
+    queries.jsonl, qrels/<split>.tsv (header, then one row per judgment); each file written
+    whole (a reader never sees a part). ValueError, before anything is written, for a judgment
+    naming a query or document that is not given, or for no judgment at all."""
+    for query, judged in qrels.items():
+        missing = [q for q in (query,) if q not in queries] + [d for d in judged
+                                                               if d not in corpus]
+        if missing:
+            raise ValueError(f"qrels name ids that are not given: {missing}")
+    if not any(qrels.values()):
+        raise ValueError("qrels hold no judgments")
+    os.makedirs(os.path.join(folder, "qrels"), exist_ok=True)
+    paths.write_text_atomically(os.path.join(folder, "corpus.jsonl"), "".join(
+        json.dumps({"_id": i, "title": "", "text": t}, ensure_ascii=False) + "\n"
+        for i, t in corpus.items()))
+    paths.write_text_atomically(os.path.join(folder, "queries.jsonl"), "".join(
+        json.dumps({"_id": i, "text": t}, ensure_ascii=False) + "\n" for i, t in queries.items()))
+    paths.write_text_atomically(
+        os.path.join(folder, "qrels", f"{split}.tsv"),
+        "\t".join(QRELS_COLUMNS) + "\n" + "".join(
+            f"{query}\t{document}\t{int(score)}\n" for query, judged in qrels.items()
+            for document, score in judged.items()))
+
+
+def pairs_to_beir(folder: str, pairs: Sequence[tuple[str, str]], split: str = "test") -> dict:
+    """A retrieval task of text pairs: pair i's first text is query "q{i}", its second the
+    document "d{i}", the one document judged relevant (1) to it; the other pairs' documents are
+    the distractors. Returns the counts {"queries", "documents"}."""
+    write_beir(folder, corpus={f"d{i}": doc for i, (_, doc) in enumerate(pairs)},
+               queries={f"q{i}": query for i, (query, _) in enumerate(pairs)},
+               qrels={f"q{i}": {f"d{i}": 1} for i in range(len(pairs))}, split=split)
+    return {"queries": len(pairs), "documents": len(pairs)}

@@ -87,6 +87,18 @@ def evaluate_beir(encoder: sentence_embeddings.Encoder, data: beir.BeirData,
                                           **embed_options)
     queries = sentence_embeddings.embed(encoder, data.query_texts, normalize=normalize,
                                         **embed_options)
+    return beir_metrics(data, documents, queries, similarity, mesh, query_block)
+
+
+def beir_metrics(data: beir.BeirData, documents: np.ndarray, queries: np.ndarray,
+                 similarity: str = "cos", mesh: Optional[Mesh] = None,
+                 query_block: int = 256) -> dict[str, float]:
+    """The BEIR metrics and counts (module docstring) of given vectors: documents [len(
+    data.documents), D] and queries [len(data.queries), D] in data's order, from any encoder
+    (sentence-transformers' too: scored exactly as evaluate scores ours)."""
+    if len(documents) != len(data.documents) or len(queries) != len(data.queries):
+        raise ValueError(f"{len(documents)} document and {len(queries)} query vectors for "
+                         f"{len(data.documents)} documents and {len(data.queries)} queries")
     index = search.shard_corpus(documents, mesh, similarity)
     _, ids = search.search(index, queries, TOP_K + 1, query_block)
     out = metrics.ranking_metrics(rankings(data, ids), data.qrels)
