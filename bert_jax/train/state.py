@@ -225,6 +225,9 @@ def _set_aside_entries_that_are_not_steps(manager) -> None:
     the steps are listed: Orbax does not list it, and the save of that step would meet it."""
     found = checkpointing.not_step_folders(manager.directory)
     if jax.process_index() == 0:
+        for name in checkpointing.misnamed_steps(manager.directory):  # Orbax skips them
+            logging.warning("%s/%s is not a checkpoint step (a step's folder is named by its "
+                            "number alone, e.g. %d): ignored", manager.directory, name, int(name))
         for step, what in found:
             target = checkpointing.set_aside(manager.directory, step)
             logging.warning("%s/%d is %s: not a checkpoint step; moved to %s, and the run goes on "

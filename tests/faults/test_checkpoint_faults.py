@@ -608,3 +608,25 @@ def test_a_step_linked_to_a_folder_elsewhere_is_a_step_and_a_file_named_as_a_ste
            f"{run_copy}/checkpoints_unreadable/10" in caplog.text
     assert os.path.isfile(run_copy / "checkpoints_unreadable" / "10")
     assert 10 in steps_in(directory) and os.path.isdir(directory / "10")
+
+
+def test_a_step_folder_named_with_a_leading_zero_is_named_and_ignored(uninterrupted, run_copy,
+                                                                      restored_steps, caplog):
+    """New case: a copy of step 8 named `010` (as a zero-padded listing names it). Orbax skips
+    it and the resume went on from 8 without a word, while evaluate.py took it for step 10 and
+    said `checkpoint .../checkpoints/10 cannot be read: metadata is missing`, a folder that is
+    not there. Now every reader names it in one line and ignores it."""
+    directory = run_copy / "checkpoints"
+    shutil.copytree(directory / "8", directory / "010")
+    with caplog.at_level("WARNING"):
+        assert params_loading.resolve_step(directory) == 8
+        config, _ = params_loading.load_params(directory)
+    line = (f"{directory}/010 is not a checkpoint step (a step's folder is named by its number "
+            "alone, e.g. 10): ignored")
+    assert line in caplog.text and config.hidden_size == 32
+    assert [c.step for c in checkpoint_verification.check_run(run_copy)] == [4, 6, 8]
+    caplog.clear()
+    with caplog.at_level("WARNING"):
+        train(run_copy, total_steps=10)
+    assert restored_steps == [8] and line in caplog.text
+    assert os.path.isdir(directory / "010")

@@ -33,7 +33,11 @@ def _resolve_step_dir(checkpoint_dir: str | os.PathLike, step: Optional[int]
     root = paths.path(checkpoint_dir)
     if not root.exists():
         raise FileNotFoundError(f"no checkpoint directory at {root}")
-    steps = sorted(int(p.name) for p in root.iterdir() if p.name.isdigit() and p.is_dir())
+    steps = sorted(int(p.name) for p in root.iterdir()
+                   if checkpointing.is_step_name(p.name) and p.is_dir())
+    for name in checkpointing.misnamed_steps(root):
+        logging.warning("%s/%s is not a checkpoint step (a step's folder is named by its number "
+                        "alone, e.g. %d): ignored", root, name, int(name))
     not_steps = dict(checkpointing.not_step_folders(root))
     for other, what in not_steps.items():
         if step is None and (not steps or other > steps[-1]):

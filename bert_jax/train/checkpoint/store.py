@@ -406,7 +406,7 @@ def not_step_folders(directory: str | os.PathLike) -> list[tuple[int, str]]:
         return []
     found = []
     for entry in directory.iterdir():
-        if not entry.name.isdigit() or entry.is_dir():
+        if not is_step_name(entry.name) or entry.is_dir():
             continue
         local = os.fspath(entry)
         if os.path.islink(local):
@@ -417,6 +417,23 @@ def not_step_folders(directory: str | os.PathLike) -> list[tuple[int, str]]:
             what = "a file, not a step folder"
         found.append((int(entry.name), what))
     return sorted(found)
+
+
+def is_step_name(name: str) -> bool:
+    """Whether `name` is a step folder's name as Orbax writes and lists it: the step's number,
+    no sign and no leading zero ("06" is none: Orbax skips it, and a reader that took it for
+    step 6 would read a folder "6" that is not there)."""
+    return name.isdigit() and str(int(name)) == name
+
+
+def misnamed_steps(directory: str | os.PathLike) -> list[str]:
+    """The entries of `directory` named by a number that is no step's name (`is_step_name`:
+    "06", "0004"), for a one-line warning that they are ignored."""
+    directory = paths.path(directory)
+    if not directory.is_dir():
+        return []
+    return sorted(p.name for p in directory.iterdir()
+                  if p.name.isdigit() and not is_step_name(p.name))
 
 
 def set_aside(directory: str | os.PathLike, step: int) -> epath.Path:

@@ -50,7 +50,8 @@ def check_run(workdir: str | os.PathLike) -> list[StepCheck]:
     """A StepCheck per step folder of the run at `workdir` (module docstring), oldest first.
     FileNotFoundError when there is no checkpoint folder or no step in it."""
     directory = paths.path(checkpoints_of(workdir))
-    steps = sorted(int(p.name) for p in directory.iterdir() if p.name.isdigit() and p.is_dir())
+    steps = sorted(int(p.name) for p in directory.iterdir()
+                   if checkpointing.is_step_name(p.name) and p.is_dir())
     not_steps = [StepCheck(f"{directory}/{step}", step, f"{what}: not a checkpoint step", False,
                            0, 0) for step, what in checkpointing.not_step_folders(directory)]
     if not steps and not not_steps:
