@@ -4,9 +4,10 @@
         --model=HF_FOLDER | --workdir=RUN [--step=N] \
         [--pooling=mean|cls] [--normalize] [--batch_size=32] [--max_seq_len=N] [--nopack]
 
---input: one text per non-blank line (stripped), or .jsonl / .csv / .tsv with the text under
---text_column (blank lines are not rows; --encoding if not UTF-8).
-Writes out/sentences.npy (float32 [N, hidden], row i = input row i, in input order) and
+--input: one text per line (stripped; a blank line before the last text stops the run, naming
+it, and blank lines at the end are ignored, so vector i is always line i + 1), or .jsonl / .csv /
+.tsv with the text under --text_column (blank lines are not records there); --encoding if not
+UTF-8. Writes out/sentences.npy (float32 [N, hidden], row i = input row i, in input order) and
 out/sentences.index.jsonl (line i: {"index": i, "line": its input line, "text": ...}); prints
 one JSON line with the row count and the paths. --workdir takes the encoder of a pre-training
 or fine-tuning run (heads dropped) and the tokenizer of its config.json. How texts are pooled

@@ -7,13 +7,15 @@
 Input, in the formats of training with the label optional (--format, default: the run's
 config.data.format; auto goes by the extension): csv | tsv | jsonl with the run's text (and pair)
 columns, fasttext (`__label__x` words at the start of a line are optional and dropped), lines
-(every non-blank line one text, stripped, even one that starts with `__label__`),
-token classification: raw sentences, one record per non-blank line always, split into words as
-CoNLL sets them (letters/digits runs, each punctuation mark its own word), or CoNLL tokens only
-when asked (--format=conll, a .conll file with auto) or when the file cannot be raw text (a
--DOCSTART- line; token-and-tag lines in blank-line-separated sentences); the log says which;
-SQuAD-style JSON or JSONL of {"question", "context"}
-(span QA). Output: one JSON line per input
+(every line one text, stripped, even one that starts with `__label__`), token classification:
+raw sentences, one record per line always, split into words as CoNLL sets them (letters/digits
+runs, each punctuation mark its own word), or CoNLL tokens only when asked (--format=conll, a
+.conll file with auto) or when the file cannot be raw text (a -DOCSTART- line; token-and-tag
+lines in blank-line-separated sentences); the log says which; SQuAD-style JSON or JSONL of
+{"question", "context"} (span QA). Raw text (fasttext, lines, raw sentences) is one row a line,
+so a record's "index" is its line - 1: a blank line before the last text is a bad row (below),
+blank lines that end the file are ignored; in csv, tsv, jsonl and CoNLL blank lines are not
+rows. Output: one JSON line per input
 row, in input order, "index" first (the row's position in the input, from 0), and the answer
 always under "prediction" (the keys of a run's own predictions.jsonl, less the gold "label"):
 classification {"index", "text", ("text_pair"), "prediction", "probabilities": {label: p}};

@@ -191,14 +191,17 @@ def test_the_default_batch_is_the_platforms(minilm, monkeypatch):
 # ----- reading inputs ----------------------------------------------------------------------------
 
 def test_read_rows_of_each_format(tmp_path):
-    (tmp_path / "a.txt").write_text("first text\n\n  second, with a comma \n",
+    # a text file: row i is line i + 1; the blank lines that end it are ignored
+    (tmp_path / "a.txt").write_text("first text\n  second, with a comma \n\n \n\n",
                                     encoding="utf-8")
     assert sentence_embeddings.read_rows(str(tmp_path / "a.txt")) == [
         sentence_embeddings.Row(1, "first text"),
-        sentence_embeddings.Row(3, "second, with a comma")]
-    (tmp_path / "crlf.txt").write_bytes("\ufeffWindows line\r\nZoë\r\n".encode("utf-8"))
+        sentence_embeddings.Row(2, "second, with a comma")]
+    (tmp_path / "crlf.txt").write_bytes("\ufeffWindows line\r\nZoë\r\nold Mac\rlast\r\n\r\n"
+                                        .encode("utf-8"))
     assert sentence_embeddings.read_rows(str(tmp_path / "crlf.txt")) == [
-        sentence_embeddings.Row(1, "Windows line"), sentence_embeddings.Row(2, "Zoë")]
+        sentence_embeddings.Row(1, "Windows line"), sentence_embeddings.Row(2, "Zoë"),
+        sentence_embeddings.Row(3, "old Mac"), sentence_embeddings.Row(4, "last")]
     (tmp_path / "a.jsonl").write_text('{"sentence": "un"}\n\n{"sentence": "deux"}\n',
                                       encoding="utf-8")
     rows = sentence_embeddings.read_rows(str(tmp_path / "a.jsonl"), text_column="sentence")
@@ -222,6 +225,9 @@ def test_read_rows_of_each_format(tmp_path):
     ("short.csv", "text,label\nok,1\nmissing\n", ":3: the row has 1 columns"),
     ("column.csv", "body,label\nok,1\n", ": no column(s) ['text'] in the header"),
     ("empty.txt", "\n \n", ": holds no texts"),
+    # a blank line between texts would put every later vector one line off its text's line
+    ("inner.txt", "one\n\ntwo\n\n", ":2: the line is blank, but raw text is one text a line"),
+    ("inner_crlf.txt", "one\r\n \r\ntwo", ":2: the line is blank"),
 ])
 def test_bad_rows_name_the_file_and_line(tmp_path, name, content, where):
     path = tmp_path / name
@@ -277,7 +283,7 @@ def run_script(*flags):
 
 def test_script_end_to_end(tmp_path, minilm):
     texts = SENTENCES[:5]
-    (tmp_path / "in.txt").write_text("\n".join(texts) + "\n", encoding="utf-8")
+    (tmp_path / "in.txt").write_text("\n".join(texts) + "\n\n\n", encoding="utf-8")  # an editor's
     done = run_script(f"--input={tmp_path / 'in.txt'}", f"--output={tmp_path / 'out' / 'emb'}",
                       f"--model={hf.packaged_minilm_dir()}", "--normalize", "--batch_size=2")
     assert done.returncode == 0, done.stderr[-3000:]
@@ -291,6 +297,17 @@ def test_script_end_to_end(tmp_path, minilm):
     with open(tmp_path / "out" / "emb.index.jsonl", encoding="utf-8") as f:
         index = [json.loads(line) for line in f]
     assert index == [{"index": i, "line": i + 1, "text": t} for i, t in enumerate(texts)]
+
+    # A blank line between texts (it was skipped, and every later vector was one line off):
+    # one line naming it, exit status 1, nothing written. Blank lines at the end: see above.
+    (tmp_path / "gap.txt").write_text(f"{texts[0]}\n\n{texts[1]}\n", encoding="utf-8")
+    done = run_script(f"--input={tmp_path / 'gap.txt'}", f"--output={tmp_path / 'gap' / 'x'}",
+                      f"--model={hf.packaged_minilm_dir()}")
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines()[-1] == (
+        f"embed.py: error: {tmp_path / 'gap.txt'}:2: the line is blank, but raw text is one text "
+        "a line (only the file's last lines may be blank): remove the line or give it a text")
+    assert not (tmp_path / "gap").exists()
 
     # A bad row: one line naming the file and line, exit status 1, nothing written.
     (tmp_path / "bad.jsonl").write_text('{"text": "fine"}\n{"text": ""}\n', encoding="utf-8")

@@ -153,6 +153,45 @@ def test_bad_rows_stop_before_writing_or_are_skipped_and_counted(classification_
     assert "3 bad rows skipped" in stderr
 
 
+def test_raw_text_is_one_record_a_line_and_an_inner_blank_line_stops(classification_run):
+    """A blank line in the middle of raw text was skipped and the records renumbered, so record
+    i no longer answered line i + 1 (exit 0). A blank line before the last text is now a bad
+    row: the run stops naming it, or --skip_bad_rows skips it and every record keeps index =
+    its line - 1. Blank lines that end the file (an editor's) are ignored; CRLF, a lone CR
+    and a BOM still read as line ends and nothing."""
+    from bert_jax.recipes.finetune import predict
+
+    root, workdir, _ = classification_run
+    texts = ["john visited paris", "mary met john", "the old car"]
+    gap = root / "gap.txt"  # .txt: fasttext, the run's format auto; --format=lines below
+    gap.write_text(f"{texts[0]}\n{texts[1]}\n\n{texts[2]}\n", encoding="utf-8")
+    output = root / "gap_out.jsonl"
+    blank = (f"{gap}:3: the line is blank, but raw text is one text a line (only the file's "
+             "last lines may be blank): remove the line or give it a text")
+    for file_format in (None, "lines"):
+        assert predict_in_process(workdir, gap, output, file_format=file_format) == (
+            f"predict.py: error: {blank}; nothing written (--skip_bad_rows predicts the other "
+            "rows)")
+    assert not output.exists()
+
+    def predict_all(path, **options):
+        summary = predict.predict_file(workdir, predict.PredictOptions(
+            str(path), str(output), progress=False, **options))
+        return summary, [(r["index"], r["text"]) for r in read_jsonl(output)]
+
+    summary, records = predict_all(gap, skip_bad_rows=True)
+    assert records == [(0, texts[0]), (1, texts[1]), (3, texts[2])]
+    assert (summary.rows, summary.records, summary.bad_rows) == (4, 3, [blank])
+
+    trailing = root / "trailing.txt"
+    trailing.write_bytes(("\ufeff" + texts[0] + "\r\n" + texts[1] + "\r" + texts[2]
+                          + "\r\n\r\n \n\n").encode("utf-8"))
+    for file_format in (None, "lines"):
+        summary, records = predict_all(trailing, file_format=file_format)
+        assert records == list(enumerate(texts))
+        assert summary.rows == summary.records == 3 and not summary.bad_rows
+
+
 def test_user_mistakes_are_one_line_errors(classification_run, tmp_path):
     root, workdir, _ = classification_run
     pretraining = tmp_path / "pretrain"
@@ -330,7 +369,11 @@ def test_unlabelled_text_formats(tmp_path):
     rows = read("c.txt", "__label__pos good film\nplain text\n\n__label__a __label__b two\n"
                 "__label__neg\n")
     assert [e.text for e in rows.examples] == ["good film", "plain text", "two"]
-    assert rows.bad == [f"{tmp_path / 'c.txt'}:5: the text after the label is empty"]
+    # raw text is a row a line: the inner blank line is a bad row, the texts keep their lines
+    assert rows.indices == [0, 1, 3] and rows.lines == [1, 2, 4]
+    assert rows.bad == [f"{tmp_path / 'c.txt'}:3: the line is blank, but raw text is one text a "
+                        "line (only the file's last lines may be blank): remove the line or give "
+                        "it a text", f"{tmp_path / 'c.txt'}:5: the text after the label is empty"]
     rows = read("d.txt", "__label__pos is kept\n", file_format="lines")
     assert [e.text for e in rows.examples] == ["__label__pos is kept"]
     with pytest.raises(readers.DataError, match=r"d\.txt: the lines format holds one text per "

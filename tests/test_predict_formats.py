@@ -1,14 +1,16 @@
-"""How predict.py reads an NER run's input (issue 40, class 5): raw text is one record per
-non-blank input line, always; CoNLL only when asked (--format=conll, a .conll file) or when the
-file cannot be raw text (a -DOCSTART- line; tagged token lines in blank-line-separated
+"""How predict.py reads an NER run's input (issue 40, class 5): raw text is one row per input
+line, always (a blank line before the last text is a named bad row, which stops the run; blank
+lines that end the file are ignored); CoNLL only when asked (--format=conll, a .conll file) or
+when the file cannot be raw text (a -DOCSTART- line; tagged token lines in blank-line-separated
 sentences). Each row is a record or a named bad row: the count of records is the count of
-inputs (bert_jax/recipes/finetune/token_classification.py)."""
+inputs, and row i is line i + 1 (bert_jax/recipes/finetune/token_classification.py,
+bert_jax/data/finetuning/unlabelled.py)."""
 
 import pytest
 
 from bert_jax.config import run as run_config
 from bert_jax.data.textfiles import DataError
-from bert_jax.recipes.finetune import kinds
+from bert_jax.recipes.finetune import kinds, predict
 
 CONFIG = run_config.finetune_config("token_classification")
 NER = kinds.get("token_classification")
@@ -24,17 +26,17 @@ def words(rows):
     return [list(example.words) for example in rows.examples]
 
 
-def non_blank(text):
-    return sum(1 for line in text.splitlines() if line.strip())
+def blank_fault(path, number):
+    return (f"{path}:{number}: the line is blank, but raw text is one text a line (only the "
+            "file's last lines may be blank): remove the line or give it a text")
 
 
 # ----- the cases of the issue ------------------------------------------------------------------
 
 def test_one_word_lines_are_one_record_each(tmp_path):
-    text = "Paris\nLondon\n\nBerlin\n"
-    rows = read(tmp_path, "cities.txt", text)
+    rows = read(tmp_path, "cities.txt", "Paris\nLondon\nBerlin\n")
     assert words(rows) == [["Paris"], ["London"], ["Berlin"]]
-    assert len(rows.examples) == non_blank(text) and rows.indices == [0, 1, 2]
+    assert rows.indices == [0, 1, 2] and rows.lines == [1, 2, 3] and not rows.bad
 
 
 def test_lines_ending_in_a_tag_like_word_are_one_record_each(tmp_path):
@@ -71,10 +73,43 @@ def test_sentences_ending_in_highway_names_are_not_read_as_tags(tmp_path):
     assert words(rows) == [["We", "drove", "up", "I", "-", "95"],
                            ["The", "B", "-", "52", "flew", "over", "B", "-", "52"],
                            ["Take", "I", "-", "80"]]
-    assert len(rows.examples) == non_blank(text)
+    # raw text, so the blank lines between are rows: named bad rows, the records keep their
+    # lines' places (a prediction stops on them unless bad rows are skipped)
+    path = tmp_path / "travel.txt"
+    assert rows.indices == [0, 2, 4] and rows.lines == [1, 3, 5]
+    assert rows.bad == [blank_fault(path, 2), blank_fault(path, 4)]
 
 
 def test_a_single_tagged_sentence_without_blank_lines_is_raw_text(tmp_path):
     """Nothing says it is CoNLL: one record per line, as raw text always is."""
     rows = read(tmp_path, "one.txt", "Paris B-LOC\nis O\n")
     assert len(rows.examples) == 2
+
+
+def test_an_inner_blank_line_of_raw_text_stops_the_prediction(tmp_path):
+    """A blank line between sentences was skipped and the records renumbered, so record i no
+    longer answered line i + 1 (exit 0). Now it stops the run in one line naming it."""
+    path = tmp_path / "people.txt"
+    path.write_text("John met Mary\n\nParis is big\n", encoding="utf-8")
+    with pytest.raises(DataError) as error:
+        predict.read_input(NER, CONFIG, predict.PredictOptions(str(path), str(tmp_path / "o")))
+    assert str(error.value) == (f"{blank_fault(path, 2)}; nothing written (--skip_bad_rows "
+                                "predicts the other rows)")
+    rows = predict.read_input(NER, CONFIG, predict.PredictOptions(
+        str(path), str(tmp_path / "o"), skip_bad_rows=True))
+    assert words(rows) == [["John", "met", "Mary"], ["Paris", "is", "big"]]
+    assert rows.indices == [0, 2] and rows.total == 3
+
+
+def test_blank_lines_that_end_the_file_are_ignored(tmp_path):
+    """An editor's trailing newlines (and white space, CRLF, a lone CR, a BOM) are no rows:
+    nothing follows them, so nothing is misnumbered."""
+    path = tmp_path / "end.txt"
+    path.write_bytes("\ufeffJohn met Mary\r\nParis\rBerlin\n\r\n  \n\n".encode("utf-8"))
+    rows = predict.read_input(NER, CONFIG, predict.PredictOptions(str(path), str(tmp_path / "o")))
+    assert words(rows) == [["John", "met", "Mary"], ["Paris"], ["Berlin"]]
+    assert rows.indices == [0, 1, 2] and rows.lines == [1, 2, 3] and not rows.bad
+    with pytest.raises(DataError, match=r"only\.txt: holds no rows"):
+        read_only = tmp_path / "only.txt"
+        read_only.write_text("\n  \n\n", encoding="utf-8")
+        predict.read_input(NER, CONFIG, predict.PredictOptions(str(read_only), "o"))

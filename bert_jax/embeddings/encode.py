@@ -31,11 +31,14 @@ programs per row length whatever the number of texts or calls, and a second call
 same lengths compiles nothing. The vectors come back in input order.
 
 Inputs (`read_rows`) are read by `bert_jax.data.finetuning.unlabelled.read_unlabelled_text`, one
-text column: text files (every non-blank line one text, stripped: format `lines`), JSONL (an object
-per line, the text under `text_column`), CSV/TSV with a header row (`text_column`; TSV without
-quote processing). Blank lines are not rows in any format; each row keeps its line number. A bad
-row (bad JSON, no such key, a short row, an empty or non-string text, undecodable bytes) is one
-DataError naming the file and line, before anything is embedded.
+text column: text files (every line one text, stripped: format `lines`; vector i is line i + 1),
+JSONL (an object per line, the text under `text_column`), CSV/TSV with a header row
+(`text_column`; TSV without quote processing). In a text file a blank line before the last text
+is a bad row (it would leave the vectors one line off the input's lines) and blank lines that
+end the file are ignored; in JSONL, CSV and TSV blank lines are not records. Each row keeps its
+line number. A bad row (a blank line of text, bad JSON, no such key, a short row, an empty or
+non-string text, undecodable bytes) is one DataError naming the file and line, before anything
+is embedded.
 """
 
 from __future__ import annotations
@@ -116,9 +119,11 @@ def reader_format(path: str, file_format: str) -> str:
 
 def read_rows(path: str, file_format: str = "auto", text_column: str = "text",
               encoding: str = "utf-8") -> list[Row]:
-    """Every text of `path`, in file order, with its line (format: `reader_format`; blank
-    lines skipped). A missing, empty or undecodable file, a bad row or an empty text is one
-    DataError naming the file (and the first bad row's line); a file without texts too."""
+    """Every text of `path`, in file order, with its line (format: `reader_format`; a text
+    file's row i is line i + 1, its trailing blank lines ignored). A missing, empty or
+    undecodable file, a bad row (a blank line of a text file with text after it, ...) or an
+    empty text is one DataError naming the file (and the first bad row's line); a file without
+    texts too."""
     rows = unlabelled.read_unlabelled_text(path, reader_format(path, file_format), text_column,
                                            encoding=encoding)
     faults = rows.bad + [f"{path}:{line}: the text is empty"

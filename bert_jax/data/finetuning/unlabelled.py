@@ -2,13 +2,27 @@
 .predict) or embed (bert_jax.embeddings.encode), read from local files.
 
 The formats are those of fine-tuning (`bert_jax.data.finetuning.readers`), a label being optional
-and ignored, plus `lines` (every non-blank line one text, stripped; `__label__` words are text
-there). The readers return `Rows`: the good rows as examples (TextExample, TaggedSentence or
-QAExample, without labels), each with its position among all rows and its line, and each bad
-row (a missing column, a non-string text, a line that is not a JSON object, ...) named by file
-and line instead of stopping the read; the caller decides whether a bad row stops it. A file
-that cannot be read as a whole (no such file, empty, undecodable, a header without the text
-column) is still a DataError. Blank lines are not rows in any format.
+and ignored, plus `lines` (every line one text, stripped; `__label__` words are text there). The
+readers return `Rows`: the good rows as examples (TextExample, TaggedSentence or QAExample,
+without labels), each with its position among all rows and its line, and each bad row (a missing
+column, a non-string text, a line that is not a JSON object, ...) named by file and line instead
+of stopping the read; the caller decides whether a bad row stops it. A file that cannot be read
+as a whole (no such file, empty, undecodable, a header without the text column) is still a
+DataError.
+
+What a row is:
+- Raw text (`lines`, `fasttext`, and the raw sentences of token classification, through
+  `text_lines`): a row is a line, always, so row i is line i + 1 and an output of one record
+  (or vector) per row lines up with the input line for line. A blank line (nothing but white
+  space) has no text to predict, so one with text after it is a bad row ("<file>:<n>: the line
+  is blank ..."), which stops a prediction or embedding unless bad rows are skipped, and a
+  skipped one keeps its place in the numbering: no output is ever shifted onto another line's
+  row. Blank lines that end the file (an editor's trailing newlines) are no rows at all: no
+  line with text comes after them, so nothing can be misnumbered by leaving them out. Lines
+  end at a newline, a CRLF or a lone carriage return; a UTF-8 byte-order mark is dropped.
+- CSV/TSV, JSONL, CoNLL and SQuAD: a row is a record (a CSV record, a JSON object, a sentence,
+  a question), and blank lines are not records (as csv.DictReader and jq read them); each row
+  keeps the line it starts on.
 """
 
 from __future__ import annotations
@@ -78,13 +92,36 @@ def _text_example(path: str, line: int, record: textfiles.Record, text_column: s
     return line, TextExample(text, pair), None
 
 
-def _line_texts(path: str, encoding: str, labelled: bool) -> Iterator[Item]:
-    """One text per non-blank line, stripped; `labelled` (fastText) drops leading
-    `__label__<name>` words first, so lines with and without labels both read."""
+def blank_line_fault(path: str, number: int) -> str:
+    """The bad row of a blank line of raw text that a line with text follows."""
+    return (f"{path}:{number}: the line is blank, but raw text is one text a line (only the "
+            "file's last lines may be blank): remove the line or give it a text")
+
+
+def text_lines(path: str, encoding: str) -> Iterator[Item]:
+    """(line number, the line as read, None) for each line of a raw-text file, in order, and
+    (line number, None, fault) for a blank line (white space only) that a line with text
+    follows; the blank lines that end the file are not yielded (module docstring)."""
+    blank_from = None  # the first blank line since the last line with text
     for number, line in textfiles.lines(path, encoding):
-        text = line.strip()
-        if not text:
+        if not line.strip():
+            blank_from = number if blank_from is None else blank_from
             continue
+        for blank in range(blank_from or number, number):
+            yield blank, None, blank_line_fault(path, blank)
+        blank_from = None
+        yield number, line, None
+
+
+def _line_texts(path: str, encoding: str, labelled: bool) -> Iterator[Item]:
+    """One text per line, stripped (`text_lines`: an inner blank line is a bad row);
+    `labelled` (fastText) drops leading `__label__<name>` words first, so lines with and
+    without labels both read."""
+    for number, line, fault in text_lines(path, encoding):
+        if fault is not None:
+            yield number, None, fault
+            continue
+        text = line.strip()
         while labelled and text.startswith(FASTTEXT_PREFIX):
             text = text.partition(" ")[2].strip()
         if not text:
@@ -102,7 +139,8 @@ def read_unlabelled_text(path: str, file_format: str = "auto", text_column: str 
 
     A label column may be present or not (it is ignored). Bad rows: a row with another number
     of columns than the header, a line that is not a JSON object, a record without the text (or
-    pair) key, a text that is not a string, a fastText line with only labels.
+    pair) key, a text that is not a string, a fastText line with only labels, a blank line of
+    raw text (fasttext, lines) with text after it.
     """
     textfiles.check_file(path)
     choices = ", ".join(TEXT_FORMATS[:-1]) + " or lines"

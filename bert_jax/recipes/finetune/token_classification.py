@@ -100,8 +100,9 @@ class TokenClassification(TaskKind):
 
     def read_unlabelled(self, path: str, config, file_format: str) -> unlabelled.Rows:
         """Sentences of a CoNLL file of tokens (one per line, first column; blank line between
-        sentences; tag columns, if any, ignored), or of raw text (one sentence per non-blank
-        line, always: split into words by `split_words`, one record per line). CoNLL only
+        sentences; tag columns, if any, ignored), or of raw text (one sentence per line,
+        always: split into words by `split_words`, one record per line; a blank line before
+        the file's last text is a bad row, `read_raw_sentences`). CoNLL only
         when asked: --format=conll, a .conll/.conllu file with format auto, or a file that
         cannot be raw text (`conll_only`); any other file is raw text, and the log says which
         was chosen. A file read as CoNLL that holds raw text is refused, never read as tokens."""
@@ -218,17 +219,17 @@ def conll_only(path: str, encoding: str) -> Optional[str]:
 
 
 def read_raw_sentences(path: str, encoding: str) -> unlabelled.Rows:
-    """One TaggedSentence (no tags) per non-blank line, its words by split_words; the line's
-    text is kept for the prediction record. A non-blank line without a word (only invisible
-    characters) is a bad row, named: every input line is a record or a named fault."""
+    """One TaggedSentence (no tags) per line, its words by split_words; the line's text is
+    kept for the prediction record. A line is a row, always (`unlabelled.text_lines`): a blank
+    line with text after it, or a line without a word (only invisible characters), is a bad
+    row, named; blank lines that end the file are none. Every input line up to the last with
+    text is a record or a named fault, and record i is line i + 1."""
     textfiles.check_file(path)
     rows = unlabelled.Rows([], [], [], [])
-    for number, line in textfiles.lines(path, encoding):
-        if not line.strip():
-            continue
-        words = split_words(line)
+    for number, line, fault in unlabelled.text_lines(path, encoding):
+        words = split_words(line) if fault is None else []
         if not words:
-            rows.bad.append(f"{path}:{number}: no word to tag in {line.strip()[:40]!r}")
+            rows.bad.append(fault or f"{path}:{number}: no word to tag in {line.strip()[:40]!r}")
             continue
         rows.examples.append(RawSentence(tuple(words), (), line.strip()))
         rows.indices.append(len(rows.indices) + len(rows.bad))
