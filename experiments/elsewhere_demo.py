@@ -20,9 +20,10 @@ sentence-transformers and MTEB side, which this script runs as their users do:
   5 embed      experiments/embed.py --workdir=DIR/run on the BEIR folder's queries and documents,
                the run's pooling, normalised, at its max_seq_len; SentenceTransformer(DIR/st)
                .encode on the same texts: the largest |difference| (<= 1e-5 expected)
-  6 retrieval  experiments/evaluate_embeddings.py --workdir=DIR/run --beir_dir=DIR/docstrings;
-               sentence-transformers' vectors scored the same way (embedding_peers.
-               st_beir_metrics); also the untuned MiniLM through evaluate_embeddings.py
+  6 retrieval  experiments/evaluate_embeddings.py --workdir=DIR/run --beir_dir=DIR/docstrings
+               (the run's own pooling and max_seq_len); sentence-transformers' vectors scored
+               the same way (embedding_peers.st_beir_metrics); also the untuned MiniLM through
+               evaluate_embeddings.py at the run's pooling and length
   7 MTEB       evaluate_embeddings.py --mteb_tasks=DIR/docstrings --output_dir=DIR/mteb_ours;
                MTEB's SentenceTransformerEncoderWrapper on DIR/st into DIR/mteb_st: the two result
                files' scores, their largest |difference|
@@ -133,13 +134,13 @@ def demo() -> dict:
 
     # 6: retrieval figures, ours (evaluate_embeddings.py) and sentence-transformers'
     retrieval = {}
-    for name, source in (("untuned", ["--hf_dir=" + hf.packaged_minilm_dir()]),
-                         ("ours", [f"--workdir={workdir}"])):
+    # the run is scored with its own settings; the untuned model with the run's, not its own
+    untuned = [f"--hf_dir={hf.packaged_minilm_dir()}", f"--pooling={settings['pooling']}",
+               f"--max_seq_len={settings['max_seq_len']}"]
+    for name, source in (("untuned", untuned), ("ours", [f"--workdir={workdir}"])):
         report = os.path.join(output, f"retrieval_{name}.json")
         seconds[f"retrieval_{name}"] = run_step(f"evaluate_embeddings.py ({name})", script(
-            "evaluate_embeddings.py", *source, f"--beir_dir={beir_dir}",
-            f"--pooling={settings['pooling']}", f"--max_seq_len={settings['max_seq_len']}",
-            f"--output={report}"))
+            "evaluate_embeddings.py", *source, f"--beir_dir={beir_dir}", f"--output={report}"))
         retrieval[name] = read_json(report)["metrics"]
     started = time.perf_counter()
     retrieval["sentence_transformers"] = embedding_peers.st_beir_metrics(st_dir, beir_dir)

@@ -9,8 +9,15 @@ searched exactly on all devices. STS (--sts_file: .tsv/.csv/.jsonl, --sts_column
 sentences' and the score's columns): Spearman and Pearson of the pairs' cosine against the gold
 scores. How: bert_jax/embeddings/evaluate.py.
 
-Writes --output: {"model", "data", "split" (BEIR), "pooling", "similarity" (BEIR), "metrics":
-{name: number}} with the counts read and scored among the metrics; prints one summary line.
+The embedding settings are the model's own unless a flag says otherwise, as for --mteb_tasks
+below: a contrastive run's pooling and cosine, another run's mean pooling, an HF folder's
+modules.json (mean pooling and cosine without one); max_seq_len the run's (the folder's
+sentence_bert_config.json, else the model's max_position_embeddings). BEIR scores by cosine
+unless the model's similarity is dot (euclidean and manhattan: cosine).
+
+Writes --output: {"model", "data", "split" (BEIR), "pooling", "max_seq_len", "similarity"
+(BEIR), "metrics": {name: number}} with the counts read and scored among the metrics; prints one
+summary line.
 Exit status: 0 done; 1 with one line `evaluate_embeddings.py: error: <what, naming the file and
 line>` for bad input (a bad row, a missing file, folder or checkpoint); nothing is written then.
 
@@ -61,6 +68,7 @@ from bert_jax.tools import convert_runs, saved_runs
 
 FLAGS = flags.FLAGS
 SCRIPT = "evaluate_embeddings.py"
+SEARCH_SIMILARITY = {"cosine": "cos", "dot": "dot"}  # the model's similarity -> --similarity
 SUMMARY_KEYS = ("ndcg@10", "mrr@10", "recall@1", "recall@10", "recall@100", "spearman",
                 "pearson")
 
@@ -70,16 +78,19 @@ def run() -> dict:
                          sts_format=FLAGS.sts_format, sts_columns=FLAGS.sts_columns)
     encoder = saved_runs.load_encoder(hf_dir=FLAGS.hf_dir, workdir=FLAGS.workdir,
                                       step=FLAGS.step)
-    logging.info("evaluating %s on %s (%s pooling)", encoder.source,
-                 FLAGS.beir_dir or FLAGS.sts_file, FLAGS.pooling)
-    metrics = evaluate.evaluate(encoder, data, pooling=FLAGS.pooling,
-                                similarity=FLAGS.similarity, batch_size=FLAGS.batch_size,
-                                max_seq_len=FLAGS.max_seq_len, query_block=FLAGS.query_block,
-                                progress=True)
+    settings = embedding_settings(encoder)
+    similarity = FLAGS.similarity if FLAGS["similarity"].present else SEARCH_SIMILARITY.get(
+        settings["similarity"], "cos")
+    logging.info("evaluating %s on %s (%s pooling, %d tokens)", encoder.source,
+                 FLAGS.beir_dir or FLAGS.sts_file, settings["pooling"], settings["max_seq_len"])
+    metrics = evaluate.evaluate(encoder, data, pooling=settings["pooling"],
+                                similarity=similarity, batch_size=FLAGS.batch_size,
+                                max_seq_len=settings["max_seq_len"],
+                                query_block=FLAGS.query_block, progress=True)
     report = {"model": encoder.source, "data": FLAGS.beir_dir or FLAGS.sts_file,
-              "pooling": FLAGS.pooling}
+              "pooling": settings["pooling"], "max_seq_len": settings["max_seq_len"]}
     if FLAGS.beir_dir:
-        report.update(split=FLAGS.split, similarity=FLAGS.similarity)
+        report.update(split=FLAGS.split, similarity=similarity)
     report["metrics"] = metrics
     return report
 
@@ -197,13 +208,14 @@ if __name__ == "__main__":
                       "--sts_file: the columns (JSONL keys) of the two sentences and the score.")
     flags.DEFINE_string("output", None, "The JSON file of the metrics to write.")
     flags.DEFINE_enum("pooling", "mean", list(sentence_embeddings.POOLINGS),
-                      "mean: over the real tokens; cls: the [CLS] vector.")
+                      "mean: over the real tokens; cls: the [CLS] vector (default: the model's).")
     flags.DEFINE_enum("similarity", "cos", ["cos", "dot"],
-                      "--beir_dir: score documents by cosine or dot product.")
+                      "--beir_dir: score documents by cosine or dot product (default: the "
+                      "model's).")
     flags.DEFINE_integer("batch_size", 64, "Texts per embedding batch.", lower_bound=1)
     flags.DEFINE_integer("max_seq_len", None,
-                         "Tokens per text with [CLS] and [SEP] (default: max_position_embeddings).",
-                         lower_bound=1)
+                         "Tokens per text with [CLS] and [SEP] (default: the model's, module "
+                         "docstring).", lower_bound=1)
     flags.DEFINE_integer("query_block", 256, "--beir_dir: queries searched at once.", lower_bound=1)
     flags.DEFINE_list("mteb_tasks", None,
                       "MTEB tasks to run (names, BEIR folders, STS files) instead of "

@@ -42,6 +42,9 @@ def test_demo_at_tiny_size(tmp_path):
     for key in ("recall@1", "recall@10", "recall@100", "mrr@10", "ndcg@10"):
         assert abs(retrieval["ours"][key] - retrieval["sentence_transformers"][key]) <= 1e-6
     assert retrieval["ours"]["queries"] == 40 and retrieval["ours"]["ndcg@10"] > 0.5
+    # evaluate_embeddings.py read the run's settings itself (no --pooling / --max_seq_len given)
+    report = json.loads((out / "retrieval_ours.json").read_text())
+    assert (report["pooling"], report["max_seq_len"], report["similarity"]) == ("mean", 32, "cos")
     ours, theirs = (summary["mteb"][k]["scores"]["test"] for k in ("ours",
                                                                    "sentence_transformers"))
     assert set(ours) == set(theirs) and summary["mteb_max_abs_difference"] <= 1e-6

@@ -299,6 +299,25 @@ def test_script_on_a_tiny_beir_folder_with_minilm(tmp_path):
     assert not (tmp_path / "bad.json").exists()
 
 
+def test_script_takes_a_contrastive_runs_own_pooling_and_length(tmp_path):
+    """No --pooling / --max_seq_len: a [CLS]-pooled contrastive run is scored with [CLS] at its
+    max_seq_len, as its sentence-transformers export and MTEB encoder embed it."""
+    from bert_jax.tools import saved_runs
+
+    from test_export_claims import contrastive_run
+    workdir, _, _ = contrastive_run(tmp_path, max_seq_len=8)
+    (workdir / "task.json").write_text(json.dumps({"task": "contrastive", "pooling": "cls"}))
+    folder = write_beir(tmp_path / "tiny")
+    out = tmp_path / "metrics.json"
+    done = run_script(f"--workdir={workdir}", f"--beir_dir={folder}", f"--output={out}")
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(out.read_text(encoding="utf-8"))
+    assert (report["pooling"], report["max_seq_len"], report["similarity"]) == ("cls", 8, "cos")
+    want = evaluate.evaluate(saved_runs.load_encoder(workdir=str(workdir)),
+                             beir.read_beir(str(folder)), pooling="cls", max_seq_len=8)
+    assert report["metrics"] == pytest.approx(want, abs=1e-9)
+
+
 def test_script_on_an_sts_file_with_minilm(tmp_path):
     pairs = [("A man is playing a guitar.", "Someone is playing an acoustic guitar.", 4.6),
              ("The new movie is awesome.", "The new film is so great!", 4.2),
