@@ -4,6 +4,7 @@ pre-tokenized rows.
 
   python benchmarks/input_pipeline.py                        # ~50M tokens of shards, batch 256
   python benchmarks/input_pipeline.py --tokens=5e6 --seconds=5
+  python benchmarks/input_pipeline.py --processes=2      # also 2 processes, one a core
 
 The shards: the demo corpus's real English text (the gensim wheel's Wikipedia sample and Lee
 news stories, bert_jax.data.corpora.demo) tokenized once with MiniLM's WordPiece vocabulary and
@@ -71,13 +72,15 @@ def prepare_shards(directory: str, tokens: int) -> str:
     return directory
 
 
-def time_ours(directory: str, batch: int, seconds: float, whole_word: bool) -> dict:
+def time_ours(directory: str, batch: int, seconds: float, whole_word: bool,
+              process: tuple[int, int] = (0, 1)) -> dict:
     from bert_jax.data.pretraining.data_config import PretrainingDataConfig
     from bert_jax.data.pretraining.shard_iterator import make_shard_iterator
     cfg = PretrainingDataConfig(corpus=f"shards:{directory}", seq_len=SEQ_LEN,
                                 max_predictions=20, whole_word_masking=whole_word)
     started = time.perf_counter()
-    it = make_shard_iterator(cfg, global_batch_size=batch)
+    it = make_shard_iterator(cfg, global_batch_size=batch, process_index=process[0],
+                             process_count=process[1])
     opened = time.perf_counter() - started
     for _ in range(3):
         next(it)
@@ -87,7 +90,8 @@ def time_ours(directory: str, batch: int, seconds: float, whole_word: bool) -> d
         count += 1
     elapsed = time.perf_counter() - start
     return {"implementation": "bert_jax shards", "whole_word": whole_word, "batches": count,
-            "tokens_per_s": count * batch * SEQ_LEN / elapsed, "open_s": round(opened, 2),
+            "tokens_per_s": count * batch // process[1] * SEQ_LEN / elapsed,
+            "open_s": round(opened, 2),
             "documents": len(it.rows.documents), "tokens": int(it.rows.documents.tokens)}
 
 
@@ -124,16 +128,40 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--core", type=int, default=0, help="the core each setting is pinned to")
     parser.add_argument("--skip_hf", action="store_true")
+    parser.add_argument("--processes", type=int, default=1,
+                        help="also run ours as this many processes at once, process p pinned to "
+                        "core p and taking its share of every global batch (as hosts do): the "
+                        "tokens/s of all together")
     parser.add_argument("--one", help=argparse.SUPPRESS)  # internal: one setting, this process
+    parser.add_argument("--process", default="0/1", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
         os.sched_setaffinity(0, {args.core})
         kind, whole_word = args.one.split(":")
-        timer = time_ours if kind == "ours" else time_hf
-        print(json.dumps(timer(args.shards_dir, args.batch, args.seconds, whole_word == "1")))
+        if kind == "ours":
+            index, count = map(int, args.process.split("/"))
+            result = time_ours(args.shards_dir, args.batch, args.seconds, whole_word == "1",
+                               (index, count))
+        else:
+            result = time_hf(args.shards_dir, args.batch, args.seconds, whole_word == "1")
+        print(json.dumps(result))
         return
     prepare_shards(args.shards_dir, int(args.tokens))
     results = []
+    if args.processes > 1:
+        for whole_word in ("0", "1"):
+            children = [subprocess.Popen(
+                [sys.executable, __file__, f"--one=ours:{whole_word}", f"--batch={args.batch}",
+                 f"--seconds={args.seconds}", f"--shards_dir={args.shards_dir}",
+                 f"--core={p % os.cpu_count()}", f"--process={p}/{args.processes}"],
+                stdout=subprocess.PIPE, text=True) for p in range(args.processes)]
+            parts = [json.loads(c.communicate()[0].strip().splitlines()[-1]) for c in children]
+            result = {"implementation": f"bert_jax shards, {args.processes} processes",
+                      "whole_word": whole_word == "1",
+                      "tokens_per_s": sum(part["tokens_per_s"] for part in parts),
+                      "per_process": [round(part["tokens_per_s"]) for part in parts]}
+            print(json.dumps(result), flush=True)
+            results.append(result)
     settings = [("ours", "0"), ("ours", "1")] + ([] if args.skip_hf else
                                                 [("hf", "0"), ("hf", "1")])
     for kind, whole_word in settings:
