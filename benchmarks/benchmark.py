@@ -8,15 +8,15 @@
       --batch_size=32 --max_seq_len=64 --steps=30 --warmup_steps=5
 
 Modes: `train`, the MLM pre-training step, and `infer`, the encoder's forward pass, on random
-token ids (benchmarks/benchmark_mlm.py: tokens/s, MFU); `finetune`, training steps of a task
+token ids (benchmarks/harness/mlm_modes.py: tokens/s, MFU); `finetune`, training steps of a task
 (classification, token_classification, span_qa) on real short texts
-(benchmarks/benchmark_finetune.py: examples/s, real tokens/s, compile time).
+(benchmarks/harness/finetune_mode.py: examples/s, real tokens/s, compile time).
 
-Each implementation runs in its own process (benchmarks/worker.py; torch and JAX in one process
-slow each other), at the same settings, on the same data; ours first (unless --skip_ours), then
-each --peer (or, with --all, hf_torch and hf_flax). A peer may run at its own dtype
-(`hf_flax@float32`), so that ours at its best settings and a peer at its own are measured in one
-run. Every setting prints one line (one JSON object with --json), then the ratios ours / peer.
+Each implementation runs in its own process (benchmarks/harness/worker.py; torch and JAX in one
+process slow each other), at the same settings, on the same data; ours first (unless
+--skip_ours), then each --peer (or, with --all, hf_torch and hf_flax). A peer may run at its own
+dtype (`hf_flax@float32`), so that ours at its best settings and a peer at its own are measured in
+one run. Every setting prints one line (one JSON object with --json), then the ratios ours / peer.
 Peers need the `bench` extra: pip install -e '.[bench]'.
 """
 
@@ -28,10 +28,11 @@ import tempfile
 
 from absl import app, flags
 
-from benchmarks import benchmark_finetune, benchmark_finetune_data, benchmark_mlm, peers, worker
+from benchmarks import peers
+from benchmarks.harness import finetune_data, finetune_mode, mlm_modes, worker
 
 IMPLEMENTATIONS = ("ours", "hf_flax", "hf_torch")
-MODES = {"train": benchmark_mlm, "infer": benchmark_mlm, "finetune": benchmark_finetune}
+MODES = {"train": mlm_modes, "infer": mlm_modes, "finetune": finetune_mode}
 
 FLAGS = flags.FLAGS
 
@@ -66,7 +67,7 @@ def define_flags(flag_values: flags.FlagValues = FLAGS) -> None:
                        "device).", **fv)
     flags.DEFINE_boolean("json", False, "Print one JSON object per measured setting.", **fv)
     # --mode=finetune
-    flags.DEFINE_enum("task", "classification", list(benchmark_finetune_data.TASKS),
+    flags.DEFINE_enum("task", "classification", list(finetune_data.TASKS),
                       "finetune: the task kind whose step is measured.", **fv)
     flags.DEFINE_string("hf_dir", None, "finetune: a Hugging Face BERT folder (weights, config and "
                         "vocabulary); default: --preset with random weights.", **fv)
@@ -97,7 +98,8 @@ def define_flags(flag_values: flags.FlagValues = FLAGS) -> None:
 
 
 def measure(spec: dict) -> dict:
-    """The job of a worker process (benchmarks/worker.py): one implementation at the settings."""
+    """The job of a worker process (benchmarks/harness/worker.py): one implementation at the
+    settings."""
     settings = spec["settings"]
     return {"impl": spec["impl"], **MODES[settings["mode"]].RUNNERS[spec["impl"]](settings)}
 
@@ -151,7 +153,7 @@ def _check_finetune_inputs(settings: dict) -> None:
         raise app.UsageError(f"--hf_dir={settings['hf_dir']}: no config.json there (a Hugging "
                              "Face BERT folder is needed)")
     try:
-        benchmark_finetune_data.read_texts(settings)
+        finetune_data.read_texts(settings)
     except (ValueError, FileNotFoundError) as e:
         raise app.UsageError(f"--texts: {e}") from None
 

@@ -1,5 +1,5 @@
 """Fine-tuning as a user runs it: our experiments/finetune.py against transformers + torch on the
-same rows, each implementation in its own process (benchmarks/worker.py).
+same rows, each implementation in its own process (benchmarks/harness/worker.py).
 
     python benchmarks/benchmark_finetune_cli.py                      # every case, ours and torch
     python benchmarks/benchmark_finetune_cli.py --cases=minilm_fp32,conll --steps=60 --json
@@ -13,7 +13,7 @@ packed up to 8 a row (at 128 tokens, 4 short texts leave rows a quarter empty); 
 tiny model at batch 8, length 32, to check the script in seconds.
 
 Data: the texts of --texts (default: gensim's 200 polarity sentences, real short texts), made into
-examples as benchmarks/benchmark_finetune_data.py makes them (classes in turn; a tag per word).
+examples as benchmarks/harness/finetune_data.py makes them (classes in turn; a tag per word).
 Ours: the examples are written as a training file (fastText lines, or CoNLL lines for tags) and
 `experiments/finetune.py --config=<the case's config file>` trains on it in a subprocess, with a
 compilation cache that starts empty; its figures are read back from the run's metrics.jsonl:
@@ -43,8 +43,8 @@ from typing import Optional
 
 from absl import app, flags
 
-from benchmarks import benchmark_finetune_data as data_lib
-from benchmarks import worker
+from benchmarks.harness import finetune_data as data_lib
+from benchmarks.harness import worker
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIGS = os.path.join(ROOT, "experiments", "configs")
@@ -90,7 +90,7 @@ def define_flags(flag_values: flags.FlagValues = FLAGS) -> None:
 def case_settings(case: str, steps: int, warmup: int, texts: Optional[str] = None,
                   texts_format: str = "auto", texts_encoding: Optional[str] = None,
                   torch_threads: int = 0, dropout_rng: str = "hash") -> dict:
-    """The settings of a case, in the keys benchmarks/benchmark_finetune.py's peers read
+    """The settings of a case, in the keys benchmarks/harness/finetune_mode.py's peers read
     (dropout_rng: ours; "hash", what the polarity and CoNLL configs run with)."""
     task, model, batch, length, dtype, pack, config_file = CASES[case]
     timed = -(-steps // warmup) * warmup  # ours logs every `warmup` steps

@@ -1,5 +1,5 @@
 """Sentence-embedding throughput: ours (bert_jax.embeddings.encode, what embed.py runs) against
-transformers + torch, each implementation in its own process (benchmarks/worker.py).
+transformers + torch, each implementation in its own process (benchmarks/harness/worker.py).
 
     python benchmarks/compare_embed.py [--hf_dir=HF_FOLDER] [--batch_size=32] [--repeats=3] \
         [--json=out.json]
@@ -148,7 +148,7 @@ def torch_transformers(spec: dict) -> dict:
 def _timed_command(argv: list[str], env: dict, log_path: str) -> float:
     """Wall seconds of one command run to its end from the repository root (its output
     appended to log_path); a non-zero exit raises RuntimeError naming the log."""
-    from benchmarks.worker import ROOT
+    from benchmarks.harness.worker import ROOT
     with open(log_path, "a", encoding="utf-8") as log:
         start = time.perf_counter()
         done = subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
@@ -217,7 +217,7 @@ def main(argv):
     del argv
     import numpy as np
 
-    from benchmarks import worker
+    from benchmarks.harness import worker
     from bert_jax.convert import hf
     hf_dir = FLAGS.hf_dir or hf.packaged_minilm_dir()
     if not 0 < 2 * FLAGS.batch_size <= len(polarity_sentences()):

@@ -127,7 +127,7 @@ def compare(flag_values: flags.FlagValues = FLAGS) -> dict:
 def main(argv):
     if len(argv) > 1:
         sys.exit(f"{SCRIPT}: error: unexpected arguments {argv[1:]}")
-    from benchmarks import worker  # pylint: disable=import-outside-toplevel
+    from benchmarks.harness import worker  # pylint: disable=import-outside-toplevel
 
     try:
         paths = cli.run_or_exit(SCRIPT, compare)

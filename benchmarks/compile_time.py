@@ -5,7 +5,7 @@
         --batch_size=32 --seq_len=128 --mesh=-1,1,1 --layouts=scanned
 
 For each layout (BertConfig.scan_layers False / True): the seconds to lower and to compile the
-train step that training runs (benchmarks/pretrain_step.py, built by bert_jax.train.program:
+train step that training runs (benchmarks/harness/pretrain_step.py, built by bert_jax.train.program:
 state donated, sharded on the mesh, activation constraints in force, the recipe's optimizer),
 then the median seconds of --steps train steps after --warmup untimed ones, on the synthetic
 corpus's random tokens. One JSON line per layout. Exit status: 0 done, 1 bad input (one line
@@ -22,7 +22,7 @@ import jax
 import numpy as np
 from absl import app, flags
 
-from benchmarks import pretrain_step
+from benchmarks.harness import pretrain_step
 from bert_jax import cli
 from bert_jax.config.bert import PRESETS
 from bert_jax.runtime import distributed, sharding
@@ -43,7 +43,7 @@ def _mesh():
 
 def measure(config, mesh) -> dict:
     """Lower and compile seconds, then the median step seconds, of one layout: the step that
-    training runs (benchmarks/pretrain_step.py), lowered for its fresh state."""
+    training runs (benchmarks/harness/pretrain_step.py), lowered for its fresh state."""
     _, train = pretrain_step.build(config, mesh)
     batch = sharding.device_put_batch(next(pretrain_step.batches(config)), mesh)
 

@@ -7,7 +7,7 @@ consumes them in training, on the machine it runs on.
 
 Prints one JSON object per setting: {"mode", "num_workers", "seq_len", "tokens_per_s",
 "padding_fraction", ...} and, with --model_preset, {"model", "tokens_per_s"} for the
-pre-training step that training runs (benchmarks/pretrain_step.py) on random ids (the data
+pre-training step that training runs (benchmarks/harness/pretrain_step.py) on random ids (the data
 pipeline is not in that loop, so the two numbers are independent).
 docs/results.md has the measured figures.
 """
@@ -57,11 +57,11 @@ def time_pipeline(mode: str, num_workers: int) -> dict:
 
 
 def time_model(preset: str) -> dict:
-    """Tokens/s of the pre-training step that training runs (benchmarks/pretrain_step.py) on one
-    device, one batch of the synthetic corpus over and over."""
+    """Tokens/s of the pre-training step that training runs (benchmarks/harness/pretrain_step.py)
+    on one device, one batch of the synthetic corpus over and over."""
     import jax
 
-    from benchmarks import pretrain_step
+    from benchmarks.harness import pretrain_step
     from bert_jax.runtime import sharding
 
     config = pretrain_step.config(preset, FLAGS.model_batch, FLAGS.seq_len, max_predictions=20)

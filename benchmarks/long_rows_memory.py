@@ -21,7 +21,7 @@ documents (segment ids), so the kernels mask as in pre-training. Modes (layer i'
 - full: every layer global;
 - local: every layer local (what the local layers alone cost).
 
-Targets, each (target, mode, row length) in a fresh process (benchmarks/worker.py):
+Targets, each (target, mode, row length) in a fresh process (benchmarks/harness/worker.py):
 - cpu: compiled and run here. peak_rss_mb (the process's peak resident memory, all steps),
   first_step_peak_mb (its peak after the first step), compiled_peak_mb (its peak before the step
   ran: JAX, the program compiled, the inputs made; the table's "step RSS" is the first step's
@@ -328,7 +328,7 @@ def main(argv):
             except ValueError as e:
                 sys.exit(f"{SCRIPT}: error: --targets={FLAGS.targets!r}: cpu or "
                          f"tpu:<topology> ({e})")
-    from benchmarks import worker
+    from benchmarks.harness import worker
     folder = tempfile.mkdtemp(prefix="long_rows_memory_")
     results = []
     for target in targets:

@@ -57,45 +57,65 @@ def base_documents() -> list[str]:
     return documents
 
 
-def build(workdir: str, size_mb: int) -> dict:
-    """The corpus in each format (built once per size): {format: spec}."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-    import zstandard
+def build(workdir: str, size_mb: int, formats: list[str]) -> tuple[dict, dict]:
+    """The corpus in each of `formats` (each built once per size, file by file: memory does not
+    grow with the size): ({format: spec}, {documents, bytes, copies})."""
     folder = os.path.join(workdir, f"corpus_{size_mb}mb")
     specs = {"txt.zst": f"text:{folder}/txt/*.txt.zst",
              "jsonl.gz": f"jsonl:{folder}/jsonl/*.jsonl.gz",
              "parquet": f"parquet:{folder}/parquet/*.parquet", "hf": f"hf:{folder}/hf"}
-    if os.path.exists(os.path.join(folder, "done")):
-        return specs
+    done = os.path.join(folder, "done")
+    info = json.load(open(done)) if os.path.exists(done) else {}
+    have = set(info.get("formats", FORMATS)) if info else set()  # (older folders: all four)
+    wanted = [fmt for fmt in formats if fmt not in have]
+    if not wanted:
+        return specs, info
     base = base_documents()
-    documents, size, copy = [], 0, 0
-    while size < size_mb * 1e6:
-        for doc in base:
-            documents.append(doc)
-            size += len(doc.encode("utf-8")) + 1
-            if size >= size_mb * 1e6:
-                break
-        copy += 1
-    parts = [documents[i * len(documents) // FILES:(i + 1) * len(documents) // FILES]
-             for i in range(FILES)]
-    for sub in ("txt", "jsonl", "parquet"):
-        os.makedirs(os.path.join(folder, sub), exist_ok=True)
-    for i, part in enumerate(parts):
+    per_file, position, documents, size = size_mb * 1e6 / FILES, 0, 0, 0
+    parquet_files = []
+    for i in range(FILES):
+        part, part_size = [], 0
+        while part_size < per_file:
+            doc = base[position % len(base)]
+            position += 1
+            part.append(doc)
+            part_size += len(doc.encode("utf-8")) + 1
+        documents, size = documents + len(part), size + part_size
+        write_part(folder, i, part, set(wanted) | ({"parquet"} if "hf" in wanted else set()))
+        parquet_files.append(os.path.join(folder, "parquet", f"{i:02d}.parquet"))
+    if "hf" in wanted:  # a saved dataset, made from the Parquet files (memory-mapped)
+        import datasets
+        dataset = datasets.Dataset.from_parquet(parquet_files,
+                                                cache_dir=os.path.join(folder, "cache"))
+        dataset.save_to_disk(os.path.join(folder, "hf"), num_shards=FILES)
+        import shutil
+        shutil.rmtree(os.path.join(folder, "cache"), ignore_errors=True)
+    info = {"documents": documents, "bytes": size, "copies": position / len(base),
+            "formats": sorted(have | set(wanted) | ({"parquet"} if "hf" in wanted else set()))}
+    with open(done, "w") as f:
+        f.write(json.dumps(info))
+    return specs, info
+
+
+def write_part(folder: str, i: int, part: list[str], formats: set[str]) -> None:
+    """File i of each format: .txt.zst (blank-line documents), .jsonl.gz, Parquet."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    import zstandard
+    for sub, fmt in (("txt", "txt.zst"), ("jsonl", "jsonl.gz"), ("parquet", "parquet")):
+        if fmt in formats:
+            os.makedirs(os.path.join(folder, sub), exist_ok=True)
+    if "txt.zst" in formats:
         with open(os.path.join(folder, "txt", f"{i:02d}.txt.zst"), "wb") as f:
             f.write(zstandard.ZstdCompressor().compress("\n\n".join(part).encode("utf-8")))
+    if "jsonl.gz" in formats:
         with gzip.open(os.path.join(folder, "jsonl", f"{i:02d}.jsonl.gz"), "wt",
-                       encoding="utf-8") as f:
+                       encoding="utf-8", compresslevel=6) as f:
             f.writelines(json.dumps({"text": doc}) + "\n" for doc in part)
-        pq.write_table(pa.table({"text": part}), os.path.join(folder, "parquet",
-                                                              f"{i:02d}.parquet"),
+    if "parquet" in formats:
+        pq.write_table(pa.table({"text": part}),
+                       os.path.join(folder, "parquet", f"{i:02d}.parquet"),
                        row_group_size=20_000)
-    import datasets
-    datasets.Dataset.from_dict({"text": documents}).save_to_disk(
-        os.path.join(folder, "hf"), num_shards=FILES)
-    with open(os.path.join(folder, "done"), "w") as f:
-        f.write(json.dumps({"documents": len(documents), "bytes": size, "copies": copy}))
-    return specs
 
 
 def peak_rss(command: list[str], env: dict) -> tuple[int, float, str, float]:
@@ -306,8 +326,9 @@ def main() -> None:
         return
     import shutil
     env = dict(os.environ, PYTHONPATH=ROOT, TOKENIZERS_PARALLELISM="true")
-    specs = build(args.workdir, args.size_mb)
-    info = json.load(open(os.path.join(args.workdir, f"corpus_{args.size_mb}mb", "done")))
+    formats = [fmt for fmt in args.formats.split(",") if fmt]
+    specs, info = build(args.workdir, args.size_mb,
+                        formats or (["parquet"] if args.tokenizer_kinds else []))
     print(json.dumps({"corpus": info, "cpus": os.cpu_count()}), flush=True)
     routes = args.routes.split(",")
     # The vocabulary every preparation uses: WordPiece on a sample (ours), made once.

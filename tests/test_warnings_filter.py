@@ -19,7 +19,7 @@ def _call_from(module_name: str) -> None:
 
 
 @pytest.mark.parametrize("module", ["bert_jax", "bert_jax.model.layers", "experiments.pretrain",
-                                    "benchmarks.worker",
+                                    "benchmarks.harness.worker",
                                     "test_model", "faults.test_run_faults", "tests.test_model",
                                     "pretrain_runs"])
 def test_a_deprecated_call_from_our_code_is_an_error(module):

@@ -8,8 +8,8 @@ race of benchmarks/compare_pretraining.py.
     inputs.py       the race's shared inputs, made once: vocabulary, held-out rows, peers' blocks
     heldout.py      the held-out rows (.npz) and the Hugging Face view of them
     mlm_blocks.py   the race peers' data, as transformers' run_mlm examples make it
-    race.py         the race's parent: worker processes (benchmarks/worker.py) per run, one run
-                    after another; the results
+    race.py         the race's parent: worker processes (benchmarks/harness/worker.py) per run,
+                    one run after another; the results
     clocked.py      one run against the clock (the workers' jobs): calibration, training,
                     evaluation points
     ours_mlm.py     ours_classic, ours_efficient and ours_modern: bert_jax's pre-training recipe

@@ -1,5 +1,5 @@
 """One run of one implementation against the clock: the two jobs of the race's worker processes
-(benchmarks/worker.py), each in a fresh process, one after the other:
+(benchmarks/harness/worker.py), each in a fresh process, one after the other:
 
     calibrate_job(spec)  -> spec["result_path"] (the race's calibration_path): the planned steps
     run_job(spec)        -> spec["result_path"]: the evaluations along the clock, the description

@@ -1,6 +1,6 @@
-"""The peers of benchmarks/benchmark_finetune.py: transformers + torch (as Trainer with
+"""The peers of benchmarks/harness/finetune_mode.py: transformers + torch (as Trainer with
 run_glue's dynamic padding trains) and transformers + Flax (as run_flax_glue trains), on the rows
-and batches of benchmarks/benchmark_finetune_data.py, both with the reference recipe
+and batches of benchmarks/harness/finetune_data.py, both with the reference recipe
 (benchmarks/peers/recipe.py) at our config's hyper-parameters. Imports stay inside the functions:
 one framework a process.
 """
@@ -12,13 +12,13 @@ from typing import Iterator
 
 import numpy as np
 
-from benchmarks.benchmark_finetune_data import Rows, batch_rows, encode, timed_steps, tokenizer_dir
+from benchmarks.harness.finetune_data import Rows, batch_rows, encode, timed_steps, tokenizer_dir
 from benchmarks.peers import recipe
 
 
 def reference_recipe(config) -> recipe.Recipe:
     """The reference recipe at our run's hyper-parameters: the config's learning rate, warm-up
-    fraction, optimizer block and step count (benchmarks/benchmark_finetune_data.py)."""
+    fraction, optimizer block and step count (benchmarks/harness/finetune_data.py)."""
     return recipe.Recipe.of(config.learning_rate, config.warmup_fraction, config.total_steps,
                             config.optimizer)
 
@@ -59,7 +59,7 @@ def _torch_row(rows: Rows, i: int, task: str) -> dict:
 
 
 def run_hf_torch(settings: dict) -> dict:
-    """transformers + torch as Trainer trains (benchmarks/benchmark_finetune.py)."""
+    """transformers + torch as Trainer trains (benchmarks/harness/finetune_mode.py)."""
     import torch
     import transformers
 
@@ -118,7 +118,7 @@ def _flax_loss(task: str, outputs, batch):
 
 
 def run_hf_flax(settings: dict) -> dict:
-    """transformers + Flax as run_flax_glue trains (benchmarks/benchmark_finetune.py)."""
+    """transformers + Flax as run_flax_glue trains (benchmarks/harness/finetune_mode.py)."""
     import jax
     import jax.numpy as jnp
     import optax

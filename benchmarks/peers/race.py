@@ -1,6 +1,6 @@
 """The parent side of the comparison: the shared inputs, worker processes for each run
-(benchmarks/worker.py: a calibration, then the clocked run), one run after another, and their
-results.
+(benchmarks/harness/worker.py: a calibration, then the clocked run), one run after another, and
+their results.
 
     settings = race.Settings(...)
     shared = race.prepare_shared(settings)          # vocabulary, held-out rows, peers' blocks
@@ -18,7 +18,7 @@ import dataclasses
 import os
 from typing import Optional
 
-from benchmarks import worker
+from benchmarks.harness import worker
 from benchmarks.peers import IMPLEMENTATIONS, inputs
 
 CALIBRATE = "benchmarks.peers.clocked:calibrate_job"
@@ -141,7 +141,7 @@ def run_spec(settings: Settings, shared: dict, implementation: str, seed: int) -
 
 def run_one(spec: dict, log_path: str, timeout: Optional[float] = None) -> dict:
     """Runs one race run, its calibration then its clocked run, each in a worker process
-    (benchmarks/worker.py, jobs of benchmarks/peers/clocked.py), both logged to `log_path`;
+    (benchmarks/harness/worker.py, jobs of benchmarks/peers/clocked.py), both logged to `log_path`;
     returns the clocked run's result (WorkerError if a process fails)."""
     run = f"{spec['implementation']} (seed {spec['seed']})"
     spec_path = os.path.join(spec["run_dir"], "spec.json")

@@ -10,7 +10,7 @@ does, bert_jax/train/optimizer.py).
 
 Used by benchmarks/compare_polarity.py (torch), benchmarks/peers/finetune.py (torch and Flax
 fine-tuning), torch_mlm.py and hf_flax_mlm.py (the pre-training race) and
-benchmarks/benchmark_mlm.py (its peers' train steps), so that every peer trains with the
+benchmarks/harness/mlm_modes.py (its peers' train steps), so that every peer trains with the
 hyper-parameters our side reads from its config. Frameworks are imported inside the functions:
 the torch worker never imports optax, the Flax one never torch.
 """

@@ -1,7 +1,7 @@
 """The fine-tuning mode of benchmarks/benchmark.py: training steps of a task on real short texts,
 ours against transformers (torch, Flax), each in its own process.
 
-Data (benchmarks/benchmark_finetune_data.py): the texts of --texts (default: gensim's 200
+Data (benchmarks/harness/finetune_data.py): the texts of --texts (default: gensim's 200
 polarity sentences, `pang_lee_polarity.cor`, the set of experiments/configs/finetune_polarity.py).
 Labels are made from the texts, since they do not change the speed: classification: two classes
 in turn; token_classification: BIO tags of made-up types (word_tags); span_qa: "where is <the
@@ -36,7 +36,7 @@ import time
 from typing import Optional
 
 from benchmarks import benchmark_profile
-from benchmarks.benchmark_finetune_data import encode, timed_steps
+from benchmarks.harness.finetune_data import encode, timed_steps
 from benchmarks.peers import finetune as peers
 
 SPEED = "examples_per_second"  # the figure ratios compare

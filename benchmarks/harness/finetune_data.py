@@ -1,4 +1,4 @@
-"""The data and timing that every implementation of benchmarks/benchmark_finetune.py shares:
+"""The data and timing that every implementation of benchmarks/harness/finetune_mode.py shares:
 the texts, the examples made from them, our encoding of them into rows, the order of batches,
 and the warm-up then timed steps.
 """
@@ -38,7 +38,7 @@ def read_texts(settings: dict) -> list[str]:
 
 
 def make_examples(task: str, texts: list[str]) -> list:
-    """Examples of `task` made from the texts (benchmarks/benchmark_finetune.py)."""
+    """Examples of `task` made from the texts (benchmarks/harness/finetune_mode.py)."""
     from bert_jax.data.finetuning import readers
     if task == "classification":
         return [readers.TextExample(t, label="ab"[i % 2]) for i, t in enumerate(texts)]

@@ -2,7 +2,7 @@
 (benchmark.py, one process per implementation; peers/race.py, two per run of the race).
 
     result = worker.run(spec, spec_path, log_path, label)   # the parent: one process, to its end
-    python -m benchmarks.worker SPEC.json                   # the child
+    python -m benchmarks.harness.worker SPEC.json                   # the child
 
 SPEC.json is a JSON object with at least
 
@@ -57,7 +57,7 @@ def run(spec: dict, spec_path: str, log_path: str, label: str,
         log.write(f"----- {spec['job']}\n")
         log.flush()
         try:
-            done = subprocess.run([sys.executable, "-m", "benchmarks.worker", spec_path],
+            done = subprocess.run([sys.executable, "-m", "benchmarks.harness.worker", spec_path],
                                   stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, env=env,
                                   timeout=timeout, check=False)
         except subprocess.TimeoutExpired as e:

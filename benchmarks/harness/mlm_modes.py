@@ -4,8 +4,8 @@ encoder's forward pass ("infer") on random token ids, ours against transformers 
 The timed region is the jitted (or eager, for torch) step, warm-up steps excluded; the figure is
 the median over the timed steps. tokens/s counts every position (rows are full), MFU the model
 FLOPs of the useful work (the MLM head at the masked positions only). Our train step is the
-program that training runs (benchmarks/pretrain_step.py: the recipe's task, optimizer and loop
-settings, built by bert_jax.train.program), on one device; the peers' train steps use the
+program that training runs (benchmarks/harness/pretrain_step.py: the recipe's task, optimizer and
+loop settings, built by bert_jax.train.program), on one device; the peers' train steps use the
 reference recipe (benchmarks/peers/recipe.py: AdamW without decay on biases and LayerNorm,
 warm-up and linear decay, clipping) at that config's hyper-parameters.
 """
@@ -56,8 +56,8 @@ def time_steps(run_step, settings: dict) -> list[float]:
 
 def reference_recipe(settings: dict) -> recipe.Recipe:
     """The peers' training recipe (benchmarks/peers/recipe.py) at the hyper-parameters of our
-    step's config (benchmarks/pretrain_step.py): learning rate, warm-up, optimizer block."""
-    from benchmarks import pretrain_step
+    step's config (benchmarks/harness/pretrain_step.py): learning rate, warm-up, optimizer block."""
+    from benchmarks.harness import pretrain_step
     config = pretrain_step.config(settings["preset"], settings["batch_size"], settings["seq_len"],
                                   settings["max_predictions"])
     return recipe.Recipe.of(config.learning_rate, config.warmup_fraction, config.total_steps,
@@ -67,12 +67,12 @@ def reference_recipe(settings: dict) -> recipe.Recipe:
 # ----- implementations: step times; imports inside (one framework a process) ------------------
 
 def run_ours(settings: dict) -> list[float]:
-    """train: the pre-training step that training runs (benchmarks/pretrain_step.py); infer: the
-    encoder's jitted forward pass. On one device."""
+    """train: the pre-training step that training runs (benchmarks/harness/pretrain_step.py);
+    infer: the encoder's jitted forward pass. On one device."""
     import jax
     import jax.numpy as jnp
 
-    from benchmarks import pretrain_step
+    from benchmarks.harness import pretrain_step
     from bert_jax import BertConfig, BertModel
     from bert_jax.runtime import sharding
 
