@@ -6,6 +6,7 @@ import os
 
 import pytest
 
+from bert_jax.recipes import evaluation as run_evaluation
 from bert_jax.recipes.finetune import recipe
 from experiments import evaluate
 
@@ -39,7 +40,7 @@ def run(tmp_path_factory):
 def test_own_eval_set_and_another_file_each_in_their_folder(run):
     root, workdir, step = run
     evaluation = os.path.join(workdir, "evaluation")
-    own_step, own_metrics, own_extra = evaluate.evaluate_run(workdir, None, None, None)
+    own_step, own_metrics, own_extra = run_evaluation.evaluate_run(workdir, None, None, None)
     evaluate.write_record(workdir, own_step, own_metrics, own_extra)
     own_json = os.path.join(evaluation, f"step_{step}.json")
     own = _read(own_json)
@@ -54,8 +55,8 @@ def test_own_eval_set_and_another_file_each_in_their_folder(run):
     assert own["per_class"]["org"]["f1"] == pytest.approx(own["metrics"]["f1_of_org"])
 
     before = open(own_json).read()
-    input_step, metrics, extra = evaluate.evaluate_run(workdir, None, str(root / "other.jsonl"),
-                                                       "jsonl")
+    input_step, metrics, extra = run_evaluation.evaluate_run(
+        workdir, None, str(root / "other.jsonl"), "jsonl")
     record = evaluate.write_record(workdir, input_step, metrics, extra)
     folder = os.path.join(evaluation, "other.jsonl")
     assert sorted(os.listdir(folder)) == [f"step_{step}", f"step_{step}.json"]
@@ -74,5 +75,5 @@ def test_own_eval_set_and_another_file_each_in_their_folder(run):
 
 
 def test_input_folder_names():
-    assert evaluate.input_folder_name("/data/dev set.tsv") == "dev_set.tsv"
-    assert evaluate.input_folder_name("step_3.tsv") == "input_step_3.tsv"
+    assert run_evaluation.input_folder_name("/data/dev set.tsv") == "dev_set.tsv"
+    assert run_evaluation.input_folder_name("step_3.tsv") == "input_step_3.tsv"

@@ -268,8 +268,8 @@ def test_a_long_texts_logits_are_the_mean_of_its_windows(tmp_path):
             assert a["prediction"] == b["prediction"]
             np.testing.assert_allclose(list(a["probabilities"].values()),
                                        list(b["probabilities"].values()), atol=1e-6)
-    from experiments import evaluate  # evaluate.py --long_inputs=truncate, in this process
-    step, _, _ = evaluate.evaluate_run(workdir, None, None, None, "truncate")
+    from bert_jax.recipes import evaluation as run_evaluation  # what evaluate.py runs, here
+    step, _, _ = run_evaluation.evaluate_run(workdir, None, None, None, "truncate")
     evaluated = read_jsonl(os.path.join(workdir, "evaluation", f"step_{step}",
                                         "predictions.jsonl"))
     assert len(evaluated) == len(dev)
