@@ -30,7 +30,6 @@ from bert_jax.data.corpora import catalog as corpora
 from bert_jax.data.corpora import text_files as text_corpus
 from bert_jax.data.pretraining import vocab as pretraining_vocab
 from bert_jax.data.tokenizers import load as tok
-from bert_jax.data.tokenizers import wordpiece_training
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("corpus", "demo", "'demo', 'text:GLOB' or a TFDS catalog name.")
@@ -59,21 +58,9 @@ def prepare() -> None:
         options = dict(document_delimiter=FLAGS.document_delimiter,
                        invalid_utf8=FLAGS.invalid_utf8,
                        validation_fraction=FLAGS.validation_fraction)
-    run_finds_it = not FLAGS.vocab_dir and not FLAGS.max_documents
-    if FLAGS.corpus == corpora.DEMO and run_finds_it:
-        vocab_path = pretraining_vocab.prepare_demo(data_dir, FLAGS.vocab_size, FLAGS.lowercase)
-    elif FLAGS.corpus.startswith(corpora.TEXT_PREFIX) and run_finds_it:
-        vocab_path = pretraining_vocab.prepare_text_vocabulary(FLAGS.corpus, data_dir,
-                                                               FLAGS.vocab_size, FLAGS.lowercase,
-                                                               **options)
-    else:
-        source = corpora.load_source(FLAGS.corpus, "train", data_dir, **options)
-        count = FLAGS.max_documents or None
-        texts = corpora.SourceTexts(source, FLAGS.text_key, count)
-        casing = "uncased" if FLAGS.lowercase else "cased"
-        vocab_dir = FLAGS.vocab_dir or os.path.join(data_dir, f"vocab_{FLAGS.vocab_size}_{casing}")
-        vocab_path = wordpiece_training.train_wordpiece(texts, FLAGS.vocab_size, vocab_dir,
-                                                        FLAGS.lowercase)
+    vocab_path = pretraining_vocab.prepare_vocabulary(
+        FLAGS.corpus, data_dir, FLAGS.vocab_size, FLAGS.lowercase, FLAGS.vocab_dir,
+        FLAGS.max_documents, FLAGS.text_key, **options)
     builder = corpora.prepare(FLAGS.corpus, data_dir, **options)
     for split, info in builder.info.splits.items():
         logging.info("split %s: %d documents", split, info.num_examples)

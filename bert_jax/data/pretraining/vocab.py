@@ -46,6 +46,26 @@ def prepare_text_vocabulary(corpus: str, data_dir: str, vocab_size: int = 8192,
     return _trained_once(corpus, data_dir, preparation, vocab_size, lowercase, **text_options)
 
 
+def prepare_vocabulary(corpus: str, data_dir: str, vocab_size: int, lowercase: bool = True,
+                       vocab_dir: str = "", max_documents: int = 0, text_key: str = "text",
+                       **options) -> str:
+    """What prepare_data.py trains: the vocabulary of a raw-text corpus (the demo, `text:GLOB`
+    or a TFDS name), returning its vocab.txt path. Without vocab_dir and max_documents it goes
+    where a run on that data dir finds it by itself (`prepare_demo`, `prepare_text_vocabulary`);
+    otherwise into vocab_dir (default <data_dir>/vocab_<size>_<casing>) from the first
+    max_documents training documents (0: all). options: a text corpus's reading options."""
+    if not vocab_dir and not max_documents:
+        if corpus == corpora.DEMO:
+            return prepare_demo(data_dir, vocab_size, lowercase)
+        if corpus.startswith(corpora.TEXT_PREFIX):
+            return prepare_text_vocabulary(corpus, data_dir, vocab_size, lowercase, **options)
+    source = corpora.load_source(corpus, "train", data_dir, **options)
+    texts = corpora.SourceTexts(source, text_key, max_documents or None)
+    casing = "uncased" if lowercase else "cased"
+    vocab_dir = vocab_dir or os.path.join(data_dir, f"vocab_{vocab_size}_{casing}")
+    return wordpiece_training.train_wordpiece(texts, vocab_size, vocab_dir, lowercase)
+
+
 def _trained_once(corpus: str, data_dir: str, prefix: str, vocab_size: int, lowercase: bool,
                   **text_options) -> str:
     """vocab.txt of `corpus`'s train split in data_dir/<prefix>_vocab_<size>_<casing>/, trained
