@@ -57,10 +57,13 @@ def base_documents() -> list[str]:
     return documents
 
 
-def build(workdir: str, size_mb: int, formats: list[str]) -> tuple[dict, dict]:
-    """The corpus in each of `formats` (each built once per size, file by file: memory does not
-    grow with the size): ({format: spec}, {documents, bytes, copies})."""
-    folder = os.path.join(workdir, f"corpus_{size_mb}mb")
+def build(workdir: str, size_mb: int, formats: list[str], files: int = FILES
+          ) -> tuple[dict, dict]:
+    """The corpus in each of `formats`, in `files` files of each (each built once per size and
+    file count, file by file: memory does not grow with the size): ({format: spec},
+    {documents, bytes, copies, formats})."""
+    folder = os.path.join(workdir, f"corpus_{size_mb}mb" + ("" if files == FILES else
+                                                            f"_{files}files"))
     specs = {"txt.zst": f"text:{folder}/txt/*.txt.zst",
              "jsonl.gz": f"jsonl:{folder}/jsonl/*.jsonl.gz",
              "parquet": f"parquet:{folder}/parquet/*.parquet", "hf": f"hf:{folder}/hf"}
@@ -71,9 +74,9 @@ def build(workdir: str, size_mb: int, formats: list[str]) -> tuple[dict, dict]:
     if not wanted:
         return specs, info
     base = base_documents()
-    per_file, position, documents, size = size_mb * 1e6 / FILES, 0, 0, 0
+    per_file, position, documents, size = size_mb * 1e6 / files, 0, 0, 0
     parquet_files = []
-    for i in range(FILES):
+    for i in range(files):
         part, part_size = [], 0
         while part_size < per_file:
             doc = base[position % len(base)]
@@ -81,13 +84,14 @@ def build(workdir: str, size_mb: int, formats: list[str]) -> tuple[dict, dict]:
             part.append(doc)
             part_size += len(doc.encode("utf-8")) + 1
         documents, size = documents + len(part), size + part_size
-        write_part(folder, i, part, set(wanted) | ({"parquet"} if "hf" in wanted else set()))
-        parquet_files.append(os.path.join(folder, "parquet", f"{i:02d}.parquet"))
+        name = f"{i:0{max(2, len(str(files - 1)))}d}"
+        write_part(folder, name, part, set(wanted) | ({"parquet"} if "hf" in wanted else set()))
+        parquet_files.append(os.path.join(folder, "parquet", f"{name}.parquet"))
     if "hf" in wanted:  # a saved dataset, made from the Parquet files (memory-mapped)
         import datasets
         dataset = datasets.Dataset.from_parquet(parquet_files,
                                                 cache_dir=os.path.join(folder, "cache"))
-        dataset.save_to_disk(os.path.join(folder, "hf"), num_shards=FILES)
+        dataset.save_to_disk(os.path.join(folder, "hf"), num_shards=files)
         import shutil
         shutil.rmtree(os.path.join(folder, "cache"), ignore_errors=True)
     info = {"documents": documents, "bytes": size, "copies": position / len(base),
@@ -97,8 +101,8 @@ def build(workdir: str, size_mb: int, formats: list[str]) -> tuple[dict, dict]:
     return specs, info
 
 
-def write_part(folder: str, i: int, part: list[str], formats: set[str]) -> None:
-    """File i of each format: .txt.zst (blank-line documents), .jsonl.gz, Parquet."""
+def write_part(folder: str, name: str, part: list[str], formats: set[str]) -> None:
+    """File `name` of each format: .txt.zst (blank-line documents), .jsonl.gz, Parquet."""
     import pyarrow as pa
     import pyarrow.parquet as pq
     import zstandard
@@ -106,15 +110,15 @@ def write_part(folder: str, i: int, part: list[str], formats: set[str]) -> None:
         if fmt in formats:
             os.makedirs(os.path.join(folder, sub), exist_ok=True)
     if "txt.zst" in formats:
-        with open(os.path.join(folder, "txt", f"{i:02d}.txt.zst"), "wb") as f:
+        with open(os.path.join(folder, "txt", f"{name}.txt.zst"), "wb") as f:
             f.write(zstandard.ZstdCompressor().compress("\n\n".join(part).encode("utf-8")))
     if "jsonl.gz" in formats:
-        with gzip.open(os.path.join(folder, "jsonl", f"{i:02d}.jsonl.gz"), "wt",
+        with gzip.open(os.path.join(folder, "jsonl", f"{name}.jsonl.gz"), "wt",
                        encoding="utf-8", compresslevel=6) as f:
             f.writelines(json.dumps({"text": doc}) + "\n" for doc in part)
     if "parquet" in formats:
         pq.write_table(pa.table({"text": part}),
-                       os.path.join(folder, "parquet", f"{i:02d}.parquet"),
+                       os.path.join(folder, "parquet", f"{name}.parquet"),
                        row_group_size=20_000)
 
 
@@ -312,6 +316,8 @@ def main() -> None:
     parser.add_argument("--workdir", default="/tmp/prepare_corpus_bench")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--formats", default=",".join(FORMATS))
+    parser.add_argument("--file_mb", type=float, default=0,
+                        help="files of about this size (0: 8 files whatever the size)")
     parser.add_argument("--routes", default="ours,hf")
     parser.add_argument("--tokenizer_kinds", default="wordpiece,bpe,unigram")
     parser.add_argument("--sample_mb", type=int, default=20)
@@ -327,8 +333,9 @@ def main() -> None:
     import shutil
     env = dict(os.environ, PYTHONPATH=ROOT, TOKENIZERS_PARALLELISM="true")
     formats = [fmt for fmt in args.formats.split(",") if fmt]
+    files = max(1, round(args.size_mb / args.file_mb)) if args.file_mb else FILES
     specs, info = build(args.workdir, args.size_mb,
-                        formats or (["parquet"] if args.tokenizer_kinds else []))
+                        formats or (["parquet"] if args.tokenizer_kinds else []), files)
     print(json.dumps({"corpus": info, "cpus": os.cpu_count()}), flush=True)
     routes = args.routes.split(",")
     # The vocabulary every preparation uses: WordPiece on a sample (ours), made once.

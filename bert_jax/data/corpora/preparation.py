@@ -33,6 +33,7 @@ Local output folders only (ArrayRecord files are written through the local files
 
 from __future__ import annotations
 
+import array
 import errno
 import glob
 import hashlib
@@ -132,7 +133,7 @@ def tokenize_unit(unit: WorkUnit, index: int, tokenizer: tokenizers.Tokenizer | 
     temporaries = {split: os.path.join(output_dir, f"{name}.tmp-{os.getpid()}")
                    for split, name in names.items()}
     counts = {split: {"documents": 0, "tokens": 0} for split in SPLITS}
-    lengths = {split: [] for split in SPLITS}
+    lengths = {split: array.array("i") for split in SPLITS}  # 4 bytes a document
     writers = {}
     try:
         writers = {split: ArrayRecordWriter(path, WRITER_OPTIONS)
@@ -169,7 +170,7 @@ def tokenize_unit(unit: WorkUnit, index: int, tokenizer: tokenizers.Tokenizer | 
         for split in SPLITS:
             _save_atomically(os.path.join(output_dir, UNITS_FOLDER,
                                           unit_counts_name(index, split)),
-                             np.asarray(lengths[split], np.int32))
+                             np.frombuffer(lengths[split], np.int32))
     except BaseException:
         for writer in writers.values():
             try:
