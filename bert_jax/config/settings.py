@@ -243,9 +243,9 @@ class MeshSpec:
     """The device mesh's axis sizes (bert_jax.runtime.sharding): -1 takes the devices the other
     two leave."""
 
-    data: int = -1
-    fsdp: int = 1
-    tensor: int = 1
+    data: int
+    fsdp: int
+    tensor: int
 
     def make(self) -> Mesh:
         """The mesh on this process's devices; ValueError when they do not fit."""
@@ -269,11 +269,11 @@ class ModelSpec:
     (`fields`, sorted (name, value) pairs, unset ones left out), the compute dtype and the
     remat policy. recipes.common.model_config builds the BertConfig or ModernBertConfig."""
 
-    family: str = "bert"
-    preset: str = "tiny"
-    fields: tuple[tuple[str, Any], ...] = ()
-    dtype: str = "float32"
-    remat: str = "none"
+    family: str
+    preset: str
+    fields: tuple[tuple[str, Any], ...]
+    dtype: str
+    remat: str
 
     def __post_init__(self):
         unknown = sorted(name for name, _ in self.fields if name not in run_config.MODEL_FIELDS)
@@ -310,9 +310,9 @@ class InitSpec:
     step of it (checkpoint), at most one; neither: random weights. with_heads keeps the heads
     that fit."""
 
-    hf_dir: str = ""
-    checkpoint: str = ""
-    with_heads: bool = False
+    hf_dir: str
+    checkpoint: str
+    with_heads: bool
 
     def __post_init__(self):
         if self.hf_dir and self.checkpoint:
@@ -325,28 +325,28 @@ class TokenizerSpec:
     or for pre-training on a demo or text corpus one of `vocab_size` tokens trained there), and
     `lowercase` for a vocab.txt whose casing nothing else states."""
 
-    path: str = ""
-    lowercase: bool = True
-    vocab_size: int = 0
+    path: str
+    lowercase: bool
+    vocab_size: int
 
 
 @dataclasses.dataclass(frozen=True)
 class PretrainDataSpec:
-    """The pre-training data block (bert_jax/config/run.py, pretrain_config, says what each
-    key means); recipes.pretrain.data_config makes the PretrainingDataConfig of it."""
+    """The pre-training data block (bert_jax/config/run.py, pretrain_config, holds each key's
+    default and meaning); recipes.pretrain.data_config makes the PretrainingDataConfig of it."""
 
-    corpus: str = "demo"
-    document_delimiter: str = "blank_line"
-    data_dir: str = ""
-    max_predictions: int = 20
-    mask_rate: float = 0.15
-    eval_mask_rate: float = 0.15
-    whole_word_masking: bool = False
-    sentence_pairs: bool = False
-    num_workers: int = 0
-    seconds_per_batch: float = 0.0
-    batch_warmup_tokens: int = 0
-    batch_warmup_start: int = 0
+    corpus: str
+    document_delimiter: str
+    data_dir: str
+    max_predictions: int
+    mask_rate: float
+    eval_mask_rate: float
+    whole_word_masking: bool
+    sentence_pairs: bool
+    num_workers: int
+    seconds_per_batch: float
+    batch_warmup_tokens: int
+    batch_warmup_start: int
 
     def __post_init__(self):
         for name in ("mask_rate", "eval_mask_rate"):
@@ -360,11 +360,69 @@ class PretrainDataSpec:
 
 
 @dataclasses.dataclass(frozen=True)
+class FinetuneDataSpec:
+    """The fine-tuning data block (bert_jax/config/run.py, finetune_config, holds each key's
+    default and meaning), read by the task's readers in bert_jax.recipes.finetune."""
+
+    train_path: str
+    eval_path: str
+    format: str
+    encoding: str
+    tsv_quoting: bool
+    text_column: str
+    text_pair_column: str
+    label_column: str
+    label_separator: str
+    conll_tag_column: int
+    heldout_fraction: float
+    split_seed: int
+    tfds_name: str
+    tfds_train_split: str
+    tfds_eval_split: str
+    tfds_data_dir: str
+    tfds_download: bool
+    bucket_lengths: str
+    group_by_length: int
+    pack_examples: int
+    long_inputs: str
+    window_stride: int
+
+
+@dataclasses.dataclass(frozen=True)
+class SquadSpec:
+    """span_qa's windows over long contexts and how answers are read (config.squad)."""
+
+    doc_stride: int
+    max_query_len: int
+    n_best: int
+    max_answer_length: int
+    version_2: bool
+    no_answer_threshold: float
+
+
+@dataclasses.dataclass(frozen=True)
+class ContrastiveSpec:
+    """The contrastive task's loss and pooling (config.contrastive)."""
+
+    scale: float
+    symmetric: bool
+    pooling: str
+    negative_column: str
+
+
+def _spec(cls, block: Mapping[str, Any]):
+    """An instance of the spec dataclass `cls` from a config block (keys beyond cls's fields,
+    which the schema check refuses in a new run, are left out)."""
+    return cls(**{field.name: block[field.name] for field in dataclasses.fields(cls)})
+
+
+@dataclasses.dataclass(frozen=True)
 class RunSettings:
     """A run's config, typed: what every part of the run is told (read once, by `read`).
 
-    data: PretrainDataSpec for pre-training; for fine-tuning the config's data block (a dict,
-    read by the task's readers in bert_jax.recipes.finetune). optimizer and loop: those of
+    data: PretrainDataSpec for pre-training, FinetuneDataSpec for fine-tuning, which also has
+    task, epochs (the run's length when total_steps is 0), squad and contrastive (None in
+    pre-training). optimizer and loop: those of
     total_steps, None for a run counted in epochs until `for_steps` is given the count.
     record: the config as a plain dict, what <workdir>/config.json holds
     (bert_jax.recipes.run_record; not to be changed).
@@ -384,6 +442,10 @@ class RunSettings:
     total_steps: int
     seed: int
     record: dict
+    task: Optional[str] = None
+    epochs: Optional[float] = None
+    squad: Optional[SquadSpec] = None
+    contrastive: Optional[ContrastiveSpec] = None
     optimizer: Optional[OptimizerConfig] = None
     loop: Optional[LoopConfig] = None
 
@@ -440,19 +502,23 @@ def typed(config: Config | Mapping[str, Any]) -> RunSettings:
     values = run_config.complete(record)
     recipe = values.get("recipe", "pretrain")
     tokenizer = values["tokenizer"]
-    data = (PretrainDataSpec(**{field.name: values["data"][field.name]
-                                for field in dataclasses.fields(PretrainDataSpec)})
-            if recipe == "pretrain" else values["data"])
+    pretraining = recipe == "pretrain"
+    finetuning = {} if pretraining else dict(
+        task=values["task"], epochs=float(values["epochs"]),
+        squad=_spec(SquadSpec, values["squad"]),
+        contrastive=_spec(ContrastiveSpec, values["contrastive"]))
     return RunSettings(
-        recipe=recipe, mesh=MeshSpec(**values["mesh"]),
+        recipe=recipe, mesh=_spec(MeshSpec, values["mesh"]),
         model=ModelSpec.of(values["model"], values["dtype"], values["remat"]),
-        init=InitSpec(**values["init"]),
+        init=_spec(InitSpec, values["init"]),
         tokenizer=TokenizerSpec(tokenizer["path"], tokenizer["lowercase"],
                                 tokenizer.get("vocab_size", 0)),
-        data=data, max_seq_len=values["max_seq_len"], batch_size=values["batch_size"],
+        data=_spec(PretrainDataSpec if pretraining else FinetuneDataSpec, values["data"]),
+        max_seq_len=values["max_seq_len"], batch_size=values["batch_size"],
         accumulation_steps=values["accumulation_steps"],
         eval_batch_size=values["eval_batch_size"], eval_batches=values.get("eval_batches", 0),
-        total_steps=int(values["total_steps"] or 0), seed=values["seed"], record=record)
+        total_steps=int(values["total_steps"] or 0), seed=values["seed"], record=record,
+        **finetuning)
 
 
 def of(run: RunSettings | Config) -> RunSettings:
