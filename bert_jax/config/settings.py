@@ -2,10 +2,10 @@
 into frozen dataclasses whose construction checks their values.
 
     run = settings.read(config, "pretrain")   # the schema check, then RunSettings
-    mesh = run.mesh.make()                    # MeshSpec
+    mesh = run.mesh.make()                    # MeshSpec (bert_jax.config.specs)
     run.model, run.init, run.tokenizer        # ModelSpec, InitSpec, TokenizerSpec
     run.optimizer, run.loop                   # OptimizerConfig, LoopConfig (of total_steps)
-    run.data                                  # PretrainDataSpec (fine-tuning: its data block)
+    run.data                                  # PretrainDataSpec | FinetuneDataSpec
     run.record                                # the plain dict that config.json holds
 
 A run counted in epochs gets its optimizer and loop settings from run.for_steps(total) once the
@@ -22,11 +22,11 @@ import math
 from typing import Any, Mapping, Optional
 
 import jax
-from absl import logging
 from jax.sharding import Mesh
 
 from bert_jax.config import run as run_config
 from bert_jax.config import run_keys as run_config_keys
+from bert_jax.config import specs
 from bert_jax.config.bert import BertConfig
 from bert_jax.runtime import sharding
 
@@ -178,13 +178,13 @@ def check_batch_size(global_batch_size: int, mesh: Mesh, accumulation_steps: int
 
 def make_mesh(config: Config):
     """The device mesh of config.mesh (bert_jax.runtime.sharding.make_mesh)."""
-    return MeshSpec(config.mesh.data, config.mesh.fsdp, config.mesh.tensor).make()
+    return specs.MeshSpec(config.mesh.data, config.mesh.fsdp, config.mesh.tensor).make()
 
 
 def fit_mesh_to_devices(config: Config) -> None:
     """Keep config.mesh if it fits the devices here, else use all of them data-parallel
-    (MeshSpec.fitted, written back into config.mesh)."""
-    fitted = MeshSpec(config.mesh.data, config.mesh.fsdp, config.mesh.tensor).fitted()
+    (specs.MeshSpec.fitted, written back into config.mesh)."""
+    fitted = specs.MeshSpec(config.mesh.data, config.mesh.fsdp, config.mesh.tensor).fitted()
     config.mesh.data, config.mesh.fsdp, config.mesh.tensor = (fitted.data, fitted.fsdp,
                                                                fitted.tensor)
 
@@ -236,203 +236,23 @@ def check_run(config: Config, mesh, total_steps: int, cfg: BertConfig) -> None:
     typed(config).for_steps(total_steps).check_fits(mesh, cfg)
 
 
-# ----- the typed settings of a run ---------------------------------------------------------------
-
-@dataclasses.dataclass(frozen=True)
-class MeshSpec:
-    """The device mesh's axis sizes (bert_jax.runtime.sharding): -1 takes the devices the other
-    two leave."""
-
-    data: int
-    fsdp: int
-    tensor: int
-
-    def make(self) -> Mesh:
-        """The mesh on this process's devices; ValueError when they do not fit."""
-        return sharding.make_mesh(self.data, self.fsdp, self.tensor)
-
-    def fitted(self) -> MeshSpec:
-        """This mesh if it fits the devices here, else all of them data-parallel: for evaluating
-        a saved run elsewhere (checkpoints restore onto any mesh, and held-out figures do not
-        depend on the layout)."""
-        try:
-            sharding.mesh_shape(self.data, self.fsdp, self.tensor)
-        except ValueError as e:
-            logging.warning("%s; evaluating on mesh (%d, 1, 1) instead", e, jax.device_count())
-            return MeshSpec(-1, 1, 1)
-        return self
-
-
-@dataclasses.dataclass(frozen=True)
-class ModelSpec:
-    """What the run says of its model: the family's preset, the config.model fields it sets
-    (`fields`, sorted (name, value) pairs, unset ones left out), the compute dtype and the
-    remat policy. recipes.common.model_config builds the BertConfig or ModernBertConfig."""
-
-    family: str
-    preset: str
-    fields: tuple[tuple[str, Any], ...]
-    dtype: str
-    remat: str
-
-    def __post_init__(self):
-        unknown = sorted(name for name, _ in self.fields if name not in run_config.MODEL_FIELDS)
-        if unknown:
-            raise ValueError(f"config.model: unknown model fields {unknown} (bert_jax/config/"
-                             "run.py, MODEL_FIELDS)")
-
-    @classmethod
-    def of(cls, block: Mapping[str, Any], dtype: str, remat: str) -> ModelSpec:
-        """The spec of a config's model block (a mapping), dtype and remat."""
-        fields = tuple(sorted((name, value) for name, value in block.items()
-                              if name not in ("preset", "family") and value is not None))
-        return cls(block.get("family") or "bert", block.get("preset") or "tiny", fields, dtype,
-                   remat)
-
-    @property
-    def overrides(self) -> dict[str, Any]:
-        """The model config's fields this run sets: the fields, dtype, remat_policy and the
-        attention kernel (like dtype and remat the run's, default auto, not that of init
-        weights that may have been trained on another platform)."""
-        fields = dict(self.fields)
-        return {**fields, "dtype": self.dtype, "remat_policy": self.remat,
-                "attention": fields.get("attention") or "auto"}
-
-    @property
-    def scan_layers(self) -> Optional[bool]:
-        """config.model.scan_layers: the layer layout asked for (None: the weights' own)."""
-        return dict(self.fields).get("scan_layers")
-
-
-@dataclasses.dataclass(frozen=True)
-class InitSpec:
-    """Where the weights start: a Hugging Face folder (hf_dir) or our checkpoints folder or one
-    step of it (checkpoint), at most one; neither: random weights. with_heads keeps the heads
-    that fit."""
-
-    hf_dir: str
-    checkpoint: str
-    with_heads: bool
-
-    def __post_init__(self):
-        if self.hf_dir and self.checkpoint:
-            raise ValueError("set config.init.hf_dir or config.init.checkpoint, not both")
-
-
-@dataclasses.dataclass(frozen=True)
-class TokenizerSpec:
-    """The run's tokenizer: `path` (vocab.txt, tokenizer.json or a folder; empty: init.hf_dir's,
-    or for pre-training on a demo or text corpus one of `vocab_size` tokens trained there), and
-    `lowercase` for a vocab.txt whose casing nothing else states."""
-
-    path: str
-    lowercase: bool
-    vocab_size: int
-
-
-@dataclasses.dataclass(frozen=True)
-class PretrainDataSpec:
-    """The pre-training data block (bert_jax/config/run.py, pretrain_config, holds each key's
-    default and meaning); recipes.pretrain.data_config makes the PretrainingDataConfig of it."""
-
-    corpus: str
-    document_delimiter: str
-    data_dir: str
-    max_predictions: int
-    mask_rate: float
-    eval_mask_rate: float
-    whole_word_masking: bool
-    sentence_pairs: bool
-    num_workers: int
-    seconds_per_batch: float
-    batch_warmup_tokens: int
-    batch_warmup_start: int
-
-    def __post_init__(self):
-        for name in ("mask_rate", "eval_mask_rate"):
-            if not 0.0 < getattr(self, name) < 1.0:
-                raise ValueError(f"config.data.{name}={getattr(self, name)!r} must be in (0, 1): "
-                                 "the share of tokens masked")
-        for name in ("batch_warmup_tokens", "batch_warmup_start", "num_workers",
-                     "max_predictions"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"config.data.{name}={getattr(self, name)!r} must be >= 0")
-
-
-@dataclasses.dataclass(frozen=True)
-class FinetuneDataSpec:
-    """The fine-tuning data block (bert_jax/config/run.py, finetune_config, holds each key's
-    default and meaning), read by the task's readers in bert_jax.recipes.finetune."""
-
-    train_path: str
-    eval_path: str
-    format: str
-    encoding: str
-    tsv_quoting: bool
-    text_column: str
-    text_pair_column: str
-    label_column: str
-    label_separator: str
-    conll_tag_column: int
-    heldout_fraction: float
-    split_seed: int
-    tfds_name: str
-    tfds_train_split: str
-    tfds_eval_split: str
-    tfds_data_dir: str
-    tfds_download: bool
-    bucket_lengths: str
-    group_by_length: int
-    pack_examples: int
-    long_inputs: str
-    window_stride: int
-
-
-@dataclasses.dataclass(frozen=True)
-class SquadSpec:
-    """span_qa's windows over long contexts and how answers are read (config.squad)."""
-
-    doc_stride: int
-    max_query_len: int
-    n_best: int
-    max_answer_length: int
-    version_2: bool
-    no_answer_threshold: float
-
-
-@dataclasses.dataclass(frozen=True)
-class ContrastiveSpec:
-    """The contrastive task's loss and pooling (config.contrastive)."""
-
-    scale: float
-    symmetric: bool
-    pooling: str
-    negative_column: str
-
-
-def _spec(cls, block: Mapping[str, Any]):
-    """An instance of the spec dataclass `cls` from a config block (keys beyond cls's fields,
-    which the schema check refuses in a new run, are left out)."""
-    return cls(**{field.name: block[field.name] for field in dataclasses.fields(cls)})
-
-
 @dataclasses.dataclass(frozen=True)
 class RunSettings:
     """A run's config, typed: what every part of the run is told (read once, by `read`).
 
-    data: PretrainDataSpec for pre-training, FinetuneDataSpec for fine-tuning, which also has
-    task, epochs (the run's length when total_steps is 0), squad and contrastive (None in
-    pre-training). optimizer and loop: those of
-    total_steps, None for a run counted in epochs until `for_steps` is given the count.
+    The parts are bert_jax.config.specs's. data: PretrainDataSpec for pre-training,
+    FinetuneDataSpec for fine-tuning, which also has task, epochs (the run's length when
+    total_steps is 0), squad and contrastive (None in pre-training). optimizer and loop: those
+    of total_steps, None for a run counted in epochs until `for_steps` is given the count.
     record: the config as a plain dict, what <workdir>/config.json holds
     (bert_jax.recipes.run_record; not to be changed).
     """
 
     recipe: str
-    mesh: MeshSpec
-    model: ModelSpec
-    init: InitSpec
-    tokenizer: TokenizerSpec
+    mesh: specs.MeshSpec
+    model: specs.ModelSpec
+    init: specs.InitSpec
+    tokenizer: specs.TokenizerSpec
     data: Any
     max_seq_len: int
     batch_size: int
@@ -444,8 +264,8 @@ class RunSettings:
     record: dict
     task: Optional[str] = None
     epochs: Optional[float] = None
-    squad: Optional[SquadSpec] = None
-    contrastive: Optional[ContrastiveSpec] = None
+    squad: Optional[specs.SquadSpec] = None
+    contrastive: Optional[specs.ContrastiveSpec] = None
     optimizer: Optional[OptimizerConfig] = None
     loop: Optional[LoopConfig] = None
 
@@ -505,15 +325,16 @@ def typed(config: Config | Mapping[str, Any]) -> RunSettings:
     pretraining = recipe == "pretrain"
     finetuning = {} if pretraining else dict(
         task=values["task"], epochs=float(values["epochs"]),
-        squad=_spec(SquadSpec, values["squad"]),
-        contrastive=_spec(ContrastiveSpec, values["contrastive"]))
+        squad=specs.spec_of(specs.SquadSpec, values["squad"]),
+        contrastive=specs.spec_of(specs.ContrastiveSpec, values["contrastive"]))
     return RunSettings(
-        recipe=recipe, mesh=_spec(MeshSpec, values["mesh"]),
-        model=ModelSpec.of(values["model"], values["dtype"], values["remat"]),
-        init=_spec(InitSpec, values["init"]),
-        tokenizer=TokenizerSpec(tokenizer["path"], tokenizer["lowercase"],
-                                tokenizer.get("vocab_size", 0)),
-        data=_spec(PretrainDataSpec if pretraining else FinetuneDataSpec, values["data"]),
+        recipe=recipe, mesh=specs.spec_of(specs.MeshSpec, values["mesh"]),
+        model=specs.ModelSpec.of(values["model"], values["dtype"], values["remat"]),
+        init=specs.spec_of(specs.InitSpec, values["init"]),
+        tokenizer=specs.TokenizerSpec(tokenizer["path"], tokenizer["lowercase"],
+                                      tokenizer.get("vocab_size", 0)),
+        data=specs.spec_of(specs.PretrainDataSpec if pretraining else specs.FinetuneDataSpec,
+                           values["data"]),
         max_seq_len=values["max_seq_len"], batch_size=values["batch_size"],
         accumulation_steps=values["accumulation_steps"],
         eval_batch_size=values["eval_batch_size"], eval_batches=values.get("eval_batches", 0),
