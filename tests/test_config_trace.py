@@ -21,8 +21,9 @@ def _text_corpus(folder):
 
 
 def test_the_config_stops_at_the_settings_and_the_tokenizer_is_read_once(tmp_path, monkeypatch):
+    """Training, then evaluating the saved run as evaluate.py does."""
     from bert_jax.data.tokenizers import load
-    from bert_jax.recipes import pretrain
+    from bert_jax.recipes import pretrain, run_record
 
     loads = []
     real_load = load.load_tokenizer
@@ -43,6 +44,12 @@ def test_the_config_stops_at_the_settings_and_the_tokenizer_is_read_once(tmp_pat
     assert len(loads) == 1, loads  # one tokenizer for the checks, the model and the data
     assert (tmp_path / "run" / "config.json").is_file()
     assert (tmp_path / "run" / "metrics.jsonl").read_text().count("\n") == 2
+
+    saved = run_record.load_config(workdir)  # evaluate.py's: the run's config.json
+    exact, any_dict = trace(lambda: pretrain.evaluate(saved, workdir), saved)
+    assert exact == ["config/settings.py", "recipes/pretrain.py"]
+    assert [f for f in any_dict if f.startswith(LOWER_LAYERS)] == []
+    assert len(loads) == 2  # evaluation reads the tokenizer once
 
 
 def test_a_fine_tuning_config_stops_at_the_settings(tmp_path):
