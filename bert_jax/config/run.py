@@ -136,6 +136,9 @@ OPTIMIZER: Tree = {
 }
 
 
+LEARNING_RATE = Key(1e-4, "the peak, after the warm-up")  # BERT pre-training's
+
+
 def _base(recipe: str) -> Tree:
     """The keys every recipe reads (bert_jax.recipes.common)."""
     return {
@@ -162,7 +165,7 @@ def _base(recipe: str) -> Tree:
         "batch_size": Key(32, "global, over all devices and processes"),
         "eval_batch_size": Key(64, "rows per held-out batch, over all devices"),
         "total_steps": Key(0, "optimizer steps"),
-        "learning_rate": Key(1e-4, "the peak, after the warm-up"),
+        "learning_rate": LEARNING_RATE,
         "warmup_fraction": Key(0.1, "of total_steps"),
         "warmup_steps": Key(0, "> 0: the warm-up in steps (an extended run keeps its warm-up)"),
         "optimizer": OPTIMIZER,

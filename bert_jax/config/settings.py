@@ -46,22 +46,27 @@ OPTIMIZERS = ("adamw", "stable_adamw", "lamb")
 DECAYS = ("linear", "cosine", "constant", "wsd", "one_cycle")
 
 
+_OPTIMIZER = {key: entry.default for key, entry in run_config.OPTIMIZER.items()}
+
+
 @dataclasses.dataclass(frozen=True)
 class OptimizerConfig:
-    """Hyper-parameters of the optimizer and its learning-rate schedule (paper defaults)."""
+    """Hyper-parameters of the optimizer and its learning-rate schedule: the run config's
+    learning_rate and optimizer block (bert_jax/config/run.py: their defaults and meanings),
+    over total_steps with warmup_steps of warm-up (defaults: BERT's 1M and 10k)."""
 
-    learning_rate: float = 1e-4
+    learning_rate: float = run_config.LEARNING_RATE.default
     total_steps: int = 1_000_000
     warmup_steps: int = 10_000
-    decay: str = "linear"  # after warm-up: linear | cosine | constant | wsd | one_cycle
-    end_learning_rate_ratio: float = 0.0  # final lr = ratio * learning_rate
-    decay_fraction: float = 0.2  # wsd: the share of total_steps spent decaying, at the end
-    name: str = "adamw"  # adamw | stable_adamw | lamb
-    b1: float = 0.9
-    b2: float = 0.999
-    eps: float = 1e-6
-    weight_decay: float = 0.01
-    clip_norm: float = 1.0  # global-norm clipping; 0 disables it
+    decay: str = _OPTIMIZER["decay"]  # DECAYS
+    end_learning_rate_ratio: float = _OPTIMIZER["end_learning_rate_ratio"]
+    decay_fraction: float = _OPTIMIZER["decay_fraction"]
+    name: str = _OPTIMIZER["name"]  # OPTIMIZERS
+    b1: float = _OPTIMIZER["b1"]
+    b2: float = _OPTIMIZER["b2"]
+    eps: float = _OPTIMIZER["eps"]
+    weight_decay: float = _OPTIMIZER["weight_decay"]
+    clip_norm: float = _OPTIMIZER["clip_norm"]
 
     def __post_init__(self):
         if self.name not in OPTIMIZERS:
