@@ -38,6 +38,10 @@ and, for predictions on new inputs (bert_jax.recipes.finetune.predict):
     prediction_records(examples, features, outputs, labels, config)
                                      one JSON-able dict per example, in order
 
+`config` is the run's settings (bert_jax.config.settings.RunSettings: the recipe reads the run
+config once and hands them on), read by attribute: config.data.<key>, config.squad.<key>,
+config.max_seq_len, ... (a ConfigDict of the schema reads the same way).
+
 Adding a kind: one module with a TaskKind subclass decorated with `@register`, and its import in
 `bert_jax/recipes/finetune/__init__.py` (see the multi-label kind).
 """
