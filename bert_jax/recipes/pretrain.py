@@ -321,8 +321,9 @@ def train_and_evaluate(config: settings.Config, workdir: str) -> loop.TrainResul
 def evaluate(config: settings.Config, workdir: str, step: int | None = None
              ) -> tuple[int, dict[str, float]]:
     """(step, held-out metrics) of a saved step (default: the newest) of a pre-training run;
-    `config` the run's (bert_jax.recipes.run_record.load_config), read once here."""
-    run = settings.typed(config)
+    `config` the run's (bert_jax.recipes.run_record.load_config), read once here, or its
+    RunSettings."""
+    run = settings.of(config)
     mesh = run.mesh.make()
     step, cfg, params = common.load_checkpoint(
         workdir, step, lambda c: make_init_fn(make_model(run, c), run), mesh)

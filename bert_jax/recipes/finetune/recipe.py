@@ -176,12 +176,13 @@ def evaluate(config, workdir: str, step: Optional[int] = None,
              output_dir: Optional[str] = None) -> tuple[int, dict[str, float]]:
     """(step, metrics) of a saved step (default: the newest), with its predictions written to
     output_dir (default <workdir>/evaluation/step_<N>/). The model and labels come from the
-    workdir, the data and tokenizer from `config` (read once here: settings.typed)."""
+    workdir, the data and tokenizer from `config` (its RunSettings, or the config, read once
+    here)."""
     saved_task = read_task_file(workdir)
     if saved_task is None:
         raise FileNotFoundError(f"{os.path.join(workdir, TASK_FILE)} not found: is {workdir} the "
                                 "workdir of a fine-tuning run?")
-    config = settings.typed(config)
+    config = settings.of(config)
     mesh = config.mesh.make()
     data = build_task_data(config, common.load_tokenizer(config), saved_task=saved_task,
                            with_train_features=False)
