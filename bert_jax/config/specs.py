@@ -1,7 +1,8 @@
-"""The parts of a run's settings, one frozen dataclass per block of the run config, each
-checking its values on construction: the mesh (MeshSpec), the model (ModelSpec), the initial
-weights (InitSpec), the tokenizer (TokenizerSpec), the data (PretrainDataSpec, FinetuneDataSpec)
-and the fine-tuning tasks' options (SquadSpec, ContrastiveSpec).
+"""The parts of a run's settings, one frozen dataclass per block of the run config: the mesh
+(MeshSpec), the model (ModelSpec), the initial weights (InitSpec), the tokenizer
+(TokenizerSpec), the data (PretrainDataSpec, FinetuneDataSpec) and the fine-tuning tasks'
+options (SquadSpec, ContrastiveSpec). Each checks on construction what the schema's check of a
+new run (bert_jax.config.run_keys.check: keys, types, ranges) leaves to it.
 
 bert_jax.config.settings.read builds them from a run's config (spec_of); their defaults and
 meanings are the schema's (bert_jax/config/run.py), so the fields here have none.
@@ -115,7 +116,8 @@ class TokenizerSpec:
 @dataclasses.dataclass(frozen=True)
 class PretrainDataSpec:
     """The pre-training data block (bert_jax/config/run.py, pretrain_config, holds each key's
-    default and meaning); recipes.pretrain.data_config makes the PretrainingDataConfig of it."""
+    default and meaning; run_keys.check its ranges); recipes.pretrain.data_config makes the
+    PretrainingDataConfig of it, which checks the values the batches depend on."""
 
     corpus: str
     document_delimiter: str
@@ -129,16 +131,6 @@ class PretrainDataSpec:
     seconds_per_batch: float
     batch_warmup_tokens: int
     batch_warmup_start: int
-
-    def __post_init__(self):
-        for name in ("mask_rate", "eval_mask_rate"):
-            if not 0.0 < getattr(self, name) < 1.0:
-                raise ValueError(f"config.data.{name}={getattr(self, name)!r} must be in (0, 1): "
-                                 "the share of tokens masked")
-        for name in ("batch_warmup_tokens", "batch_warmup_start", "num_workers",
-                     "max_predictions"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"config.data.{name}={getattr(self, name)!r} must be >= 0")
 
 
 @dataclasses.dataclass(frozen=True)
