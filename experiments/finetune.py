@@ -15,6 +15,7 @@ what), 143 after SIGTERM and 130 after Ctrl-C (state saved). The recipe:
 bert_jax.recipes.finetune.
 """
 
+import dataclasses
 import json
 
 from absl import app, flags
@@ -45,11 +46,10 @@ def main(argv):
     cli.start(argv)
 
     def evaluate():
-        if FLAGS.config is not None:
-            settings.check_config(FLAGS.config, "finetune")
-        config = FLAGS.config or run_record.load_config(FLAGS.workdir)
-        settings.fit_mesh_to_devices(config)
-        return finetune.evaluate(config, FLAGS.workdir, FLAGS.step)
+        run = (settings.read(FLAGS.config, "finetune") if FLAGS.config is not None
+               else settings.typed(run_record.load_config(FLAGS.workdir)))
+        run = dataclasses.replace(run, mesh=run.mesh.fitted())
+        return finetune.evaluate(run, FLAGS.workdir, FLAGS.step)
 
     with cli.interrupts_stop("finetune.py"):
         step, metrics = cli.run_or_exit("finetune.py", evaluate)

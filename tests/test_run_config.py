@@ -81,3 +81,19 @@ def test_modernbert_hyper_parameters_are_set_from_the_run_config():
     config.model.local_attention = 16
     with pytest.raises(ValueError, match="local_attention"):
         common.model_config(config, vocab_size=1024)
+
+
+def test_every_key_has_its_meaning_beside_its_default():
+    """The schema is data: each key's default and meaning together (run.Key), --help's text."""
+    from bert_jax.config import run_keys
+    for recipe, config in (("pretrain", run_config.pretrain_config()),
+                           ("finetune", run_config.finetune_config("span_qa"))):
+        meanings = run_config.meanings(recipe)
+        assert set(run_keys.flat(config)) == set(meanings)
+        assert all(meanings.values())
+    finetune = run_config.meanings("finetune")
+    assert finetune["total_steps"] == "optimizer steps; 0: from epochs"  # the recipe's own
+    assert run_config.meanings("pretrain")["tokenizer.path"].endswith(  # longer than a line
+        "one trained on the corpus on first use, under the data dir)")
+    assert "  model.preset = 'tiny'  # tiny | mini | small | medium | base | large" in "\n".join(
+        run_keys.help_lines("pretrain"))

@@ -5,11 +5,9 @@
     run_config_keys.help_lines("finetune", given)   # --help's lines, one per key
     run_config_keys.check(config)              # ConfigError for a key or value outside the schema
 
-The schema is bert_jax/config/run.py, written once: its defaults are read by building its configs,
-and a key's meaning is the comment on (or just above) the line that sets it there, read from that
-file's source (`describe`), so no second list of keys or meanings exists to fall out of step.
-Importing this module imports no ml_collections (bert_jax.config.run loads it where a config is
-built).
+The schema is bert_jax/config/run.py, written once as data: each key's default and meaning
+side by side, so no second list of keys or meanings exists to fall out of step. Importing this
+module imports no ml_collections (bert_jax.config.run loads it where a config is built).
 """
 
 from __future__ import annotations
@@ -18,17 +16,6 @@ import math
 from typing import Any, Mapping
 
 from bert_jax.config import run as run_config
-
-# Where each recipe's keys are defined in bert_jax/config/run.py, most specific first: a key's
-# meaning is the first comment found along this chain (finetune_config's total_steps says
-# "0: from epochs").
-_DEFINED_IN = {
-    "pretrain": ("pretrain_config", "base_config", "LOOP_DEFAULTS", "optimizer_block",
-                 "model_block", "MODEL_FIELDS"),
-    "finetune": ("finetune_config", "base_config", "LOOP_DEFAULTS", "optimizer_block",
-                 "model_block", "MODEL_FIELDS"),
-}
-_PREFIXES = {"model_block": "model", "MODEL_FIELDS": "model", "optimizer_block": "optimizer"}
 
 
 def value_at(config: Any, *keys: str) -> Any:
@@ -74,87 +61,9 @@ def flat(config: Any) -> dict[str, Any]:
 
 
 def describe(recipe: str) -> dict[str, str]:
-    """{dotted key: its comment in bert_jax/config/run.py} for the keys of `recipe` (pretrain |
-    finetune)."""
-    import ast
-    import io
-    import tokenize
-    with open(run_config.__file__, encoding="utf-8") as f:
-        source = f.read()
-    comments: dict[int, tuple[str, bool]] = {}  # line -> (text, the line is only a comment)
-    for token in tokenize.generate_tokens(io.StringIO(source).readline):
-        if token.type == tokenize.COMMENT:
-            comments[token.start[0]] = (token.string.lstrip("#").strip(),
-                                        token.line.strip().startswith("#"))
-
-    def comment_for(line: int) -> str:
-        if line in comments and not comments[line][1]:
-            return comments[line][0]
-        above, n = [], line - 1
-        while n in comments and comments[n][1]:
-            above.insert(0, comments[n][0])
-            n -= 1
-        return " ".join(above)
-
-    found: dict[str, dict[str, str]] = {}
-    for node in ast.parse(source).body:
-        if isinstance(node, ast.FunctionDef):
-            found[node.name] = _definitions(node.body, _PREFIXES.get(node.name, ""), comment_for)
-        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
-            target = node.targets[0] if isinstance(node, ast.Assign) else node.target
-            if isinstance(target, ast.Name):
-                found[target.id] = _keys_in(node.value, _PREFIXES.get(target.id, ""),
-                                            comment_for)
-    out: dict[str, str] = {}
-    for place in reversed(_DEFINED_IN[recipe]):  # the most specific place wins
-        out.update({key: text for key, text in found.get(place, {}).items() if text})
-    return out
-
-
-def _definitions(body: list, prefix: str, comment_for) -> dict[str, str]:
-    """Keys set by a schema function's statements: config.<key> = ..., block = dict(...),
-    return ConfigDict({...})."""
-    import ast
-    out: dict[str, str] = {}
-    for statement in body:
-        for node in ast.walk(statement):
-            if isinstance(node, ast.Assign) and len(node.targets) == 1:
-                path = _attribute_path(node.targets[0])
-                if path is not None and path[0] == "config" and len(path) > 1:
-                    key = ".".join(path[1:])
-                    out[key] = comment_for(node.lineno)
-                    out.update(_keys_in(node.value, key, comment_for))
-                elif isinstance(node.targets[0], ast.Name):
-                    out.update(_keys_in(node.value, prefix, comment_for))
-            elif isinstance(node, ast.Return) and node.value is not None:
-                out.update(_keys_in(node.value, prefix, comment_for))
-    return out
-
-
-def _attribute_path(node) -> list[str] | None:
-    import ast
-    names = []
-    while isinstance(node, ast.Attribute):
-        names.insert(0, node.attr)
-        node = node.value
-    return [node.id, *names] if isinstance(node, ast.Name) else None
-
-
-def _keys_in(value, prefix: str, comment_for) -> dict[str, str]:
-    """Keys of the dict(...) calls and {...} literals in `value`, under `prefix`."""
-    import ast
-    out: dict[str, str] = {}
-    join = (lambda key: f"{prefix}.{key}") if prefix else (lambda key: key)
-    for node in ast.walk(value):
-        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "dict":
-            for keyword in node.keywords:
-                if keyword.arg is not None:
-                    out[join(keyword.arg)] = comment_for(keyword.value.lineno)
-        elif isinstance(node, ast.Dict):
-            for key in node.keys:
-                if isinstance(key, ast.Constant) and isinstance(key.value, str):
-                    out[join(key.value)] = comment_for(key.lineno)
-    return out
+    """{dotted key: its meaning} for the keys of `recipe` (pretrain | finetune): the schema's
+    (bert_jax.config.run.meanings)."""
+    return run_config.meanings(recipe)
 
 
 def help_lines(recipe: str, given: Any = None) -> list[str]:

@@ -1,23 +1,32 @@
-"""What a run is told, typed and checked: the optimizer's and the loop's settings
-(OptimizerConfig, LoopConfig) with the choices they check (DROPOUT_RNGS, fsdp CHOICES), and the
-one reader of a run's ConfigDict into them (make_mesh, optimizer_config, loop_config, check_run).
+"""What a run is told, typed and checked: a run's ConfigDict read once, at the recipe's entry,
+into frozen dataclasses whose construction checks their values.
 
-train/ takes OptimizerConfig and LoopConfig from here and never reads a ConfigDict; the
-recipes call the readers (check_config, check_run before anything of a run is written).
+    run = settings.read(config, "pretrain")   # the schema check, then RunSettings
+    mesh = run.mesh.make()                    # MeshSpec (bert_jax.config.specs)
+    run.model, run.init, run.tokenizer        # ModelSpec, InitSpec, TokenizerSpec
+    run.optimizer, run.loop                   # OptimizerConfig, LoopConfig (of total_steps)
+    run.data                                  # PretrainDataSpec | FinetuneDataSpec
+    run.record                                # the plain dict that config.json holds
+
+A run counted in epochs gets its optimizer and loop settings from run.for_steps(total) once the
+data is read. train/ takes OptimizerConfig and LoopConfig from here (with the choices they
+check: DROPOUT_RNGS, fsdp CHOICES) and never reads a ConfigDict; nor do data/, model/ and
+convert/. The schema (defaults and meanings) is bert_jax/config/run.py.
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import math
 from typing import Any, Mapping, Optional
 
 import jax
-from absl import logging
 from jax.sharding import Mesh
 
 from bert_jax.config import run as run_config
 from bert_jax.config import run_keys as run_config_keys
+from bert_jax.config import specs
 from bert_jax.config.bert import BertConfig
 from bert_jax.runtime import sharding
 
@@ -37,22 +46,27 @@ OPTIMIZERS = ("adamw", "stable_adamw", "lamb")
 DECAYS = ("linear", "cosine", "constant", "wsd", "one_cycle")
 
 
+_OPTIMIZER = {key: entry.default for key, entry in run_config.OPTIMIZER.items()}
+
+
 @dataclasses.dataclass(frozen=True)
 class OptimizerConfig:
-    """Hyper-parameters of the optimizer and its learning-rate schedule (paper defaults)."""
+    """Hyper-parameters of the optimizer and its learning-rate schedule: the run config's
+    learning_rate and optimizer block (bert_jax/config/run.py: their defaults and meanings),
+    over total_steps with warmup_steps of warm-up (defaults: BERT's 1M and 10k)."""
 
-    learning_rate: float = 1e-4
+    learning_rate: float = run_config.LEARNING_RATE.default
     total_steps: int = 1_000_000
     warmup_steps: int = 10_000
-    decay: str = "linear"  # after warm-up: linear | cosine | constant | wsd | one_cycle
-    end_learning_rate_ratio: float = 0.0  # final lr = ratio * learning_rate
-    decay_fraction: float = 0.2  # wsd: the share of total_steps spent decaying, at the end
-    name: str = "adamw"  # adamw | stable_adamw | lamb
-    b1: float = 0.9
-    b2: float = 0.999
-    eps: float = 1e-6
-    weight_decay: float = 0.01
-    clip_norm: float = 1.0  # global-norm clipping; 0 disables it
+    decay: str = _OPTIMIZER["decay"]  # DECAYS
+    end_learning_rate_ratio: float = _OPTIMIZER["end_learning_rate_ratio"]
+    decay_fraction: float = _OPTIMIZER["decay_fraction"]
+    name: str = _OPTIMIZER["name"]  # OPTIMIZERS
+    b1: float = _OPTIMIZER["b1"]
+    b2: float = _OPTIMIZER["b2"]
+    eps: float = _OPTIMIZER["eps"]
+    weight_decay: float = _OPTIMIZER["weight_decay"]
+    clip_norm: float = _OPTIMIZER["clip_norm"]
 
     def __post_init__(self):
         if self.name not in OPTIMIZERS:
@@ -168,20 +182,16 @@ def check_batch_size(global_batch_size: int, mesh: Mesh, accumulation_steps: int
 
 
 def make_mesh(config: Config):
-    return sharding.make_mesh(config.mesh.data, config.mesh.fsdp, config.mesh.tensor)
+    """The device mesh of config.mesh (bert_jax.runtime.sharding.make_mesh)."""
+    return specs.MeshSpec(config.mesh.data, config.mesh.fsdp, config.mesh.tensor).make()
 
 
 def fit_mesh_to_devices(config: Config) -> None:
-    """Keep config.mesh if it fits the devices here, else use all of them data-parallel.
-
-    For evaluating a saved run elsewhere: checkpoints restore onto any mesh, and held-out
-    figures do not depend on the layout.
-    """
-    try:
-        sharding.mesh_shape(config.mesh.data, config.mesh.fsdp, config.mesh.tensor)
-    except ValueError as e:
-        logging.warning("%s; evaluating on mesh (%d, 1, 1) instead", e, jax.device_count())
-        config.mesh.data, config.mesh.fsdp, config.mesh.tensor = -1, 1, 1
+    """Keep config.mesh if it fits the devices here, else use all of them data-parallel
+    (specs.MeshSpec.fitted, written back into config.mesh)."""
+    fitted = specs.MeshSpec(config.mesh.data, config.mesh.fsdp, config.mesh.tensor).fitted()
+    config.mesh.data, config.mesh.fsdp, config.mesh.tensor = (fitted.data, fitted.fsdp,
+                                                               fitted.tensor)
 
 
 def check_config(config: Config, recipe: str) -> None:
@@ -196,6 +206,8 @@ def check_config(config: Config, recipe: str) -> None:
 
 
 def check_lengths(config: Config, cfg: BertConfig) -> None:
+    """ValueError unless the model takes rows of config.max_seq_len tokens (`config` a
+    ConfigDict or RunSettings)."""
     if config.max_seq_len > cfg.max_sequence_length:  # RoBERTa: max_position_embeddings - 2
         offset = getattr(cfg, "position_offset", 0)
         raise ValueError(f"config.max_seq_len={config.max_seq_len} exceeds the model's "
@@ -203,36 +215,139 @@ def check_lengths(config: Config, cfg: BertConfig) -> None:
                          + (f" less position_offset={offset}" if offset else ""))
 
 
-def optimizer_config(config: Config, total_steps: int) -> OptimizerConfig:
-    """config.optimizer with the learning rate and a warm-up of warmup_fraction x total_steps
-    (or config.warmup_steps when > 0)."""
-    if not 0.0 <= config.warmup_fraction <= 1.0:
-        raise ValueError(f"config.warmup_fraction={config.warmup_fraction} must be in [0, 1]")
+def optimizer_config(config: Mapping[str, Any], total_steps: int) -> OptimizerConfig:
+    """config["optimizer"] with the learning rate and a warm-up of warmup_fraction x total_steps
+    (or config["warmup_steps"] when > 0); `config` a ConfigDict or its plain dict."""
+    fraction = config["warmup_fraction"]
+    if not 0.0 <= fraction <= 1.0:
+        raise ValueError(f"config.warmup_fraction={fraction} must be in [0, 1]")
+    options = config["optimizer"]
     return OptimizerConfig(
-        learning_rate=config.learning_rate, total_steps=total_steps,
+        learning_rate=config["learning_rate"], total_steps=total_steps,
         warmup_steps=warmup_steps(config, total_steps),
-        **config.optimizer.to_dict())
+        **{key: options[key] for key in options.keys()})
 
 
-def loop_config(config: Config, total_steps: int) -> LoopConfig:
-    """The loop settings of `config` (checked: counts in range, a known nonfinite policy)."""
-    return LoopConfig(total_steps=total_steps, global_batch_size=config.batch_size,
-                           **{key: config[key] for key in run_config.LOOP_DEFAULTS})
+def loop_config(config: Mapping[str, Any], total_steps: int) -> LoopConfig:
+    """The loop settings of `config` (a ConfigDict or its plain dict; checked: counts in range,
+    a known nonfinite policy)."""
+    return LoopConfig(total_steps=total_steps, global_batch_size=config["batch_size"],
+                      **{key: config[key] for key in run_config.LOOP_DEFAULTS})
 
 
 def check_run(config: Config, mesh, total_steps: int, cfg: BertConfig) -> None:
-    """Every check that needs no write: batch sizes on the mesh, optimizer and loop settings,
-    the model's lengths. Recipes call it before anything in the workdir is written."""
-    check_batch_size(config.batch_size, mesh, config.accumulation_steps)
-    check_batch_size(config.eval_batch_size, mesh, key="eval_batch_size")
-    optimizer_config(config, total_steps)
-    loop_config(config, total_steps)
-    check_lengths(config, cfg)
-    if config.optimizer.name == "lamb" and cfg.scan_layers:
-        raise ValueError("optimizer.name=lamb with model.scan_layers=True: LAMB's trust ratio is "
-                         "taken per parameter array, and scanned layers stack every layer into "
-                         "one array; train LAMB with scan_layers=False")
-    if config.optimizer.name == "stable_adamw" and cfg.scan_layers:
-        raise ValueError("optimizer.name=stable_adamw with model.scan_layers=True: its update "
-                         "clipping is taken per parameter array, and scanned layers stack every "
-                         "layer into one array; train it with scan_layers=False")
+    """Every check that needs no write (RunSettings.check_fits after the optimizer and loop
+    settings of total_steps), for a caller holding a ConfigDict."""
+    typed(config).for_steps(total_steps).check_fits(mesh, cfg)
+
+
+@dataclasses.dataclass(frozen=True)
+class RunSettings:
+    """A run's config, typed: what every part of the run is told (read once, by `read`).
+
+    The parts are bert_jax.config.specs's. data: PretrainDataSpec for pre-training,
+    FinetuneDataSpec for fine-tuning, which also has task, epochs (the run's length when
+    total_steps is 0), squad and contrastive (None in pre-training). optimizer and loop: those
+    of total_steps, None for a run counted in epochs until `for_steps` is given the count.
+    record: the config as a plain dict, what <workdir>/config.json holds
+    (bert_jax.recipes.run_record; not to be changed).
+    """
+
+    recipe: str
+    mesh: specs.MeshSpec
+    model: specs.ModelSpec
+    init: specs.InitSpec
+    tokenizer: specs.TokenizerSpec
+    data: Any
+    max_seq_len: int
+    batch_size: int
+    accumulation_steps: int
+    eval_batch_size: int
+    eval_batches: int
+    total_steps: int
+    seed: int
+    record: dict
+    task: Optional[str] = None
+    epochs: Optional[float] = None
+    squad: Optional[specs.SquadSpec] = None
+    contrastive: Optional[specs.ContrastiveSpec] = None
+    optimizer: Optional[OptimizerConfig] = None
+    loop: Optional[LoopConfig] = None
+
+    def __post_init__(self):
+        if self.max_seq_len < 1:
+            raise ValueError(f"config.max_seq_len={self.max_seq_len} must be positive")
+
+    def for_steps(self, total_steps: int) -> RunSettings:
+        """These settings with the optimizer and loop settings of `total_steps` (checked)."""
+        values = run_config.complete(self.record)
+        return dataclasses.replace(self, total_steps=total_steps,
+                                   optimizer=optimizer_config(values, total_steps),
+                                   loop=loop_config(values, total_steps))
+
+    def check_fits(self, mesh: Mesh, cfg: BertConfig) -> None:
+        """Every check that needs no write, once the optimizer and loop settings are known
+        (`for_steps`): the batch sizes on `mesh`, the model's lengths, an optimizer that works
+        per parameter array on unscanned layers. Recipes call it before anything in the workdir
+        is written."""
+        if self.loop is None or self.optimizer is None:
+            raise ValueError("RunSettings.check_fits needs the run's step count: for_steps first")
+        check_batch_size(self.batch_size, mesh, self.accumulation_steps)
+        check_batch_size(self.eval_batch_size, mesh, key="eval_batch_size")
+        check_lengths(self, cfg)
+        if self.optimizer.name == "lamb" and cfg.scan_layers:
+            raise ValueError("optimizer.name=lamb with model.scan_layers=True: LAMB's trust "
+                             "ratio is taken per parameter array, and scanned layers stack "
+                             "every layer into one array; train LAMB with scan_layers=False")
+        if self.optimizer.name == "stable_adamw" and cfg.scan_layers:
+            raise ValueError("optimizer.name=stable_adamw with model.scan_layers=True: its "
+                             "update clipping is taken per parameter array, and scanned layers "
+                             "stack every layer into one array; train it with "
+                             "scan_layers=False")
+
+
+def read(config: Config, recipe: str) -> RunSettings:
+    """The settings of a new run of `recipe` (pretrain | finetune): its config checked against
+    the schema (`check_config`), then read into RunSettings, whose parts check their values;
+    a run with a step count (every pre-training run) gets its optimizer and loop settings.
+    The recipes call it first, once, before anything of the run is written."""
+    record = run_config.plain(config.to_dict() if hasattr(config, "to_dict") else dict(config))
+    check_config(record, recipe)
+    run = typed(record)
+    if recipe == "pretrain" or run.total_steps:
+        run = run.for_steps(run.total_steps)
+    return run
+
+
+def typed(config: Config | Mapping[str, Any]) -> RunSettings:
+    """RunSettings of a config (a ConfigDict, or a saved config.json's dict: keys it lacks read
+    as the schema's defaults), without the schema check of a new run or the step count."""
+    tree = config.to_dict() if hasattr(config, "to_dict") else copy.deepcopy(dict(config))
+    record = run_config.plain(tree)
+    values = run_config.complete(record)
+    recipe = values.get("recipe", "pretrain")
+    tokenizer = values["tokenizer"]
+    pretraining = recipe == "pretrain"
+    finetuning = {} if pretraining else dict(
+        task=values["task"], epochs=float(values["epochs"]),
+        squad=specs.spec_of(specs.SquadSpec, values["squad"]),
+        contrastive=specs.spec_of(specs.ContrastiveSpec, values["contrastive"]))
+    return RunSettings(
+        recipe=recipe, mesh=specs.spec_of(specs.MeshSpec, values["mesh"]),
+        model=specs.ModelSpec.of(values["model"], values["dtype"], values["remat"]),
+        init=specs.spec_of(specs.InitSpec, values["init"]),
+        tokenizer=specs.TokenizerSpec(tokenizer["path"], tokenizer["lowercase"],
+                                      tokenizer.get("vocab_size", 0)),
+        data=specs.spec_of(specs.PretrainDataSpec if pretraining else specs.FinetuneDataSpec,
+                           values["data"]),
+        max_seq_len=values["max_seq_len"], batch_size=values["batch_size"],
+        accumulation_steps=values["accumulation_steps"],
+        eval_batch_size=values["eval_batch_size"], eval_batches=values.get("eval_batches", 0),
+        total_steps=int(values["total_steps"] or 0), seed=values["seed"], record=record,
+        **finetuning)
+
+
+def of(run: RunSettings | Config) -> RunSettings:
+    """`run` if it is RunSettings, else the `typed` settings of the config it is: the recipes'
+    helpers take either, so callers holding a config need not read it first."""
+    return run if isinstance(run, RunSettings) else typed(run)

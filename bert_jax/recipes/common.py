@@ -1,10 +1,11 @@
-"""What every recipe builds the same way from its config: model config, initial weights,
+"""What every recipe builds the same way from its settings: model config, initial weights,
 tokenizer, the train program and loop, and a checkpoint's parameters placed on the mesh. (The
-mesh, the optimizer and loop settings and the config checks: bert_jax.config.settings. A saved
-run's tokenizer, whatever its recipe: bert_jax.tools.saved_runs.)
+settings, read from the config once and checked: bert_jax.config.settings. A saved run's
+tokenizer, whatever its recipe: bert_jax.tools.saved_runs.)
 
-The config keys read here mean the same in every recipe; bert_jax/config/run.py is their schema
-(each key once, with its default and its meaning).
+Each function takes the run's RunSettings (`run`); a caller holding a ConfigDict may pass it
+instead (it is read with settings.of). The keys mean the same in every recipe;
+bert_jax/config/run.py is their schema (each key once, with its default and its meaning).
 """
 
 from __future__ import annotations
@@ -14,8 +15,9 @@ from typing import Any, Callable, Optional
 import jax
 from absl import logging
 
+from bert_jax.config import settings
 from bert_jax.config.bert import BertConfig
-from bert_jax.config.settings import Config, loop_config, optimizer_config
+from bert_jax.config.settings import Config, RunSettings
 from bert_jax.model import families
 from bert_jax.runtime import sharding
 from bert_jax.train import loop, optimizer, program
@@ -23,33 +25,23 @@ from bert_jax.train.checkpoint import params as params_loading
 from bert_jax.train.checkpoint import store as checkpointing
 
 
-def _model_overrides(config: Config) -> dict[str, Any]:
-    """The non-None fields of config.model (its preset aside), with dtype and remat, and the
-    attention kernel: like dtype and remat it is the run's (model.attention, default auto), not
-    that of the init weights, which may have been trained on another platform."""
-    fields = {k: v for k, v in config.model.to_dict().items()
-              if k not in ("preset", "family") and v is not None}
-    return {**fields, "dtype": config.dtype, "remat_policy": config.remat,
-            "attention": config.model.get("attention") or "auto"}
-
-
-def model_config(config: Config, vocab_size: int, base: Optional[BertConfig] = None
+def model_config(run: RunSettings | Config, vocab_size: int, base: Optional[BertConfig] = None
                  ) -> BertConfig:
     """The run's model config (BertConfig or ModernBertConfig: bert_jax.model.families).
 
-    Without init weights (`base` None): config.model.preset of config.model.family with the
-    overrides, vocab_size defaulting to the tokenizer's. With init weights: their config
-    (`base`, whose family wins over config.model.family); an override of a
-    shape field must agree with it, the others (dropout, initialisation, dtype, remat,
+    Without init weights (`base` None): run.model's preset of its family with the overrides
+    (settings.ModelSpec.overrides), vocab_size defaulting to the tokenizer's. With init
+    weights: their config (`base`, whose family wins over config.model.family); an override of
+    a shape field must agree with it, the others (dropout, initialisation, dtype, remat,
     attention) apply. Either way the model must have an embedding row for every id of the
     tokenizer (`check_token_ids`): an id past the table reads no row and the loss turns NaN.
     """
-    overrides = _model_overrides(config)
+    spec = settings.of(run).model
+    overrides = spec.overrides
     if base is None:
         overrides.setdefault("vocab_size", vocab_size)
         check_token_ids(vocab_size, overrides["vocab_size"], "config.model.vocab_size")
-        family = families.get(config.model.get("family") or families.BERT)
-        return family.preset(config.model.preset, **overrides)
+        return families.get(spec.family).preset(spec.preset, **overrides)
     shape_fields = families.of(base).shape_fields
     differing = [f"model.{k}={overrides[k]} (the init weights have {getattr(base, k)})"
                  for k in shape_fields if k in overrides and overrides[k] != getattr(base, k)]
@@ -74,9 +66,9 @@ def check_token_ids(tokenizer_size: int, model_vocab_size: int, what: str) -> No
                          f"least {tokenizer_size} tokens or the tokenizer it was trained with")
 
 
-def initial_weights(config: Config, workdir: Optional[str] = None
+def initial_weights(run: RunSettings | Config, workdir: Optional[str] = None
                     ) -> tuple[Optional[BertConfig], Optional[dict]]:
-    """(BertConfig, params) of config.init, or (None, None) to start from random weights.
+    """(BertConfig, params) of run.init, or (None, None) to start from random weights.
 
     init.hf_dir: a Hugging Face BERT folder; init.checkpoint: our checkpoints folder (or one
     step of it). The tree is {"bert": encoder, head: ...}; the heads are kept only with
@@ -85,9 +77,8 @@ def initial_weights(config: Config, workdir: Optional[str] = None
     A run that resumes from `workdir` needs no initial weights: then (the BertConfig of its own
     newest checkpoint, None), without reading the weights (their shape is the run's).
     """
-    init = config.init
-    if init.hf_dir and init.checkpoint:
-        raise ValueError("set config.init.hf_dir or config.init.checkpoint, not both")
+    run = settings.of(run)
+    init = run.init
     if (init.hf_dir or init.checkpoint) and workdir is not None:
         try:
             cfg = params_loading.load_model_config(checkpointing.checkpoint_dir(workdir))
@@ -106,22 +97,23 @@ def initial_weights(config: Config, workdir: Optional[str] = None
     params = params if "bert" in params else {"bert": params}
     if not init.with_heads:
         params = {"bert": params["bert"]}
-    if config.model.get("scan_layers") is not None:  # the run's layer layout, whatever the weights'
-        cfg = cfg.replace(scan_layers=config.model.scan_layers)
+    if run.model.scan_layers is not None:  # the run's layer layout, whatever the weights'
+        cfg = cfg.replace(scan_layers=run.model.scan_layers)
         params = families.to_layout(params, cfg)
     logging.info("initial weights from %s: %s", init.hf_dir or init.checkpoint, cfg)
     return cfg, params
 
 
-def load_tokenizer(config: Config):
-    """The WordPiece tokenizer of config.tokenizer.path (default: init.hf_dir's vocabulary);
+def load_tokenizer(run: RunSettings | Config):
+    """The WordPiece tokenizer of run.tokenizer.path (default: init.hf_dir's vocabulary);
     tokenizer.lowercase applies to a vocab.txt whose casing nothing else states (a folder's
     tokenizer_config.json does: `bert_jax.data.tokenizers.load.load_tokenizer`)."""
-    path = config.tokenizer.path or config.init.hf_dir
+    run = settings.of(run)
+    path = run.tokenizer.path or run.init.hf_dir
     if not path:
         raise ValueError("config.tokenizer.path is empty and there is no config.init.hf_dir to "
                          "take the vocabulary from: name a vocab.txt, tokenizer.json or folder")
-    return read_tokenizer(path, config.tokenizer.lowercase)
+    return read_tokenizer(path, run.tokenizer.lowercase)
 
 
 def read_tokenizer(path: str, lowercase: bool):
@@ -141,30 +133,38 @@ def has_checkpoint(workdir: str) -> bool:
     return directory.is_dir() and any(p.name.isdigit() for p in directory.iterdir())
 
 
-def train(config: Config, workdir: str, task: loop.Task, train_iterator, mesh,
+def for_steps(run: RunSettings | Config, total_steps: int) -> RunSettings:
+    """The settings of `run` with the optimizer and loop settings of `total_steps` (those it
+    has when its count is that already)."""
+    run = settings.of(run)
+    if run.loop is not None and run.total_steps == total_steps:
+        return run
+    return run.for_steps(total_steps)
+
+
+def train(run: RunSettings | Config, workdir: str, task: loop.Task, train_iterator, mesh,
           total_steps: int, evaluate=None) -> loop.TrainResult:
-    """loop.train with the optimizer and loop settings of `config`, once the run's inputs are
-    checked against and recorded in <workdir>/inputs.json (bert_jax.recipes.inputs)."""
+    """loop.train with the optimizer and loop settings of `run` over total_steps, once the run's
+    inputs are checked against and recorded in <workdir>/inputs.json (bert_jax.recipes.inputs)."""
     from bert_jax.recipes import inputs
-    inputs.check_and_record(config, workdir, has_checkpoint(workdir))
-    opt_config = optimizer_config(config, total_steps)
+    run = for_steps(run, total_steps)
+    inputs.check_and_record(run.record, workdir, has_checkpoint(workdir))
     logging.info("model %s: %.1fM parameters; %.3g model FLOPs per step", task.model_config,
                  task.model_config.num_params() / 1e6, task.flops_per_step)
-    return loop.train(task, optimizer.make_optimizer(opt_config), train_iterator, workdir,
-                      loop_config(config, total_steps), mesh,
-                      learning_rate_fn=optimizer.learning_rate_schedule(opt_config),
+    return loop.train(task, optimizer.make_optimizer(run.optimizer), train_iterator, workdir,
+                      run.loop, mesh,
+                      learning_rate_fn=optimizer.learning_rate_schedule(run.optimizer),
                       evaluate=evaluate)
 
 
-def train_program(config: Config, mesh, task: loop.Task, total_steps: int,
+def train_program(run: RunSettings | Config, mesh, task: loop.Task, total_steps: int,
                   abstract: bool = False) -> program.TrainProgram:
     """The fresh (or, abstract=True, traced) state and the jitted step that `train` runs for
     `task` on `mesh`: bert_jax.train.program.build with the optimizer, learning-rate schedule
-    and loop settings of `config`."""
-    opt_config = optimizer_config(config, total_steps)
-    return program.build(task, optimizer.make_optimizer(opt_config),
-                         loop_config(config, total_steps), mesh,
-                         learning_rate_fn=optimizer.learning_rate_schedule(opt_config),
+    and loop settings of `run` over total_steps."""
+    run = for_steps(run, total_steps)
+    return program.build(task, optimizer.make_optimizer(run.optimizer), run.loop, mesh,
+                         learning_rate_fn=optimizer.learning_rate_schedule(run.optimizer),
                          abstract=abstract)
 
 

@@ -107,11 +107,12 @@ def _data_config(config: Any, workdir: str):
     are (bert_jax.recipes.pretrain.data_config builds the whole of it; that module imports this
     one's caller, so the few keys are read here)."""
     from bert_jax.data.pretraining.data_config import PretrainingDataConfig
+    data, tokenizer = config["data"], config["tokenizer"]
     return PretrainingDataConfig(
-        corpus=config.data.corpus, document_delimiter=config.data.document_delimiter,
-        data_dir=config.data.data_dir or os.fspath(epath.Path(workdir) / "data"),
-        vocab_path=config.tokenizer.path, lowercase=config.tokenizer.lowercase,
-        demo_vocab_size=config.tokenizer.vocab_size)
+        corpus=data["corpus"], document_delimiter=data["document_delimiter"],
+        data_dir=data["data_dir"] or os.fspath(epath.Path(workdir) / "data"),
+        vocab_path=tokenizer["path"], lowercase=tokenizer["lowercase"],
+        demo_vocab_size=tokenizer["vocab_size"])
 
 
 def corpus_folder(config: Any, workdir: str) -> Optional[str]:

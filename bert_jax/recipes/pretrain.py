@@ -81,125 +81,144 @@ def make_loss(model: BertForPreTraining) -> steps.LossFn:
 
 # ----- data ------------------------------------------------------------------------------------
 
-def data_config(config: settings.Config, workdir: str):
+def data_config(run: settings.RunSettings | settings.Config, workdir: str):
     """The PretrainingDataConfig of a run (bert_jax.data.pretraining.pipeline)."""
     from bert_jax.data.pretraining import pipeline as pretraining
-    data_dir = config.data.data_dir or os.fspath(epath.Path(workdir) / "data")  # local or gs://
+    run = settings.of(run)
+    data, tokenizer = run.data, run.tokenizer
+    data_dir = data.data_dir or os.fspath(epath.Path(workdir) / "data")  # local or gs://
     return pretraining.PretrainingDataConfig(
-        corpus=config.data.corpus, document_delimiter=config.data.document_delimiter,
-        data_dir=data_dir,
-        vocab_path=config.tokenizer.path, lowercase=config.tokenizer.lowercase,
-        demo_vocab_size=config.tokenizer.vocab_size, seq_len=config.max_seq_len,
-        max_predictions=config.data.max_predictions, mask_rate=config.data.mask_rate,
-        whole_word_masking=config.data.whole_word_masking,
-        sentence_pairs=config.data.sentence_pairs, seed=config.seed,
-        num_workers=config.data.num_workers,
-        batch_warmup_tokens=config.data.batch_warmup_tokens,
-        batch_warmup_start=config.data.batch_warmup_start)
+        corpus=data.corpus, document_delimiter=data.document_delimiter, data_dir=data_dir,
+        vocab_path=tokenizer.path, lowercase=tokenizer.lowercase,
+        demo_vocab_size=tokenizer.vocab_size, seq_len=run.max_seq_len,
+        max_predictions=data.max_predictions, mask_rate=data.mask_rate,
+        whole_word_masking=data.whole_word_masking, sentence_pairs=data.sentence_pairs,
+        seed=run.seed, num_workers=data.num_workers,
+        batch_warmup_tokens=data.batch_warmup_tokens,
+        batch_warmup_start=data.batch_warmup_start)
 
 
-def load_tokenizer(config: settings.Config, workdir: str):
+def load_tokenizer(run: settings.RunSettings | settings.Config, workdir: str):
     """The run's WordPiece tokenizer: tokenizer.path, else the vocabulary of the demo or `text:`
     corpus under the run's data dir (`data_config`; trained there on the corpus's train split on
     first use, tokenizer.vocab_size tokens); None for the synthetic corpus (random token ids, no
     vocabulary)."""
-    if config.data.corpus == SYNTHETIC:
+    run = settings.of(run)
+    if run.data.corpus == SYNTHETIC:
         return None
     from bert_jax.data.pretraining import pipeline as pretraining
-    from bert_jax.data.tokenizers import load as tokenizer
-    path = pretraining.resolve_vocab_path(data_config(config, workdir))
-    return tokenizer.load_tokenizer(path, lowercase=config.tokenizer.lowercase)
+    path = pretraining.resolve_vocab_path(data_config(run, workdir))
+    return common.read_tokenizer(path, run.tokenizer.lowercase)
 
 
-def checked_vocab_size(config: settings.Config) -> int:
-    """The size of the run's vocabulary as far as it is known without writing anything (the
-    demo's and a text corpus's are trained on first use: the configured size), after the
-    inputs that need no preparation are checked: a `text:` glob that matches no file, a
+def checked_tokenizer(run: settings.RunSettings | settings.Config):
+    """The run's tokenizer where it is there to read without writing anything (tokenizer.path,
+    or the one a token-shard corpus was prepared with), None where there is none yet (the demo's
+    and a text corpus's vocabulary is trained on first use) or none at all (synthetic), after
+    the inputs that need no preparation are checked: a `text:` glob that matches no file, a
     tokenizer.path that is not a vocabulary, a corpus that needs a vocabulary and names none
     (ValueError or FileNotFoundError naming the config key)."""
-    corpus = config.data.corpus
+    run = settings.of(run)
+    corpus = run.data.corpus
     if corpus == SYNTHETIC:
-        return config.tokenizer.vocab_size
+        return None
     from bert_jax.data.corpora import catalog as corpora
     from bert_jax.data.pretraining import shard_source
     if corpus.startswith(shard_source.PREFIX):  # the tokenizer the shards were prepared with
         from bert_jax.data.pretraining import shard_iterator
-        if config.data.sentence_pairs:
+        if run.data.sentence_pairs:
             raise ValueError(f"data.sentence_pairs is not available for token shards ({corpus}): "
                              "they hold documents, not sentences")
-        return shard_iterator.load_shard_tokenizer(data_config(config, ""))[0].vocab_size
+        return shard_iterator.load_shard_tokenizer(data_config(run, ""))[0]
     if corpus.startswith(corpora.TEXT_PREFIX):
         corpora.matched_files(corpus[len(corpora.TEXT_PREFIX):])
-    if config.tokenizer.path:
-        return common.read_tokenizer(config.tokenizer.path, config.tokenizer.lowercase).vocab_size
+    if run.tokenizer.path:
+        return common.read_tokenizer(run.tokenizer.path, run.tokenizer.lowercase)
     if corpus == corpora.DEMO or corpus.startswith(corpora.TEXT_PREFIX):
-        return config.tokenizer.vocab_size  # trained on the corpus on first use
+        return None  # trained on the corpus on first use
     raise ValueError(f"config.tokenizer.path is empty, and data.corpus={corpus!r} needs a "
                      "vocabulary: train one with experiments/prepare_data.py "
                      f"--corpus='{corpus}' and set --config.tokenizer.path to the vocab.txt it "
                      "prints")
 
 
-def vocab_size_of(config: settings.Config, workdir: str) -> int:
+def checked_vocab_size(run: settings.RunSettings | settings.Config) -> int:
+    """The size of the run's vocabulary as far as it is known without writing anything: that of
+    `checked_tokenizer`, else the configured tokenizer.vocab_size (synthetic tokens, or a
+    vocabulary trained on first use)."""
+    run = settings.of(run)
+    tokenizer = checked_tokenizer(run)
+    return run.tokenizer.vocab_size if tokenizer is None else tokenizer.vocab_size
+
+
+def vocab_size_of(run: settings.RunSettings | settings.Config, workdir: str) -> int:
     """The tokenizer's vocabulary size; the demo vocabulary is trained here on first use."""
-    if config.data.corpus == SYNTHETIC:
-        return config.tokenizer.vocab_size
-    return load_tokenizer(config, workdir).vocab_size
+    run = settings.of(run)
+    if run.data.corpus == SYNTHETIC:
+        return run.tokenizer.vocab_size
+    return load_tokenizer(run, workdir).vocab_size
 
 
-def check_batch_warmup(config: settings.Config, mesh: Any) -> None:
+def check_batch_warmup(run: settings.RunSettings | settings.Config, mesh: Any) -> None:
     """data.batch_warmup_*: a token-shard corpus, and a start that splits over the processes,
     the data-parallel devices and the micro-batches (then so does every warm-up size, all
     multiples of it: bert_jax.data.pretraining.batch_schedule) and is below batch_size."""
-    start, tokens = config.data.batch_warmup_start, config.data.batch_warmup_tokens
+    run = settings.of(run)
+    start, tokens = run.data.batch_warmup_start, run.data.batch_warmup_tokens
     if not (start and tokens):
         return
-    if not config.data.corpus.startswith("shards:"):
+    if not run.data.corpus.startswith("shards:"):
         raise ValueError(f"data.batch_warmup_tokens needs a token-shard corpus (shards:DIR, "
-                         f"experiments/prepare_shards.py); corpus {config.data.corpus!r} is not")
-    settings.check_batch_size(start, mesh, config.accumulation_steps,
+                         f"experiments/prepare_shards.py); corpus {run.data.corpus!r} is not")
+    settings.check_batch_size(start, mesh, run.accumulation_steps,
                               key="data.batch_warmup_start")
-    if start >= config.batch_size:
+    if start >= run.batch_size:
         raise ValueError(f"data.batch_warmup_start={start} must be below batch_size="
-                         f"{config.batch_size} (the warm-up rises from it to the batch size)")
+                         f"{run.batch_size} (the warm-up rises from it to the batch size)")
 
 
-def make_data(config: settings.Config, workdir: str, vocab_size: int
-              ) -> tuple[Iterator, Callable[[], Iterator]]:
-    """(train iterator, make_eval_iterator): host-local batches of this process's rows."""
+def make_data(run: settings.RunSettings | settings.Config, workdir: str, vocab_size: int,
+              tokenizer: Any = None) -> tuple[Iterator, Callable[[], Iterator]]:
+    """(train iterator, make_eval_iterator): host-local batches of this process's rows, made
+    with `tokenizer` (the run's, `load_tokenizer`; None: loaded by the pipeline)."""
+    run = settings.of(run)
     process_index, process_count = jax.process_index(), jax.process_count()
-    if config.data.corpus == SYNTHETIC:
+    if run.data.corpus == SYNTHETIC:
         from bert_jax.data.pretraining.synthetic import RandomTokenBatches
-        shape = dict(seq_len=config.max_seq_len, max_predictions=config.data.max_predictions,
+        shape = dict(seq_len=run.max_seq_len, max_predictions=run.data.max_predictions,
                      vocab_size=vocab_size, process_index=process_index,
-                     sentence_pairs=config.data.sentence_pairs)
-        train = RandomTokenBatches(config.batch_size // process_count, seed=config.seed,
-                                   seconds_per_batch=config.data.seconds_per_batch, **shape)
+                     sentence_pairs=run.data.sentence_pairs)
+        train = RandomTokenBatches(run.batch_size // process_count, seed=run.seed,
+                                   seconds_per_batch=run.data.seconds_per_batch, **shape)
         return train, lambda: RandomTokenBatches(
-            config.eval_batch_size // process_count, seed=config.seed + 1_000_003,
-            num_batches=config.eval_batches or 4, **shape)
+            run.eval_batch_size // process_count, seed=run.seed + 1_000_003,
+            num_batches=run.eval_batches or 4, **shape)
     from bert_jax.data.pretraining import pipeline as pretraining
-    data = data_config(config, workdir)
-    train = pretraining.make_iterator(data, split="train", global_batch_size=config.batch_size,
+    data = data_config(run, workdir)
+    train = pretraining.make_iterator(data, split="train", global_batch_size=run.batch_size,
                                       process_index=process_index, process_count=process_count,
-                                      num_epochs=None)
-    eval_data = dataclasses.replace(data, mask_rate=config.data.eval_mask_rate)
+                                      num_epochs=None, tokenizer=tokenizer)
+    eval_data = dataclasses.replace(data, mask_rate=run.data.eval_mask_rate)
     return train, lambda: pretraining.make_iterator(
-        eval_data, split="validation", global_batch_size=config.eval_batch_size,
-        process_index=process_index, process_count=process_count, num_epochs=1)
+        eval_data, split="validation", global_batch_size=run.eval_batch_size,
+        process_index=process_index, process_count=process_count, num_epochs=1,
+        tokenizer=tokenizer)
 
 
 # ----- the task --------------------------------------------------------------------------------
 
-def make_model(config: settings.Config, cfg: BertConfig) -> BertForPreTraining:
+def make_model(run: settings.RunSettings | settings.Config, cfg: BertConfig
+               ) -> BertForPreTraining:
     """The masked-LM model of cfg's family (BertForPreTraining, ModernBertForMaskedLM), with
     the NSP head when the run trains on sentence pairs (BERT only)."""
-    return families.of(cfg).masked_lm(cfg, with_nsp=bool(config.data.sentence_pairs))
+    return families.of(cfg).masked_lm(cfg, with_nsp=bool(settings.of(run).data.sentence_pairs))
 
 
-def make_init_fn(model: BertForPreTraining, config: settings.Config) -> Callable[[jax.Array], Any]:
+def make_init_fn(model: BertForPreTraining, run: settings.RunSettings | settings.Config
+                 ) -> Callable[[jax.Array], Any]:
     """rng -> boxed params of the model, traced on one row of the run's shapes."""
-    seq_len, max_predictions = config.max_seq_len, config.data.max_predictions
+    run = settings.of(run)
+    seq_len, max_predictions = run.max_seq_len, run.data.max_predictions
 
     def init_fn(rng):
         ids = jnp.zeros((1, seq_len), jnp.int32)
@@ -210,16 +229,19 @@ def make_init_fn(model: BertForPreTraining, config: settings.Config) -> Callable
     return init_fn
 
 
-def make_task(config: settings.Config, cfg: BertConfig, initial_params: Any = None) -> loop.Task:
-    settings.check_lengths(config, cfg)
-    model = make_model(config, cfg)
-    with_nsp = bool(config.data.sentence_pairs)
+def make_task(run: settings.RunSettings | settings.Config, cfg: BertConfig,
+              initial_params: Any = None) -> loop.Task:
+    """The pre-training Task of model config `cfg` (its rows must fit: settings.check_lengths)."""
+    run = settings.of(run)
+    settings.check_lengths(run, cfg)
+    model = make_model(run, cfg)
+    with_nsp = bool(run.data.sentence_pairs)
     return loop.Task(
-        model_config=cfg, init_fn=make_init_fn(model, config), loss_fn=make_loss(model),
+        model_config=cfg, init_fn=make_init_fn(model, run), loss_fn=make_loss(model),
         initial_params=initial_params,
         flops_per_step=flops.pretraining_flops_per_step(
-            cfg, config.batch_size, config.max_seq_len, config.data.max_predictions, with_nsp),
-        tokens_per_step=config.batch_size * config.max_seq_len,
+            cfg, run.batch_size, run.max_seq_len, run.data.max_predictions, with_nsp),
+        tokens_per_step=run.batch_size * run.max_seq_len,
         checkpoint_metadata={"recipe": "pretrain", "with_nsp": with_nsp})
 
 
@@ -248,54 +270,67 @@ class Pieces:
 
 def pieces(config: settings.Config, workdir: str) -> Pieces:
     """The pieces of a run, checked and assembled as train_and_evaluate assembles them, without
-    taking the workdir's lock, recording the config or training."""
-    mesh = settings.make_mesh(config)
-    init_cfg, initial_params = common.initial_weights(config)
-    vocab_size = vocab_size_of(config, workdir)
-    cfg = common.model_config(config, vocab_size, init_cfg)
-    settings.check_run(config, mesh, config.total_steps, cfg)
-    check_batch_warmup(config, mesh)
-    train_iterator, make_eval_iterator = make_data(config, workdir, vocab_size)
-    opt_config = settings.optimizer_config(config, config.total_steps)
-    return Pieces(make_task(config, cfg, initial_params), optimizer_lib.make_optimizer(opt_config),
-                  optimizer_lib.learning_rate_schedule(opt_config),
-                  settings.loop_config(config, config.total_steps), train_iterator,
-                  make_eval_iterator, mesh)
+    taking the workdir's lock, recording the config or training (nor checking the config
+    against the schema: settings.typed)."""
+    run = settings.typed(config)
+    run = run.for_steps(run.total_steps)
+    mesh = run.mesh.make()
+    init_cfg, initial_params = common.initial_weights(run)
+    tokenizer = load_tokenizer(run, workdir)
+    vocab_size = run.tokenizer.vocab_size if tokenizer is None else tokenizer.vocab_size
+    cfg = common.model_config(run, vocab_size, init_cfg)
+    run.check_fits(mesh, cfg)
+    check_batch_warmup(run, mesh)
+    train_iterator, make_eval_iterator = make_data(run, workdir, vocab_size, tokenizer)
+    return Pieces(make_task(run, cfg, initial_params),
+                  optimizer_lib.make_optimizer(run.optimizer),
+                  optimizer_lib.learning_rate_schedule(run.optimizer), run.loop,
+                  train_iterator, make_eval_iterator, mesh)
 
 
 # ----- entry points ----------------------------------------------------------------------------
 
 def train_and_evaluate(config: settings.Config, workdir: str) -> loop.TrainResult:
-    """Check the config, then (holding the workdir) prepare data, build the task and train,
-    resuming from workdir. Errors name the fault; a config refused leaves the workdir as it
-    was (every check that needs no preparation comes before the workdir's lock)."""
-    settings.check_config(config, "pretrain")
-    mesh = settings.make_mesh(config)
-    vocab_size = checked_vocab_size(config)
-    init_cfg, initial_params = common.initial_weights(config, workdir)
-    settings.check_run(config, mesh, config.total_steps,
-                       common.model_config(config, vocab_size, init_cfg))
-    check_batch_warmup(config, mesh)
+    """Read the config (settings.read) and check the run, then (holding the workdir) prepare
+    data, build the task and train, resuming from workdir. Errors name the fault; a config
+    refused leaves the workdir as it was (every check that needs no preparation comes before
+    the workdir's lock). The tokenizer is read once (a demo or text corpus's is trained on
+    first use, under the lock) and handed to the model config and the data pipeline."""
+    run = settings.read(config, "pretrain")
+    mesh = run.mesh.make()
+    tokenizer = checked_tokenizer(run)
+    init_cfg, initial_params = common.initial_weights(run, workdir)
+    vocab_size = run.tokenizer.vocab_size if tokenizer is None else tokenizer.vocab_size
+    cfg = common.model_config(run, vocab_size, init_cfg)
+    run.check_fits(mesh, cfg)
+    check_batch_warmup(run, mesh)
     with workdir_lib.lock(workdir):
-        run_record.record_config(config, workdir)
-        vocab_size = vocab_size_of(config, workdir)
-        task = make_task(config, common.model_config(config, vocab_size, init_cfg),
-                         initial_params)
-        train_iterator, make_eval_iterator = make_data(config, workdir, vocab_size)
+        run_record.record_config(run.record, workdir)
+        if tokenizer is None and run.data.corpus != SYNTHETIC:  # trained on first use
+            tokenizer = load_tokenizer(run, workdir)
+            cfg = common.model_config(run, tokenizer.vocab_size, init_cfg)
+        vocab_size = run.tokenizer.vocab_size if tokenizer is None else tokenizer.vocab_size
+        task = make_task(run, cfg, initial_params)
+        train_iterator, make_eval_iterator = make_data(run, workdir, vocab_size, tokenizer)
         evaluate_fn = evaluation.LossEvaluator(task.loss_fn, make_eval_iterator, mesh,
-                                               max_batches=config.eval_batches)
-        return common.train(config, workdir, task, train_iterator, mesh, config.total_steps,
+                                               max_batches=run.eval_batches)
+        return common.train(run, workdir, task, train_iterator, mesh, run.total_steps,
                             evaluate=evaluate_fn)
 
 
 def evaluate(config: settings.Config, workdir: str, step: int | None = None
              ) -> tuple[int, dict[str, float]]:
-    """(step, held-out metrics) of a saved step (default: the newest) of a pre-training run."""
-    mesh = settings.make_mesh(config)
+    """(step, held-out metrics) of a saved step (default: the newest) of a pre-training run;
+    `config` the run's (bert_jax.recipes.run_record.load_config), read once here, or its
+    RunSettings."""
+    run = settings.of(config)
+    mesh = run.mesh.make()
     step, cfg, params = common.load_checkpoint(
-        workdir, step, lambda c: make_init_fn(make_model(config, c), config), mesh)
-    task = make_task(config, cfg)
-    _, make_eval_iterator = make_data(config, workdir, vocab_size_of(config, workdir))
+        workdir, step, lambda c: make_init_fn(make_model(run, c), run), mesh)
+    task = make_task(run, cfg)
+    tokenizer = load_tokenizer(run, workdir)
+    vocab_size = run.tokenizer.vocab_size if tokenizer is None else tokenizer.vocab_size
+    _, make_eval_iterator = make_data(run, workdir, vocab_size, tokenizer)
     evaluate_fn = evaluation.LossEvaluator(task.loss_fn, make_eval_iterator, mesh,
-                                           max_batches=config.eval_batches)
+                                           max_batches=run.eval_batches)
     return step, evaluate_fn(params)

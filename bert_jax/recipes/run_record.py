@@ -44,6 +44,8 @@ from bert_jax.train.checkpoint.workdir import CONFIG_FILE, SAVED_CONFIG_KEY, _wr
 if TYPE_CHECKING:  # annotations only: ml_collections is imported where a saved config is read
     import ml_collections
 
+Config = Any  # a run config: an ml_collections.ConfigDict, or its plain dict
+
 
 # Keys that change how a run is watched, saved or laid out, not what it computes: a rerun may
 # change them freely (checkpoints restore onto any mesh; padding rows weigh 0 in evaluation).
@@ -75,17 +77,23 @@ class ConfigChangedError(ValueError):
     """A rerun's config differs from the one the workdir's run was started with."""
 
 
+def _tree(config: Any) -> dict[str, Any]:
+    """A config as a plain dict: a ConfigDict's to_dict(), a mapping as it is."""
+    return config.to_dict() if hasattr(config, "to_dict") else dict(config)
+
+
 def _flat(config: Any) -> dict[str, Any]:
-    tree = config.to_dict() if hasattr(config, "to_dict") else config
+    tree = _tree(config)
     return {".".join(keys): value for keys, value in pytree.flatten_dict(tree).items()}
 
 
-def config_differences(saved: dict, config: ml_collections.ConfigDict) -> list[str]:
-    """'key: saved -> new' for every key (but the run-neutral ones) that differs;
-    data.bucket_lengths counts when either config has dropout (NEUTRAL_WITHOUT_DROPOUT)."""
+def config_differences(saved: dict, config: Config) -> list[str]:
+    """'key: saved -> new' for every key (but the run-neutral ones) that differs; `config` a
+    ConfigDict or its plain dict. data.bucket_lengths counts when either config has dropout
+    (NEUTRAL_WITHOUT_DROPOUT)."""
     from bert_jax.config import run as run_config
     old = _flat(run_config.complete(saved))
-    new = _flat(run_config.complete(json.loads(json.dumps(config.to_dict()))))
+    new = _flat(run_config.complete(json.loads(json.dumps(_tree(config)))))
     neutral = RUN_NEUTRAL_KEYS - (NEUTRAL_WITHOUT_DROPOUT if _has_dropout(old) or _has_dropout(new)
                                   else frozenset())
     keys = sorted((set(old) | set(new)) - neutral)
@@ -95,8 +103,9 @@ def config_differences(saved: dict, config: ml_collections.ConfigDict) -> list[s
             and not (k not in old and new.get(k) in OFF_VALUES)]
 
 
-def record_config(config: ml_collections.ConfigDict, workdir: str) -> None:
-    """Check a rerun's config against config.json, then write config.json.
+def record_config(config: Config, workdir: str) -> None:
+    """Check a rerun's config (a ConfigDict or its plain dict: settings.RunSettings.record)
+    against config.json, then write config.json.
 
     Once the workdir holds a checkpoint, a difference in a key that changes the run raises
     ConfigChangedError naming the keys, unless config.allow_config_change; then the previous
@@ -129,7 +138,7 @@ def _checkpoint_config(workdir: str) -> tuple[Optional[int], Optional[dict]]:
     return None, None
 
 
-def _check_against_checkpoint(config: ml_collections.ConfigDict, workdir: str) -> None:
+def _check_against_checkpoint(config: Config, workdir: str) -> None:
     """config.json is gone but checkpoints exist: compare with the config the newest readable
     checkpoint was saved with; refuse a difference unless allow_config_change, else warn."""
     config_path = epath.Path(workdir) / CONFIG_FILE
@@ -141,7 +150,7 @@ def _check_against_checkpoint(config: ml_collections.ConfigDict, workdir: str) -
                         else "no checkpoint's metadata can be read")
         return
     differences = config_differences(saved, config)
-    if differences and not config.allow_config_change:
+    if differences and not config["allow_config_change"]:
         raise ConfigChangedError(
             f"{config_path} is missing, and the newest checkpoint (step {step}) was saved with "
             "another config (" + "; ".join(differences[:8])
@@ -153,13 +162,13 @@ def _check_against_checkpoint(config: ml_collections.ConfigDict, workdir: str) -
                     f"this config is the one checkpoint step {step} was saved with, written anew")
 
 
-def _record(config: ml_collections.ConfigDict, workdir: str) -> None:
+def _record(config: Config, workdir: str) -> None:
     config_path = epath.Path(workdir) / CONFIG_FILE
     if not config_path.exists() and _has_checkpoint(workdir):
         _check_against_checkpoint(config, workdir)
     elif config_path.exists() and _has_checkpoint(workdir):
         differences = config_differences(read_json(config_path), config)
-        if differences and not config.allow_config_change:
+        if differences and not config["allow_config_change"]:
             raise ConfigChangedError(
                 f"{workdir} holds a run started with another config ("
                 + "; ".join(differences[:8]) + ("; ..." if len(differences) > 8 else "")
@@ -173,7 +182,7 @@ def _record(config: ml_collections.ConfigDict, workdir: str) -> None:
                             "; ".join(differences), kept)
             _warn_if_schedule_restarts(read_json(kept), config, workdir)
     with _writing(workdir):
-        write_text_atomically(config_path, json.dumps(config.to_dict(), indent=2,
+        write_text_atomically(config_path, json.dumps(_tree(config), indent=2,
                                                       sort_keys=True))
 
 
@@ -191,12 +200,11 @@ def load_config(workdir: str) -> ml_collections.ConfigDict:
     return ml_collections.ConfigDict(run_config.complete(read_json(config_path)))
 
 
-def _warn_if_schedule_restarts(old: dict, config: ml_collections.ConfigDict,
-                               workdir: str) -> None:
+def _warn_if_schedule_restarts(old: dict, config: Config, workdir: str) -> None:
     """One warning line when the changed config moves the learning rate at the newest step."""
     directory = epath.Path(workdir) / "checkpoints"
     steps = [int(p.name) for p in directory.iterdir() if p.name.isdigit()]
-    line = restart_line(old, config.to_dict(), max(steps)) if steps else None
+    line = restart_line(old, _tree(config), max(steps)) if steps else None
     if line:
         logging.warning("%s", line)
 

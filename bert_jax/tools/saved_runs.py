@@ -26,10 +26,10 @@ def run_tokenizer(workdir: str, config: Optional[settings.Config] = None):
     # Imported here: load_encoder of a Hugging Face folder (embed.py --model) needs no recipe,
     # so the command loads neither the recipes nor Orbax, as before load_encoder moved here.
     from bert_jax.recipes import common, pretrain, run_record
-    config = config if config is not None else run_record.load_config(workdir)
-    if config.recipe != "pretrain":
-        return common.load_tokenizer(config)
-    return pretrain.load_tokenizer(config, workdir)
+    run = settings.typed(config if config is not None else run_record.load_config(workdir))
+    if run.recipe != "pretrain":
+        return common.load_tokenizer(run)
+    return pretrain.load_tokenizer(run, workdir)
 
 
 def load_encoder(hf_dir: Optional[str] = None, workdir: Optional[str] = None,

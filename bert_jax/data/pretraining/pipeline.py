@@ -78,8 +78,11 @@ def _check_worker_flags(num_workers: int) -> None:
 
 def make_iterator(cfg: PretrainingDataConfig, split: str = "train", global_batch_size: int = 32,
                   process_index: int = 0, process_count: int = 1,
-                  num_epochs: Optional[int] = None) -> PretrainingIterator:
+                  num_epochs: Optional[int] = None, tokenizer=None) -> PretrainingIterator:
     """This host's batches of global_batch_size // process_count rows of `split`.
+
+    tokenizer: the run's tokenizer, the one `resolve_vocab_path(cfg)` names (None: loaded
+      here from there).
 
     corpus "shards:DIR" (prepared token shards): `shard_iterator.make_shard_iterator`, each host
       its share of every global batch, the same global batches for any process count; what
@@ -95,7 +98,7 @@ def make_iterator(cfg: PretrainingDataConfig, split: str = "train", global_batch
     """
     if cfg.corpus.startswith(shard_source.PREFIX):
         return shard_iterator.make_shard_iterator(cfg, split, global_batch_size, process_index,
-                                                  process_count, num_epochs)
+                                                  process_count, num_epochs, tokenizer)
     if cfg.batch_warmup_tokens and cfg.batch_warmup_start:
         raise ValueError(f"data.batch_warmup_tokens needs a token-shard corpus (shards:DIR, "
                          f"experiments/prepare_shards.py); corpus {cfg.corpus!r} is read as text")
@@ -113,7 +116,7 @@ def make_iterator(cfg: PretrainingDataConfig, split: str = "train", global_batch
             "so the batch sequence depends on the process count (%d); prepared token shards "
             "(corpus shards:DIR) give the same batches for any process count", cfg.corpus,
             process_count)
-    vocab = tok.load_tokenizer(resolve_vocab_path(cfg), lowercase=cfg.lowercase)
+    vocab = tokenizer or tok.load_tokenizer(resolve_vocab_path(cfg), lowercase=cfg.lowercase)
     source = corpora.load_source(cfg.corpus, split, cfg.data_dir, **(
         cfg.text_options() if cfg.corpus.startswith(corpora.TEXT_PREFIX) else {}))
     endless = num_epochs is None

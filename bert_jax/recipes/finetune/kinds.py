@@ -38,6 +38,10 @@ and, for predictions on new inputs (bert_jax.recipes.finetune.predict):
     prediction_records(examples, features, outputs, labels, config)
                                      one JSON-able dict per example, in order
 
+`config` is the run's settings (bert_jax.config.settings.RunSettings: the recipe reads the run
+config once and hands them on), read by attribute: config.data.<key>, config.squad.<key>,
+config.max_seq_len, ... (a ConfigDict of the schema reads the same way).
+
 Adding a kind: one module with a TaskKind subclass decorated with `@register`, and its import in
 `bert_jax/recipes/finetune/__init__.py` (see the multi-label kind).
 """
@@ -164,14 +168,14 @@ def window_stride(config) -> Optional[int]:
     (data.long_inputs='slide': data.window_stride, 0 for (max_seq_len - 2) // 2), or None
     when they are truncated ('truncate'). A value no run can use is a one-line ConfigError."""
     data = config.data
-    mode = data.get("long_inputs", "truncate")
+    mode = getattr(data, "long_inputs", "truncate")
     if mode not in run_config.LONG_INPUTS:
         raise ConfigError(f"config.data.long_inputs={mode!r} must be one of "
                           f"{', '.join(run_config.LONG_INPUTS)}")
     if mode == "truncate":
         return None
     window = config.max_seq_len - 2
-    stride = data.get("window_stride", 0) or max(window // 2, 1)
+    stride = getattr(data, "window_stride", 0) or max(window // 2, 1)
     if not 1 <= stride <= window:
         raise ConfigError(f"config.data.window_stride={stride} must be in [1, max_seq_len - 2 "
                           f"= {window}] (the text tokens of a row; 0: half of them)")

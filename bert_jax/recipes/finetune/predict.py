@@ -143,9 +143,10 @@ class Predictor:
 def load_predictor(workdir: str, config, kind: kinds.TaskKind, labels: Mapping[str, Any],
                    options: PredictOptions) -> Predictor:
     """The checkpoint of options.step on the devices at hand (the run's mesh if it fits, else
-    all data-parallel), computing in options.dtype (default: the run's)."""
-    settings.fit_mesh_to_devices(config)
-    mesh = settings.make_mesh(config)
+    all data-parallel), computing in options.dtype (default: the run's); `config` the run's
+    RunSettings (or its config, read here)."""
+    config = settings.of(config)
+    mesh = config.mesh.fitted().make()
     settings.check_batch_size(options.batch_size, mesh)
     tokenizer = common.load_tokenizer(config)
     step, cfg, params = common.load_checkpoint(
@@ -271,6 +272,7 @@ def predict_file(workdir: str, options: PredictOptions) -> PredictSummary:
         raise ValueError(fault)
     if options.long_inputs is not None:
         config.data.long_inputs = options.long_inputs
+    config = settings.typed(config)  # read once, the options applied
     task_data.check_long_inputs(config, kind)
     rows = read_input(kind, config, options)
     predictor = load_predictor(workdir, config, kind, labels, options)

@@ -135,22 +135,22 @@ def total_steps_of(config, num_train_rows: int) -> int:
 
 def train_and_evaluate(config, workdir: str) -> loop.TrainResult:
     """Fine-tune as config says (resuming from workdir), then evaluate the final step. The
-    config, tokenizer, model and data are all checked before anything is written: a refused
-    run leaves the workdir as it was."""
-    settings.check_config(config, "finetune")
-    mesh = settings.make_mesh(config)
-    tokenizer = common.load_tokenizer(config)
-    init_cfg, initial_params = common.initial_weights(config, workdir)
-    cfg = common.model_config(config, tokenizer.vocab_size, init_cfg)
-    settings.check_lengths(config, cfg)
-    data = build_task_data(config, tokenizer, saved_task=read_task_file(workdir))
-    num_rows = len(data.train_features["input_ids"])
-    total_steps = total_steps_of(config, num_rows)
-    settings.check_run(config, mesh, total_steps, cfg)
+    config is read once (settings.read) into the RunSettings every part is given; it, the
+    tokenizer, model and data are all checked before anything is written: a refused run leaves
+    the workdir as it was."""
+    run = settings.read(config, "finetune")
+    mesh = run.mesh.make()
+    tokenizer = common.load_tokenizer(run)
+    init_cfg, initial_params = common.initial_weights(run, workdir)
+    cfg = common.model_config(run, tokenizer.vocab_size, init_cfg)
+    settings.check_lengths(run, cfg)
+    data = build_task_data(run, tokenizer, saved_task=read_task_file(workdir))
+    run = common.for_steps(run, total_steps_of(run, len(data.train_features["input_ids"])))
+    run.check_fits(mesh, cfg)
     with workdir_lib.lock(workdir):
-        run_record.record_config(config, workdir)
+        run_record.record_config(run.record, workdir)
         save_task_file(workdir, data)
-        return _train(config, workdir, cfg, data, initial_params, mesh, total_steps)
+        return _train(run, workdir, cfg, data, initial_params, mesh, run.total_steps)
 
 
 def _train(config, workdir: str, cfg: BertConfig, data: TaskData, initial_params, mesh,
@@ -176,12 +176,14 @@ def evaluate(config, workdir: str, step: Optional[int] = None,
              output_dir: Optional[str] = None) -> tuple[int, dict[str, float]]:
     """(step, metrics) of a saved step (default: the newest), with its predictions written to
     output_dir (default <workdir>/evaluation/step_<N>/). The model and labels come from the
-    workdir, the data and tokenizer from `config`."""
+    workdir, the data and tokenizer from `config` (its RunSettings, or the config, read once
+    here)."""
     saved_task = read_task_file(workdir)
     if saved_task is None:
         raise FileNotFoundError(f"{os.path.join(workdir, TASK_FILE)} not found: is {workdir} the "
                                 "workdir of a fine-tuning run?")
-    mesh = settings.make_mesh(config)
+    config = settings.of(config)
+    mesh = config.mesh.make()
     data = build_task_data(config, common.load_tokenizer(config), saved_task=saved_task,
                            with_train_features=False)
     step, cfg, params = common.load_checkpoint(

@@ -182,7 +182,7 @@ def check_batching(config, kind: Optional[kinds.TaskKind] = None) -> None:
     data.pack_examples (packing a kind that cannot be packed, when `kind` is given)."""
     bucket_lengths(config)
     for key in ("group_by_length", "pack_examples"):
-        value = config.data.get(key, 0)
+        value = getattr(config.data, key, 0)
         if not isinstance(value, int) or value < 0:
             raise ValueError(f"config.data.{key}={value!r} must be an integer >= 0 (0: off)")
     pack = config.data.pack_examples

@@ -59,9 +59,10 @@ class CompiledStep:
         return self.mesh.devices.size
 
 
-def abstract_batch(config: ml_collections.ConfigDict, vocab_size: int, mesh: Mesh
-                   ) -> dict[str, jax.ShapeDtypeStruct]:
-    """The global pre-training batch as ShapeDtypeStructs, rows split over (data, fsdp)."""
+def abstract_batch(config: settings.RunSettings | ml_collections.ConfigDict, vocab_size: int,
+                   mesh: Mesh) -> dict[str, jax.ShapeDtypeStruct]:
+    """The global pre-training batch as ShapeDtypeStructs, rows split over (data, fsdp);
+    `config` the run's settings (or its config)."""
     one_row = next(RandomTokenBatches(1, config.max_seq_len, config.data.max_predictions,
                                       vocab_size, seed=0,
                                       sentence_pairs=bool(config.data.sentence_pairs)))
@@ -77,9 +78,10 @@ def compile_pretrain_step(config: ml_collections.ConfigDict, mesh: Mesh) -> Comp
     Raises ValueError (from the recipe's checks) for a batch the mesh cannot split, a sequence
     longer than the model's positions, or bad optimizer settings.
     """
-    cfg = common.model_config(config, config.tokenizer.vocab_size)
-    return _compile(config, mesh, cfg, pretrain.make_task(config, cfg),
-                    abstract_batch(config, cfg.vocab_size, mesh))
+    run = _settings(config)
+    cfg = common.model_config(run, run.tokenizer.vocab_size)
+    return _compile(run, mesh, cfg, pretrain.make_task(run, cfg),
+                    abstract_batch(run, cfg.vocab_size, mesh))
 
 
 # The fine-tuning batch contract of sequence classification (recipes/finetune/classification).
@@ -93,30 +95,37 @@ def compile_finetune_step(config: ml_collections.ConfigDict, mesh: Mesh,
     the recipe's task, loss and optimizer, padded rows of max_seq_len tokens."""
     from bert_jax.recipes.finetune import kinds, recipe, task_data
 
-    cfg = common.model_config(config, config.tokenizer.vocab_size)
+    run = _settings(config)
+    cfg = common.model_config(run, run.tokenizer.vocab_size)
     labels = {"label_map": [str(i) for i in range(num_labels)]}
     data = task_data.TaskData(kinds.get("classification"), labels, [], [], None, {})
     rows = jax.sharding.NamedSharding(mesh, sharding.batch_sharding(mesh).spec)
-    batch = {key: jax.ShapeDtypeStruct((config.batch_size, config.max_seq_len), jax.numpy.int32,
+    batch = {key: jax.ShapeDtypeStruct((run.batch_size, run.max_seq_len), jax.numpy.int32,
                                        sharding=rows) for key in CLASSIFICATION_INPUTS}
-    batch["labels"] = jax.ShapeDtypeStruct((config.batch_size,), jax.numpy.int32, sharding=rows)
-    return _compile(config, mesh, cfg, recipe.make_task(config, cfg, data), batch)
+    batch["labels"] = jax.ShapeDtypeStruct((run.batch_size,), jax.numpy.int32, sharding=rows)
+    return _compile(run, mesh, cfg, recipe.make_task(run, cfg, data), batch)
 
 
-def _compile(config: ml_collections.ConfigDict, mesh: Mesh, cfg: BertConfig, task: loop.Task,
+def _settings(config: ml_collections.ConfigDict) -> settings.RunSettings:
+    """The run's settings, read once, with the optimizer and loop settings of its total_steps
+    (at least 1: only the schedule's constants depend on it)."""
+    run = settings.typed(config)
+    return run.for_steps(max(run.total_steps, 1))
+
+
+def _compile(run: settings.RunSettings, mesh: Mesh, cfg: BertConfig, task: loop.Task,
              batch: dict[str, jax.ShapeDtypeStruct]) -> CompiledStep:
     """The loop's program of `task` (recipes.common.train_program: bert_jax.train.program),
     abstract, lowered for `batch` and compiled for `mesh`."""
-    total_steps = max(int(config.total_steps), 1)  # only the schedule's constants depend on it
-    settings.check_run(config, mesh, total_steps, cfg)
-    train = common.train_program(config, mesh, task, total_steps, abstract=True)
+    run.check_fits(mesh, cfg)
+    train = common.train_program(run, mesh, task, run.total_steps, abstract=True)
     return CompiledStep(
         compiled=train.compile(batch), mesh=mesh, model_config=cfg,
-        batch_size=config.batch_size, seq_len=config.max_seq_len,
-        accumulation_steps=config.accumulation_steps,
+        batch_size=run.batch_size, seq_len=run.max_seq_len,
+        accumulation_steps=run.accumulation_steps,
         **_param_facts(train.state.params, train.shardings.params),
         model_flops_per_step=task.flops_per_step,
-        fsdp_collectives=config.fsdp_collectives)
+        fsdp_collectives=run.loop.fsdp_collectives)
 
 
 # A TPU array is stored in tiles of 8 rows x 128 lanes over its two minor dimensions, and XLA's
