@@ -16,7 +16,14 @@ turns the cache off.
 
 import os
 import shutil
+import sys
 import tempfile
+
+# The helper modules of tests/ (xla_flags, pretrain_runs, repo_root, ...) import as top-level
+# modules from the test files of every sub-folder. pytest's default `prepend` import mode puts
+# this folder on sys.path as it imports this file; said here, it holds in any import mode.
+if os.path.dirname(os.path.abspath(__file__)) not in sys.path:
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import xla_flags
 

@@ -31,10 +31,11 @@ from bert_jax.recipes.finetune import task_data
 from bert_jax.tools import saved_runs
 from experiments import finetune as finetune_script
 from experiments import pretrain as pretrain_script
-from tests.finetune_runs import set_keys, tiny_finetune_config
-from tests.pretrain_runs import tiny_pretrain_config as pretrain_config
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from finetune_runs import set_keys, tiny_finetune_config
+from pretrain_runs import tiny_pretrain_config as pretrain_config
+from repo_root import ROOT
+
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 WORDS = ["good", "bad", "movie", "film", "great", "awful", "the", "a", "is", "was", "not",
          "very", "plot", "actor", "fun", "dull", "##s", "##ly", "i", "it"]

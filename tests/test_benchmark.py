@@ -11,7 +11,8 @@ from absl import app, flags
 
 from benchmarks import benchmark, benchmark_finetune_cli, peers
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from repo_root import ROOT
+
 SCRIPT = os.path.join(ROOT, "benchmarks", "benchmark.py")
 TINY = ["--preset=tiny", "--batch_size=2", "--seq_len=32", "--steps=2", "--warmup=1", "--json"]
 

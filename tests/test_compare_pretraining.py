@@ -22,7 +22,8 @@ from bert_jax.config.modernbert import ModernBertConfig
 from bert_jax.recipes import common
 from experiments.configs import modern
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from repo_root import ROOT
+
 SCRIPT = os.path.join(ROOT, "benchmarks", "compare_pretraining.py")
 TINY_MODEL = ["--preset=tiny", "--hidden_size=32", "--num_layers=1", "--num_heads=2",
               "--intermediate_size=64", "--vocab_size=256"]

@@ -30,6 +30,8 @@ from tokenizers import Tokenizer
 from bert_jax import BertConfig, BertForPreTraining, BertModel, ConfigError
 from bert_jax.convert import hf
 
+from repo_root import ROOT
+
 torch.set_num_threads(2)
 transformers.logging.set_verbosity_error()
 
@@ -457,7 +459,7 @@ def test_fine_tuning_checkpoints_both_ways(tmp_path, architecture):
 
 
 def run_convert_script(*flags, succeed=True):
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = ROOT
     script = os.path.join(root, "experiments", "convert.py")
     result = subprocess.run([sys.executable, script, *flags],
                             capture_output=True, text=True, timeout=300, cwd=root,

@@ -9,6 +9,8 @@ from bert_jax.data.corpora import catalog as corpora
 from bert_jax.data.corpora import demo as demo_corpus
 from bert_jax.data.corpora import text_files as text_corpus
 
+from repo_root import ROOT
+
 
 def texts_of(source):
     return sorted(corpora.document_text(source[i]) for i in range(len(source)))
@@ -161,7 +163,7 @@ def test_prepare_data_refuses_another_delimiter_in_one_line(tmp_path):
     write(tmp_path / "lines.txt", "".join(f"paragraph number {i} here\n" for i in range(40)))
     glob, data_dir = f"text:{tmp_path}/*.txt", str(tmp_path / "data")
     corpora.prepare(glob, data_dir, document_delimiter="line")
-    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    repo = ROOT
     result = subprocess.run(
         [sys.executable, os.path.join(repo, "experiments", "prepare_data.py"), f"--corpus={glob}",
          f"--data_dir={data_dir}", "--vocab_size=100"], capture_output=True, text=True,
@@ -269,7 +271,7 @@ def test_prepare_data_puts_a_text_vocabulary_where_a_run_finds_it(tmp_path):
     write(tmp_path / "lines.txt", "".join(f"paragraph number {i} about rivers and stones\n"
                                           for i in range(40)))
     glob, data_dir = f"text:{tmp_path}/*.txt", str(tmp_path / "data")
-    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    repo = ROOT
     result = subprocess.run(
         [sys.executable, os.path.join(repo, "experiments", "prepare_data.py"), f"--corpus={glob}",
          f"--data_dir={data_dir}", "--vocab_size=100", "--document_delimiter=line"],

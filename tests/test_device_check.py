@@ -13,7 +13,8 @@ import os
 import subprocess
 import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from repo_root import ROOT
+
 MISSING_ON_THE_IMAGE = ("grain", "tensorflow_datasets", "array_record", "ml_collections",
                         "tensorboardX", "gensim", "matplotlib")
 

@@ -19,7 +19,7 @@ pytest.importorskip("mteb", reason="mteb is a test dependency on Python >= 3.12 
 pytest.importorskip("sentence_transformers", reason="sentence-transformers is a test dependency "
                     "(setup.py test extra): pip install -e '.[test]'")
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from repo_root import ROOT
 
 
 def test_demo_at_tiny_size(tmp_path):

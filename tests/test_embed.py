@@ -30,10 +30,11 @@ from bert_jax.recipes import run_record
 from bert_jax.tools import saved_runs
 from bert_jax.train.checkpoint import store as checkpointing
 
+from repo_root import ROOT
+
 torch.set_num_threads(2)
 transformers.logging.set_verbosity_error()
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FP32_TOLERANCE = 1e-5
 
 SENTENCES = [

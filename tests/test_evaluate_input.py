@@ -9,7 +9,7 @@ import pytest
 from bert_jax.recipes.finetune import recipe
 from experiments import evaluate
 
-from test_predict import text_rows, tiny_config, write_vocab
+from finetune_runs import text_rows, tiny_config, write_vocab
 
 
 def _read(path):

@@ -26,7 +26,7 @@ from bert_jax.data.finetuning import encoding
 from bert_jax.model import families
 from bert_jax.recipes.finetune import kinds, recipe, task_data
 
-from test_bucketing import CompileCounter, read_losses, task_config
+from bucket_runs import CompileCounter, read_losses, task_config
 
 L = 32
 

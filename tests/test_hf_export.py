@@ -51,11 +51,11 @@ from bert_jax.train.checkpoint import store as checkpointing
 
 import hf_peer
 from finetune_runs import tiny_finetune_config
+from repo_root import ROOT
 
 torch.set_num_threads(2)
 transformers.logging.set_verbosity_error()
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MINILM = hf.packaged_minilm_dir()
 
 # Real sentences with accents, other scripts and odd punctuation, for tokenizer parity.

@@ -30,7 +30,8 @@ from bert_jax.data.pretraining import host_shards
 from bert_jax.data.pretraining import pipeline as pretraining
 from bert_jax.data.tokenizers import wordpiece_training
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from repo_root import ROOT
+
 NUM_FILES = 8  # array_record files of the train split
 WORDS = ("the cat sat on a mat while dogs ran far away from home and then came back again to "
          "sleep under warm old trees by one quiet river").split()

@@ -9,9 +9,9 @@ import pytest
 
 from bert_jax.data.finetuning import readers
 from bert_jax.recipes.finetune import recipe as finetune_recipe
-from tests.finetune_runs import set_keys, tiny_finetune_config
 
 import script_errors
+from finetune_runs import set_keys, tiny_finetune_config
 
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 WORDS = ["good", "bad", "movie", "film", "the", "a", "is", "was", "not", "fun"]

@@ -11,7 +11,7 @@ import pytest
 from bert_jax.recipes.finetune import recipe
 from bert_jax.train import loop
 
-from test_predict import text_rows, tiny_config, write_vocab
+from finetune_runs import text_rows, tiny_config, write_vocab
 
 
 def test_window_mean_by_hand():

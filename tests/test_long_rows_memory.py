@@ -3,7 +3,6 @@ worker job on the CPU (run, timed, the kernels each mode runs, full attention's 
 above the local layers'), the same job compiled for a TPU chip (splash, or xla and the blocked
 local kernel), its tables and its flags."""
 
-import pathlib
 import subprocess
 import sys
 
@@ -18,6 +17,8 @@ from bert_jax.model import modernbert
 from bert_jax.model.attention import Mask
 from bert_jax.model.encoder import positions_from_segments
 from bert_jax.model.layers import rotary_angles
+
+from repo_root import ROOT
 
 TINY = {"batch": 1, "seq_len": 256, "hidden": 32, "heads": 2, "intermediate": 48, "layers": 3,
         "window": 32, "steps": 2, "max_temp_gib": 1.0}
@@ -103,7 +104,7 @@ def test_tpu_step_compiles_for_one_v5e_chip():
 @pytest.mark.parametrize("flag", ["--modes=local,fast", "--seq_lens=1k", "--heads=5",
                                   "--targets=tpu:v5e", "--tpu_attention=cudnn", "--steps=0"])
 def test_bad_flags_are_one_line(flag):
-    root = pathlib.Path(__file__).resolve().parent.parent
+    root = ROOT
     done = subprocess.run([sys.executable, "benchmarks/long_rows_memory.py", flag], cwd=root,
                           capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 1

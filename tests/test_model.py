@@ -19,6 +19,8 @@ from bert_jax import (
 )
 from bert_jax.model.encoder import positions_from_segments
 
+from random_params import randomise
+
 TINY = BertConfig.preset("tiny", vocab_size=211, max_position_embeddings=64)
 
 
@@ -33,14 +35,6 @@ def init_plain(model, *args, seed=0, eager=False, **kwargs):
     def init(key, *a):
         return nn.meta.unbox(model.init(key, *a, **kwargs)["params"])
     return (init if eager else jax.jit(init))(jax.random.key(seed), *args)
-
-
-def randomise(params, seed=1, scale=0.2):
-    """Every leaf replaced by noise: non-zero biases and LayerNorm terms make the checks sharper."""
-    rng = np.random.default_rng(seed)
-    return jax.tree.map(
-        lambda leaf: np.asarray(leaf) + (scale * rng.normal(size=leaf.shape)).astype(leaf.dtype),
-        params)
 
 
 def random_ids(seed, shape, vocab=TINY.vocab_size):

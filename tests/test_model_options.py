@@ -27,7 +27,7 @@ from bert_jax.recipes import pretrain
 from bert_jax.train import optimizer, steps
 
 from pretrain_runs import EVALUATE, command, env, last_logged_step, losses, train_here, wait_for
-from test_model import randomise
+from random_params import randomise
 
 SEQ, PREDICTIONS, VOCAB = 16, 3, 61
 SMALL = BertConfig(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,

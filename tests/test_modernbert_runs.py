@@ -19,7 +19,8 @@ import sys
 import numpy as np
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from repo_root import ROOT
+
 SCRIPTS = os.path.join(ROOT, "experiments")
 MODERN = os.path.join(SCRIPTS, "configs", "modern.py")
 
@@ -499,5 +500,4 @@ def test_scanned_modernbert_on_eight_devices_gives_the_one_device_losses(tmp_pat
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     _eight_device_side(sys.argv[1])

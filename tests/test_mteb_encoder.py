@@ -27,7 +27,8 @@ from bert_jax.data.corpora import demo  # noqa: E402
 from bert_jax.embeddings import mteb_encoder  # noqa: E402
 from bert_jax.tools import saved_runs  # noqa: E402
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from repo_root import ROOT  # noqa: E402
+
 DOCUMENTS = 40  # of gensim's Lee background corpus: news articles
 
 

@@ -14,7 +14,8 @@ import sys
 import pytest
 import xla_flags
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from repo_root import ROOT
+
 LAUNCHER = os.path.join(ROOT, "launch", "multihost_local.sh")
 
 

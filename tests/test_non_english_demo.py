@@ -11,7 +11,8 @@ import sys
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from repo_root import ROOT
+
 SCRIPT = os.path.join(ROOT, "experiments", "non_english_demo.py")
 
 pytest.importorskip("mwparserfromhell")

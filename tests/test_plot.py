@@ -12,7 +12,8 @@ import pytest
 from bert_jax.runtime import progress
 from bert_jax.tools import plotting
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from repo_root import ROOT
+
 SCRIPT = os.path.join(ROOT, "experiments", "plot.py")
 
 

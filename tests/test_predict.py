@@ -20,27 +20,11 @@ import pytest
 from bert_jax.data.finetuning import readers, unlabelled
 from bert_jax.recipes.finetune import recipe
 
-from finetune_runs import ner_sentence, text_rows, tiny_finetune_config
+from finetune_runs import WORDS, ner_sentence, text_rows, tiny_config, write_vocab
+from repo_root import ROOT as REPO
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-WORDS = ["john", "mary", "paris", "berlin", "acme", "globex", "book", "car", "visited", "met",
-         "works", "at", "in", "the", "today", "and", "is", "old", "red", "?", "where", "who",
-         "has", "."]
 PLACES = WORDS[2:4]
 FILLER = ["visited", "met", "works", "at", "in", "the", "today", "and", "is", "old", "red"]
-
-
-def write_vocab(path) -> str:
-    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-    path.write_text("\n".join(specials + WORDS + ["bl", "##ack", "##burn"]) + "\n",
-                    encoding="utf-8")
-    return str(path)
-
-
-def tiny_config(vocab, task, **changes):
-    return tiny_finetune_config(task, vocab, hidden_size=32, num_hidden_layers=1, **{
-        "eval_batch_size": 16, "total_steps": 30, "learning_rate": 2e-3, **changes})
 
 
 def run_predict(workdir, input_path, output_path, *flags):

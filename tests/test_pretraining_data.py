@@ -19,7 +19,7 @@ from bert_jax.data.pretraining import vocab as pretraining_vocab
 from bert_jax.data.tokenizers import load as tok
 from bert_jax.data.tokenizers import wordpiece_training
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from repo_root import ROOT as REPO
 
 
 @pytest.fixture(scope="module")
@@ -301,7 +301,7 @@ def test_the_step_compiles_before_the_first_step(demo, tmp_path):
     from bert_jax.recipes import pretrain
     from bert_jax.runtime import sharding
 
-    from test_bucketing import CompileCounter
+    from bucket_runs import CompileCounter
     config = run_config.pretrain_config()
     config.data.data_dir = demo[0]
     config.tokenizer.path = demo[1]

@@ -3,7 +3,7 @@ on gs:// never equals, holds or lies inside an input or a run's file on the same
 export or a workdir there is listed for another model's or run's files, as a local one is; a
 bucket that cannot be read to check it is refused in one line, never written blindly.
 
-The gs:// cases run against the Cloud Storage emulator of tests/test_gcs_workdir.py (its `gcs`
+The gs:// cases run against the Cloud Storage emulator of tests/gcs_emulator.py (its `gcs`
 fixture); the path arithmetic also runs on fsspec's in-memory filesystem (memory://), and a
 storage whose every read fails stands for a bucket without credentials."""
 
@@ -15,7 +15,7 @@ from bert_jax.recipes.finetune import predict
 from bert_jax.runtime import outputs
 from bert_jax.tools import convert_runs
 
-from test_gcs_workdir import BUCKET, _filesystem, gcs  # noqa: F401 - the emulator fixture
+from gcs_emulator import BUCKET, _filesystem, gcs_fixture  # noqa: F401 - the `gcs` fixture
 
 RUN_OBJECTS = ("config.json", "task.json", "checkpoints/4/state/manifest.ocdbt",
                "checkpoints/4/metadata/metadata")
@@ -104,7 +104,7 @@ def test_a_bucket_that_cannot_be_read_to_check_the_output_is_refused():
     assert fault.startswith("--output=unreadable://b/run/config.json cannot be checked")
 
 
-def test_gs_outputs_follow_the_rule(gcs):  # noqa: F811 - the fixture imported above
+def test_gs_outputs_follow_the_rule(gcs):
     filesystem = _filesystem()
     _put(filesystem, f"{BUCKET}/remote-outputs/run", RUN_OBJECTS)
     _put(filesystem, f"{BUCKET}/remote-outputs/hf", ["config.json", "model.safetensors"])

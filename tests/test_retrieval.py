@@ -18,9 +18,7 @@ from bert_jax.embeddings import beir, evaluate, metrics, search, sts
 from bert_jax.runtime import sharding
 
 import eight_devices
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
+from repo_root import ROOT
 
 # ----- ranking metrics ---------------------------------------------------------------------------
 
@@ -304,7 +302,7 @@ def test_script_takes_a_contrastive_runs_own_pooling_and_length(tmp_path):
     max_seq_len, as its sentence-transformers export and MTEB encoder embed it."""
     from bert_jax.tools import saved_runs
 
-    from test_export_claims import contrastive_run
+    from export_runs import contrastive_run
     workdir, _, _ = contrastive_run(tmp_path, max_seq_len=8)
     (workdir / "task.json").write_text(json.dumps({"task": "contrastive", "pooling": "cls"}))
     folder = write_beir(tmp_path / "tiny")

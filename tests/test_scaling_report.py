@@ -31,8 +31,8 @@ import xla_flags
 from bert_jax.tools.scaling import collectives, groups, hlo, projection, targets, traffic
 
 import eight_devices
+from repo_root import ROOT
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CASES = {"dp": ((8, 1, 1), 1), "dp_accumulation": ((8, 1, 1), 2), "fsdp": ((1, 8, 1), 1),
          "data_fsdp": ((2, 4, 1), 1)}
 LOOKUP_TABLES = ("position_embeddings", "token_type_embeddings")

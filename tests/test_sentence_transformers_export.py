@@ -23,7 +23,8 @@ sentence_transformers = pytest.importorskip(
 transformers = pytest.importorskip("transformers")
 
 import hf_peer  # noqa: E402
-from test_export_claims import contrastive_run  # noqa: E402
+from export_runs import contrastive_run  # noqa: E402
+from repo_root import ROOT  # noqa: E402
 
 TOLERANCE = 1e-5
 TEXTS = ["A man is playing a guitar.", "The weather is lovely today!",
@@ -115,7 +116,7 @@ def roberta_folder(root):
     """A random RoBERTa (transformers' own init) with a byte-level BPE tokenizer.json."""
     import torch
 
-    from test_roberta import SMALL, byte_level_bpe
+    from roberta_peer import SMALL, byte_level_bpe
     torch.manual_seed(0)
     config = transformers.RobertaConfig(**{**SMALL, "vocab_size": 320,
                                            "max_position_embeddings": 40})
@@ -129,7 +130,7 @@ def modernbert_folder(root):
     """A random ModernBERT (transformers' own init) with a WordPiece vocabulary."""
     import torch
 
-    from test_export_claims import VOCAB
+    from export_runs import VOCAB
     torch.manual_seed(0)
     config = transformers.ModernBertConfig(
         vocab_size=len(VOCAB), hidden_size=32, intermediate_size=48, num_hidden_layers=3,
@@ -160,7 +161,7 @@ def test_the_command_line(minilm, tmp_path):
     import subprocess
     import sys
     out = tmp_path / "st"
-    script = os.path.join(os.path.dirname(__file__), "..", "experiments", "convert.py")
+    script = os.path.join(ROOT, "experiments", "convert.py")
     done = subprocess.run([sys.executable, script, "--direction=ours_to_hf",
                            "--format=sentence_transformers", f"--model={minilm}",
                            f"--hf_dir={out}", "--pooling=cls", "--normalize"],

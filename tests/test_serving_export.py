@@ -14,8 +14,7 @@ from bert_jax.convert import hf
 from bert_jax.embeddings import encode
 from bert_jax.tools import saved_runs, serving
 
-from finetune_runs import ner_sentence, text_rows
-from test_predict import tiny_config, write_vocab
+from finetune_runs import ner_sentence, text_rows, tiny_config, write_vocab
 
 TOLERANCE = 1e-5
 TEXTS = ["A man is playing a guitar.", "john visited paris today", "ok",

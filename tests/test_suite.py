@@ -20,7 +20,8 @@ from bert_jax.recipes import run_record
 from bert_jax.recipes.finetune import kinds
 from bert_jax.recipes.suite import runner, scores, spec
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from repo_root import ROOT as REPO
+
 WORDS = ["the", "a", "cat", "dog", "sat", "ran", "on", "mat", "big", "small", "red", "is",
          "was", "not", "good", "bad", "who", "what", "where", "why", "?", ".", "house", "car"]
 

@@ -24,7 +24,8 @@ from bert_jax.data.textfiles import DataError
 from bert_jax.data.tokenizers import training as tokenizer_training
 from bert_jax.data.tokenizers.load import load_tokenizer
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from repo_root import ROOT
+
 UNIT_BYTES = 40_000
 
 

@@ -22,6 +22,8 @@ from bert_jax.config import run as run_config
 from bert_jax.runtime import platform, sharding, xla_options
 from bert_jax.tools.scaling import chips, program, report, roofline, topology
 
+from repo_root import ROOT
+
 
 @pytest.fixture(scope="module")
 def v5e_devices():
@@ -123,7 +125,7 @@ def test_the_tpu_program_is_what_a_tpu_host_traces(v5e_devices, monkeypatch):
 def test_script_unknown_topology_is_one_line(tmp_path):
     import subprocess
     import sys
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = ROOT
     done = subprocess.run([sys.executable, os.path.join(root, "experiments", "scaling_report.py"),
                            "--target=tpu:v5e:3", "--preset=tiny"],
                           env=dict(os.environ, PYTHONPATH=root), capture_output=True, text=True,

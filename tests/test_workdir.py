@@ -115,8 +115,8 @@ def test_a_resume_with_other_buckets_and_dropout_is_refused(tmp_path):
     vs 0.69363 at step 3): the masks are drawn at the bucket's shape. Now refused in one line
     naming the key, as any key that changes the run."""
     from bert_jax.recipes.finetune import recipe as finetune_recipe
-    from tests.finetune_runs import set_keys, tiny_finetune_config
 
+    from finetune_runs import set_keys, tiny_finetune_config
     from script_errors import one_line
 
     vocab = tmp_path / "vocab.txt"

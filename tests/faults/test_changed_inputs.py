@@ -13,12 +13,12 @@ import pytest
 from bert_jax.recipes import inputs as run_inputs
 from bert_jax.recipes import pretrain
 from bert_jax.recipes.finetune import recipe as finetune_recipe
-from tests.finetune_runs import set_keys, tiny_finetune_config
 
+from finetune_runs import set_keys, tiny_finetune_config
 from pretrain_runs import tiny_pretrain_config
+from repo_root import ROOT
 from script_errors import one_line
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 WORDS = ["good", "bad", "movie", "film", "the", "a", "is", "was", "not", "fun"]
 
