@@ -32,7 +32,7 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 # makes the one cache directory, every worker and every script it starts shares it, and the
 # controller removes it at the end. XLA's threads are left as they are: XLA_FLAGS
 # --xla_cpu_multi_thread_eigen=false changes the compiled CPU programs (their bf16 dots become
-# f32 ones), which tests/test_precision.py asserts on.
+# f32 ones), which tests/model/test_precision.py asserts on.
 _CACHE = None
 if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
     _CACHE = tempfile.mkdtemp(prefix="bert_jax_tests_xla_")

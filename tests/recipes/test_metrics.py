@@ -1,5 +1,5 @@
 """Fine-tuning metrics: against scipy where it has the metric, hand-worked cases elsewhere
-(SQuAD's: tests/test_squad_metrics.py)."""
+(SQuAD's: tests/recipes/test_squad_metrics.py)."""
 
 import numpy as np
 import pytest

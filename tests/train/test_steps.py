@@ -168,7 +168,8 @@ def test_hash_dropout_bits_are_reproducible_uniform_and_the_same_on_any_mesh():
     """dropout_rng="hash" (bert_jax.train.dropout_bits): the same base key and step give the same
     mask, another step or key another; the bits look uniform (mean, variance, neighbours
     uncorrelated, the rate of units dropped). On any mesh the same (the default generator:
-    tests/test_sharding.py's meshes of 8 devices log the one-device losses with dropout on)."""
+    tests/train/test_sharding.py's meshes of 8 devices log the one-device losses with dropout
+    on)."""
     from bert_jax.train import dropout_bits
     base = jnp.asarray(jax.random.PRNGKey(3), jnp.uint32)
     layer = nn.Dropout(0.25)

@@ -74,7 +74,7 @@ def test_two_processes_train_checkpoint_and_evaluate_on_one(tmp_path):
     assert [r["step"] for r in first] == [1, 2, 3, 4, 5, 6]  # written once, by process 0
     assert sorted(os.listdir(os.path.join(workdir, "checkpoints"))) == ["3", "6"]
 
-    # (Two processes resuming, bit for bit: tests/test_slurm.py; a config change on resume:
+    # (Two processes resuming, bit for bit: tests/scripts/test_slurm.py; a config change on resume:
     # tests/faults/test_run_faults.py.)
 
     # One process with one device reads the checkpoint the two processes wrote.

@@ -2,11 +2,11 @@
 windows in evaluation and prediction.
 
 The windowing units (bert_jax.data.finetuning.windows) against brute force (the window rows of
-bert_jax.data.finetuning.encoding are tested in tests/test_tasks.py); then tiny runs (the point is
-the arithmetic, not accuracy) whose long inputs are predicted in windows, checked against the
-model applied directly to window rows built here: a text's logits are the mean of its
-windows', a word's logits are those of the window whose centre is nearest to it; and the
-default, truncation, against the truncated row.
+bert_jax.data.finetuning.encoding are tested in tests/data/finetuning/test_tasks.py); then tiny
+runs (the point is the arithmetic, not accuracy) whose long inputs are predicted in windows,
+checked against the model applied directly to window rows built here: a text's logits are the
+mean of its windows', a word's logits are those of the window whose centre is nearest to it; and
+the default, truncation, against the truncated row.
 """
 
 import itertools

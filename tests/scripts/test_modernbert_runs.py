@@ -6,7 +6,7 @@ the same logits; sentence embeddings of a ModernBERT folder; the scanned model o
 CPU mesh against one device; the family saved with a checkpoint and read back.
 
 Sizes are tiny and runs short: the point is the bookkeeping and the numbers agreeing, not
-learning. Run as a script (`python tests/test_modernbert_runs.py OUT_DIR`) the file is the
+learning. Run as a script (`python tests/scripts/test_modernbert_runs.py OUT_DIR`) the file is the
 8-device side of its mesh test (tests/eight_devices.py).
 """
 

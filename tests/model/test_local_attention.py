@@ -3,14 +3,14 @@ blocked kernel of bert_jax.model.local_attention against that masked reference (
 gradients, padding, packed rows, sequences that are not a multiple of the block, dropout), the
 rule that routes windowed calls, the kernel's memory (no [seq, seq] tensor in its program, XLA's
 temporary bytes linear in the row length) and splash's LocalMask in interpret mode (the memory
-benchmark's own tests: tests/test_long_rows_memory.py).
+benchmark's own tests: tests/scripts/test_long_rows_memory.py).
 
 Tolerances against the masked reference (inputs ~N(0, 1), head_dim 16), the measured maxima in
 brackets: fp32 outputs and q/k/v gradients 1e-6 (a few 1e-7: the same sums in another order),
 bf16 outputs and gradients one bf16 ulp, 2^-7 relative to max(1, |value|) (outputs and q
 gradients equal, k and v gradients at most one ulp apart: fp32 sums in another order, then
 rounded to bf16; seeds 2-4, every mask); splash (interpret mode) against the reference 2e-5 in
-fp32, as tests/test_attention.py allows the global splash kernel.
+fp32, as tests/model/test_attention.py allows the global splash kernel.
 """
 
 
@@ -133,7 +133,8 @@ def test_choose_with_a_window(args, expected):
     requested, platform_name, with_dropout, seq_len = args
     assert attention.choose(requested, platform_name, dtype=BF16, head_dim=64, seq_len=seq_len,
                             with_dropout=with_dropout, packed=False, window=128) == expected
-    # The same call without a window is the global rule (tests/test_attention.py), never local.
+    # The same call without a window is the global rule (tests/model/test_attention.py), never
+    # local.
     assert attention.choose(requested, platform_name, dtype=BF16, head_dim=64, seq_len=seq_len,
                             with_dropout=with_dropout, packed=False) != "local"
 
