@@ -57,7 +57,8 @@ CASES = {
     "minilm_bf16": ("classification", "minilm", 32, 64, "bfloat16", 4, "finetune_polarity.py"),
     "conll": ("token_classification", "minilm", 32, 128, "float32", 8, "finetune_conll.py"),
     "base": ("classification", "base", 32, 128, "float32", 8, "finetune_polarity.py"),
-    # a random tiny model: the script checked end to end in seconds (tests/test_benchmark.py)
+    # a random tiny model: the script checked end to end in seconds
+    # (tests/scripts/test_benchmark.py)
     "tiny": ("classification", "tiny", 8, 32, "float32", 4, "finetune_polarity.py"),
 }
 DEFAULT_CASES = ("minilm_fp32", "minilm_bf16", "conll", "base")

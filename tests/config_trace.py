@@ -18,7 +18,8 @@ import tempfile
 import threading
 from typing import Any, Callable
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from repo_root import ROOT
+
 PACKAGE = os.path.join(ROOT, "bert_jax") + os.sep
 
 
@@ -58,21 +59,12 @@ def trace(run: Callable[[], Any], config: Any) -> tuple[list[str], list[str]]:
 
 
 def tiny_config(corpus: str):
-    """A one-layer BERT pre-trained for 2 steps of 4 rows of 16 tokens on `corpus`."""
-    from bert_jax.config import run as run_config
-    config = run_config.pretrain_config()
-    config.data.corpus = corpus
-    config.tokenizer.vocab_size = 97 if corpus == "synthetic" else 200
-    config.model = run_config.model_block("tiny", hidden_size=16, num_hidden_layers=1,
-                                          num_attention_heads=2, intermediate_size=32,
-                                          max_position_embeddings=16)
-    config.max_seq_len, config.data.max_predictions = 16, 3
-    config.batch_size = config.eval_batch_size = 4
-    config.eval_batches = 1
-    config.total_steps = 2
-    config.checkpoint_every_steps = 0
-    config.log_every_steps = 1
-    return config
+    """A one-layer BERT pre-trained for 2 steps of 4 rows of 16 tokens on `corpus`
+    (pretrain_runs.tiny_pretrain_config), evaluated on one batch, logged every step."""
+    from pretrain_runs import tiny_pretrain_config
+    return tiny_pretrain_config(**{
+        "data.corpus": corpus, "tokenizer.vocab_size": 97 if corpus == "synthetic" else 200,
+        "eval_batches": 1, "checkpoint_every_steps": 0, "log_every_steps": 1})
 
 
 def trace_pretraining(workdir: str, corpus: str = "synthetic") -> tuple[list[str], list[str]]:

@@ -16,7 +16,14 @@ turns the cache off.
 
 import os
 import shutil
+import sys
 import tempfile
+
+# The helper modules of tests/ (xla_flags, pretrain_runs, repo_root, ...) import as top-level
+# modules from the test files of every sub-folder. pytest's default `prepend` import mode puts
+# this folder on sys.path as it imports this file; said here, it holds in any import mode.
+if os.path.dirname(os.path.abspath(__file__)) not in sys.path:
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import xla_flags
 
@@ -25,7 +32,7 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 # makes the one cache directory, every worker and every script it starts shares it, and the
 # controller removes it at the end. XLA's threads are left as they are: XLA_FLAGS
 # --xla_cpu_multi_thread_eigen=false changes the compiled CPU programs (their bf16 dots become
-# f32 ones), which tests/test_precision.py asserts on.
+# f32 ones), which tests/model/test_precision.py asserts on.
 _CACHE = None
 if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
     _CACHE = tempfile.mkdtemp(prefix="bert_jax_tests_xla_")

@@ -9,13 +9,15 @@ import sys
 
 import xla_flags
 
+from repo_root import ROOT, TESTS
+
 RESULTS = "results.json"
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def run(test_file: str, out_dir: str, timeout: int = 900) -> dict:
-    """Run `python test_file out_dir` on 8 CPU devices; return what it wrote with `write`."""
-    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=ROOT,
+    """Run `python test_file out_dir` on 8 CPU devices, with the repository and tests/ (the
+    helper modules) on its path; return what it wrote with `write`."""
+    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=os.pathsep.join([ROOT, TESTS]),
                XLA_FLAGS=xla_flags.with_devices(8))
     done = subprocess.run([sys.executable, os.path.abspath(test_file), out_dir], env=env,
                           capture_output=True, text=True, timeout=timeout)

@@ -61,3 +61,21 @@ def text_rows(rng, count):
         words.insert(rng.integers(len(words) + 1), NER_GROUPS[kind][0][rng.integers(2)])
         rows.append((" ".join(words), ("person", "place", "org")[kind]))
     return rows
+
+
+# The vocabulary of the tiny prediction runs (the NER groups, filler words and QA words).
+WORDS = ["john", "mary", "paris", "berlin", "acme", "globex", "book", "car", "visited", "met",
+         "works", "at", "in", "the", "today", "and", "is", "old", "red", "?", "where", "who",
+         "has", "."]
+
+
+def write_vocab(path) -> str:
+    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    path.write_text("\n".join(specials + WORDS + ["bl", "##ack", "##burn"]) + "\n",
+                    encoding="utf-8")
+    return str(path)
+
+
+def tiny_config(vocab, task, **changes):
+    return tiny_finetune_config(task, vocab, hidden_size=32, num_hidden_layers=1, **{
+        "eval_batch_size": 16, "total_steps": 30, "learning_rate": 2e-3, **changes})

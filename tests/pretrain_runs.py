@@ -12,8 +12,8 @@ import time
 import xla_flags
 
 import finetune_runs
+from repo_root import ROOT
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PRETRAIN = os.path.join(ROOT, "experiments", "pretrain.py")
 EVALUATE = os.path.join(ROOT, "experiments", "evaluate.py")
 

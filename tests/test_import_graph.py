@@ -25,7 +25,9 @@ config/ only, and no library module imports it or a deprecated former path (DEPR
 import ast
 import pathlib
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+import repo_root
+
+ROOT = pathlib.Path(repo_root.ROOT)
 PACKAGE = "bert_jax"
 
 # Top-level folder (or module) of bert_jax -> its layer: imports go to a lower number, or within

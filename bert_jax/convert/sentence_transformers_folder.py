@@ -22,7 +22,7 @@ to 5.x write them and 6.x still loads them (measured here: 5.7 with transformers
 transformers 5.25). Pooling is what bert_jax.embeddings.encode.pool computes: "mean" averages the
 last layer over the real tokens ([CLS] and [SEP] included), "cls" takes position 0, and
 Normalize divides by the L2 norm, so `SentenceTransformer(folder).encode(texts)` gives embed.py's
-vectors (tests/test_sentence_transformers_export.py).
+vectors (tests/tools/test_sentence_transformers_export.py).
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ parameters live for the whole step (what XLA's own fsdp program keeps as well, u
 Results equal the partitioner's step up to the order of floating-point sums, with one
 difference: the dropout bits. Each device draws its rows' bits from the step's key folded with
 its index along the batch axes, so a run on another batch split draws other (equally random)
-masks; with dropout off the two steps agree (tests/test_fsdp_collectives.py).
+masks; with dropout off the two steps agree (tests/train/test_fsdp_collectives.py).
 """
 
 from __future__ import annotations

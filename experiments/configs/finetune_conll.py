@@ -25,7 +25,7 @@ CPU cores unpacked (an estimate; packed computes fewer positions, not measured),
 on one accelerator. Expected result: entity F1 around 0.88-0.90 on validation (BERT-base ~0.95
 cased; this vocabulary is uncased, which costs a few points); not yet measured (it needs the
 network once); packing leaves it as it is (the same loss, only the dropout masks differ).
-tests/test_finetune_e2e.py learns a synthetic NER set to > 0.9.
+tests/recipes/test_finetune_e2e.py learns a synthetic NER set to > 0.9.
 """
 
 from experiments.configs import common

@@ -17,7 +17,7 @@ writes null_odds.json to tune it). Local files: --config.data.tfds_name=
 Expected runtime: 2 epochs of ~88k windows at batch 32 (5,500 steps), seq 384: days on 2 CPU
 cores, about an hour on one accelerator. Expected result: EM / F1 around 75 / 84 on SQuAD 1.1 dev
 (BERT-base 81 / 88; a 6-layer 384-wide encoder less); not yet measured (it needs the network once).
-tests/test_finetune_e2e.py learns a synthetic QA set to > 0.9 EM.
+tests/recipes/test_finetune_e2e.py learns a synthetic QA set to > 0.9 EM.
 """
 
 from bert_jax.config import run as run_config

@@ -13,12 +13,12 @@ import pytest
 from bert_jax.recipes import inputs as run_inputs
 from bert_jax.recipes import pretrain
 from bert_jax.recipes.finetune import recipe as finetune_recipe
-from tests.finetune_runs import set_keys, tiny_finetune_config
 
+from finetune_runs import set_keys, tiny_finetune_config
 from pretrain_runs import tiny_pretrain_config
+from repo_root import ROOT
 from script_errors import one_line
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 WORDS = ["good", "bad", "movie", "film", "the", "a", "is", "was", "not", "fun"]
 
@@ -184,7 +184,7 @@ def test_the_shard_readers_derived_counts_are_not_inputs(tmp_path):
     """A token-shard folder prepared without per-document counts gets them from its first run
     (document_tokens.<split>.npy, checked against the manifest at every open): a file the run
     writes into the folder after recording its inputs, so not one of them; a resume after it is
-    not refused (tests/test_batch_warmup.py resumes such a run)."""
+    not refused (tests/data/pretraining/test_batch_warmup.py resumes such a run)."""
     from bert_jax.recipes import inputs as run_inputs
 
     for name in ("manifest.json", "train-00000-of-00001.array_record", "tokenizer.json",

@@ -35,7 +35,8 @@ from bert_jax.train.checkpoint import store as checkpointing
 from bert_jax.train.checkpoint import verification as checkpoint_verification
 from faults.inject import as_saved_before_checksums
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from repo_root import ROOT
+
 TOTAL_STEPS = 8  # checkpoints every 2 steps, the newest 3 kept: 4, 6, 8
 
 

@@ -24,8 +24,8 @@ from bert_jax.runtime import outputs
 from bert_jax.tools import convert_runs as runs
 
 import script_errors
+from repo_root import ROOT
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CFG = BertConfig(vocab_size=64, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
                  intermediate_size=32, max_position_embeddings=32, type_vocab_size=2)
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"w{i}" for i in range(59)]
@@ -229,7 +229,8 @@ def test_an_output_over_a_file_the_run_was_trained_on_is_refused(tmp_path):
     run's record of its inputs. Every file the run recorded in inputs.json, and the record
     itself, is now an input no output may replace: one line, the file untouched."""
     from bert_jax.recipes import inputs as run_inputs
-    from tests.finetune_runs import tiny_finetune_config
+
+    from finetune_runs import tiny_finetune_config
 
     vocab, train, held_out = (tmp_path / name for name in ("vocab.txt", "train.tsv", "eval.tsv"))
     vocab.write_text("\n".join(VOCAB) + "\n")

@@ -18,7 +18,8 @@ import pytest
 
 from bert_jax.data.corpora import catalog
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from repo_root import ROOT, TESTS
+
 SCRIPT = os.path.join(ROOT, "experiments", "prepare_data.py")
 INJECT = os.path.join(ROOT, "tests", "faults", "inject.py")
 WORDS = ("river stone light paper window garden music winter summer letter morning number "
@@ -237,7 +238,8 @@ def test_a_full_disk_while_embed_writes_names_both_files(tmp_path):
         [sys.executable, "-c", EMBED_ON_A_FULL_DISK, os.path.dirname(__file__),
          os.path.join(ROOT, "experiments", "embed.py"), f"--model={hf.packaged_minilm_dir()}",
          f"--input={texts}", f"--output={prefix}"], capture_output=True, text=True,
-        timeout=300, env=dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=ROOT))
+        timeout=300, env=dict(os.environ, JAX_PLATFORMS="cpu",
+                              PYTHONPATH=os.pathsep.join([ROOT, TESTS])))
     assert done.returncode == 1, done.stderr[-3000:]
     assert done.stderr.strip().splitlines()[-1] == (
         f"embed.py: error: {prefix}.npy and {prefix}.index.jsonl: No space left on device (while "

@@ -19,8 +19,7 @@ from bert_jax.train import metrics_writer
 from bert_jax.train.checkpoint import params as params_loading
 from bert_jax.train.checkpoint import store as checkpointing
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
+from repo_root import ROOT
 
 # ----- a torn last line in metrics.jsonl ----------------------------------------------------------
 
