@@ -20,14 +20,16 @@ SENTENCES = [
 ]
 
 
-def byte_level_bpe(path):
-    """RoBERTa's pipeline: byte-level BPE, <s> A </s> (</s> B </s>) by RobertaProcessing."""
+def byte_level_bpe(path, texts=SENTENCES, vocab_size=320):
+    """RoBERTa's pipeline trained on `texts`: byte-level BPE, <s> A </s> (</s> B </s>) by
+    RobertaProcessing; saved to `path` (a tokenizer.json) and returned."""
     tokenizer = tokenizers.Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()
-    tokenizer.train_from_iterator(SENTENCES, trainers.BpeTrainer(
-        vocab_size=320, special_tokens=FAIRSEQ_SPECIALS, show_progress=False,
+    tokenizer.train_from_iterator(texts, trainers.BpeTrainer(
+        vocab_size=vocab_size, special_tokens=FAIRSEQ_SPECIALS, show_progress=False,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
     tokenizer.post_processor = processors.RobertaProcessing(("</s>", 2), ("<s>", 0))
     tokenizer.save(str(path))
+    return tokenizer
     return path

@@ -31,7 +31,7 @@ import subprocess
 import sys
 from typing import Optional
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TAIL_CHARS = 3000
 
 

@@ -422,18 +422,11 @@ def test_fine_tuning_a_roberta_folder_and_its_export_in_the_pipeline(tmp_path):
     polarity = os.path.join(demo_corpus.gensim_test_data(), "pang_lee_polarity.cor")
     with open(polarity, encoding="cp1252") as f:
         texts = [line.split(" ", 1)[1] for line in f if " " in line]
-    tokenizer = tokenizers.Tokenizer(models.BPE())
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tokenizer.decoder = decoders.ByteLevel()
-    tokenizer.train_from_iterator(texts, trainers.BpeTrainer(
-        vocab_size=600, special_tokens=FAIRSEQ_SPECIALS, show_progress=False,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
-    tokenizer.post_processor = processors.RobertaProcessing(("</s>", 2), ("<s>", 0))
     folder = tmp_path / "roberta"
     random_reference("RobertaModel", vocab_size=600, hidden_size=64, num_attention_heads=2,
                      intermediate_size=128, max_position_embeddings=66
                      ).save_pretrained(folder, safe_serialization=True)
-    tokenizer.save(str(folder / "tokenizer.json"))
+    byte_level_bpe(folder / "tokenizer.json", texts, vocab_size=600)
 
     config = tiny_finetune_config("classification", "", max_position_embeddings=None, **{
         "init.hf_dir": str(folder), "max_seq_len": 64, "learning_rate": 2e-3,
