@@ -22,7 +22,7 @@ SENTENCES = [
 
 def byte_level_bpe(path, texts=SENTENCES, vocab_size=320):
     """RoBERTa's pipeline trained on `texts`: byte-level BPE, <s> A </s> (</s> B </s>) by
-    RobertaProcessing; saved to `path` (a tokenizer.json) and returned."""
+    RobertaProcessing; saved to `path` (a tokenizer.json), which is returned."""
     tokenizer = tokenizers.Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()
@@ -31,5 +31,4 @@ def byte_level_bpe(path, texts=SENTENCES, vocab_size=320):
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
     tokenizer.post_processor = processors.RobertaProcessing(("</s>", 2), ("<s>", 0))
     tokenizer.save(str(path))
-    return tokenizer
     return path
