@@ -120,7 +120,7 @@ def encode(settings: dict) -> Rows:
     from bert_jax.recipes.finetune import kinds
     config = finetune_config(settings)
     kind = kinds.get(settings["task"])
-    tokenizer = recipe_common.load_tokenizer(config)
+    tokenizer = recipe_common.finetuning_tokenizer(config)
     examples = make_examples(settings["task"], read_texts(settings))
     labels = kind.describe_labels(examples, config)
     features = kind.encode(tokenizer, examples, config, labels, "texts")

@@ -104,7 +104,7 @@ def initial_weights(run: RunSettings | Config, workdir: Optional[str] = None
     return cfg, params
 
 
-def load_tokenizer(run: RunSettings | Config):
+def finetuning_tokenizer(run: RunSettings | Config):
     """The WordPiece tokenizer of run.tokenizer.path (default: init.hf_dir's vocabulary);
     tokenizer.lowercase applies to a vocab.txt whose casing nothing else states (a folder's
     tokenizer_config.json does: `bert_jax.data.tokenizers.load.load_tokenizer`)."""

@@ -98,7 +98,7 @@ def data_config(run: settings.RunSettings | settings.Config, workdir: str):
         batch_warmup_start=data.batch_warmup_start)
 
 
-def load_tokenizer(run: settings.RunSettings | settings.Config, workdir: str):
+def pretraining_tokenizer(run: settings.RunSettings | settings.Config, workdir: str):
     """The run's WordPiece tokenizer: tokenizer.path, else the vocabulary of the demo or `text:`
     corpus under the run's data dir (`data_config`; trained there on the corpus's train split on
     first use, tokenizer.vocab_size tokens); None for the synthetic corpus (random token ids, no
@@ -156,7 +156,7 @@ def vocab_size_of(run: settings.RunSettings | settings.Config, workdir: str) -> 
     run = settings.of(run)
     if run.data.corpus == SYNTHETIC:
         return run.tokenizer.vocab_size
-    return load_tokenizer(run, workdir).vocab_size
+    return pretraining_tokenizer(run, workdir).vocab_size
 
 
 def check_batch_warmup(run: settings.RunSettings | settings.Config, mesh: Any) -> None:
@@ -180,7 +180,7 @@ def check_batch_warmup(run: settings.RunSettings | settings.Config, mesh: Any) -
 def make_data(run: settings.RunSettings | settings.Config, workdir: str, vocab_size: int,
               tokenizer: Any = None) -> tuple[Iterator, Callable[[], Iterator]]:
     """(train iterator, make_eval_iterator): host-local batches of this process's rows, made
-    with `tokenizer` (the run's, `load_tokenizer`; None: loaded by the pipeline)."""
+    with `tokenizer` (the run's, `pretraining_tokenizer`; None: loaded by the pipeline)."""
     run = settings.of(run)
     process_index, process_count = jax.process_index(), jax.process_count()
     if run.data.corpus == SYNTHETIC:
@@ -276,7 +276,7 @@ def pieces(config: settings.Config, workdir: str) -> Pieces:
     run = run.for_steps(run.total_steps)
     mesh = run.mesh.make()
     init_cfg, initial_params = common.initial_weights(run)
-    tokenizer = load_tokenizer(run, workdir)
+    tokenizer = pretraining_tokenizer(run, workdir)
     vocab_size = run.tokenizer.vocab_size if tokenizer is None else tokenizer.vocab_size
     cfg = common.model_config(run, vocab_size, init_cfg)
     run.check_fits(mesh, cfg)
@@ -307,7 +307,7 @@ def train_and_evaluate(config: settings.Config, workdir: str) -> loop.TrainResul
     with workdir_lib.lock(workdir):
         run_record.record_config(run.record, workdir)
         if tokenizer is None and run.data.corpus != SYNTHETIC:  # trained on first use
-            tokenizer = load_tokenizer(run, workdir)
+            tokenizer = pretraining_tokenizer(run, workdir)
             cfg = common.model_config(run, tokenizer.vocab_size, init_cfg)
         vocab_size = run.tokenizer.vocab_size if tokenizer is None else tokenizer.vocab_size
         task = make_task(run, cfg, initial_params)
@@ -328,7 +328,7 @@ def evaluate(config: settings.Config, workdir: str, step: int | None = None
     step, cfg, params = common.load_checkpoint(
         workdir, step, lambda c: make_init_fn(make_model(run, c), run), mesh)
     task = make_task(run, cfg)
-    tokenizer = load_tokenizer(run, workdir)
+    tokenizer = pretraining_tokenizer(run, workdir)
     vocab_size = run.tokenizer.vocab_size if tokenizer is None else tokenizer.vocab_size
     _, make_eval_iterator = make_data(run, workdir, vocab_size, tokenizer)
     evaluate_fn = evaluation.LossEvaluator(task.loss_fn, make_eval_iterator, mesh,

@@ -3,9 +3,9 @@ run built it, whatever its recipe: its tokenizer (`run_tokenizer`), and the enco
 a Hugging Face folder for sentence embeddings (`load_encoder`).
 
 A run's <workdir>/config.json names its recipe, and each recipe builds its tokenizer its own way
-(fine-tuning: `common.load_tokenizer`; pre-training: `pretrain.load_tokenizer`, the demo corpus's
-vocabulary when the config names none). Choosing between them needs both, so it is done here,
-above the recipes, not in `common`, which every recipe imports.
+(fine-tuning: `common.finetuning_tokenizer`; pre-training: `pretrain.pretraining_tokenizer`, the
+demo corpus's vocabulary when the config names none). Choosing between them needs both, so it is
+done here, above the recipes, not in `common`, which every recipe imports.
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ def run_tokenizer(workdir: str, config: Optional[settings.Config] = None):
     from bert_jax.recipes import common, pretrain, run_record
     run = settings.typed(config if config is not None else run_record.load_config(workdir))
     if run.recipe != "pretrain":
-        return common.load_tokenizer(run)
-    return pretrain.load_tokenizer(run, workdir)
+        return common.finetuning_tokenizer(run)
+    return pretrain.pretraining_tokenizer(run, workdir)
 
 
 def load_encoder(hf_dir: Optional[str] = None, workdir: Optional[str] = None,

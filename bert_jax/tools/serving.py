@@ -89,7 +89,7 @@ def inference_function(workdir: Optional[str] = None, hf_dir: Optional[str] = No
         step, cfg, params = common.load_checkpoint(
             workdir, step,
             lambda c: recipe.make_init_fn(kind.make_model(c, labels), config.max_seq_len), mesh)
-        tokenizer = common.load_tokenizer(config)
+        tokenizer = common.finetuning_tokenizer(config)
         model_fn = recipe.make_predict_fn(kind, kind.make_model(cfg, labels))
 
         def classify(params, input_ids, token_type_ids, attention_mask):

@@ -194,7 +194,7 @@ def test_eval_batches_rows_in_equal_rows_out():
 @pytest.mark.parametrize("task", ["classification", "token_classification", "span_qa"])
 def test_heldout_predictions_equal_with_and_without_buckets(task, tmp_path):
     config = task_config(tmp_path, task)
-    tokenizer = recipe_common.load_tokenizer(config)
+    tokenizer = recipe_common.finetuning_tokenizer(config)
     data = task_data.build_task_data(config, tokenizer)
     cfg = recipe_common.model_config(config, tokenizer.vocab_size)
     model = data.kind.make_model(cfg, data.labels)

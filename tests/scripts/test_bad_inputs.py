@@ -332,7 +332,7 @@ def test_prediction_refuses_a_tokenizer_larger_than_the_saved_model(files, tmp_p
                                                                      monkeypatch):
     workdir = tmp_path / "run"
     config = finetune_config(files)
-    data = task_data.build_task_data(config, predict_lib.common.load_tokenizer(config))
+    data = task_data.build_task_data(config, predict_lib.common.finetuning_tokenizer(config))
     workdir.mkdir()
     (workdir / "config.json").write_text(config.to_json())
     task_data.save_task_file(str(workdir), data)

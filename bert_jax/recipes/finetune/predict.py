@@ -148,7 +148,7 @@ def load_predictor(workdir: str, config, kind: kinds.TaskKind, labels: Mapping[s
     config = settings.of(config)
     mesh = config.mesh.fitted().make()
     settings.check_batch_size(options.batch_size, mesh)
-    tokenizer = common.load_tokenizer(config)
+    tokenizer = common.finetuning_tokenizer(config)
     step, cfg, params = common.load_checkpoint(
         workdir, options.step,
         lambda c: recipe.make_init_fn(kind.make_model(c, labels), config.max_seq_len), mesh)

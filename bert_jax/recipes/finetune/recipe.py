@@ -140,7 +140,7 @@ def train_and_evaluate(config, workdir: str) -> loop.TrainResult:
     the workdir as it was."""
     run = settings.read(config, "finetune")
     mesh = run.mesh.make()
-    tokenizer = common.load_tokenizer(run)
+    tokenizer = common.finetuning_tokenizer(run)
     init_cfg, initial_params = common.initial_weights(run, workdir)
     cfg = common.model_config(run, tokenizer.vocab_size, init_cfg)
     settings.check_lengths(run, cfg)
@@ -184,7 +184,7 @@ def evaluate(config, workdir: str, step: Optional[int] = None,
                                 "workdir of a fine-tuning run?")
     config = settings.of(config)
     mesh = config.mesh.make()
-    data = build_task_data(config, common.load_tokenizer(config), saved_task=saved_task,
+    data = build_task_data(config, common.finetuning_tokenizer(config), saved_task=saved_task,
                            with_train_features=False)
     step, cfg, params = common.load_checkpoint(
         workdir, step, lambda c: make_init_fn(data.kind.make_model(c, data.labels),

@@ -139,14 +139,14 @@ def test_a_text_corpus_without_a_vocabulary_trains_one_in_the_workdir(tmp_path):
     vocabularies = []
     for name in ("a", "b"):
         workdir = str(tmp_path / name)
-        tokenizer = pretrain.load_tokenizer(config, workdir)
+        tokenizer = pretrain.pretraining_tokenizer(config, workdir)
         (vocab_dir,) = [d for d in os.listdir(os.path.join(workdir, "data")) if "_vocab_120_" in d]
         path = os.path.join(workdir, "data", vocab_dir, "vocab.txt")
         vocabularies.append(open(path, "rb").read())
         pieces = vocabularies[-1].decode("utf-8").split("\n")
         assert tokenizer.vocab_size == len(pieces) - 1 <= 120 and set(words) <= set(pieces)
         modified = os.stat(path).st_mtime_ns
-        assert pretrain.load_tokenizer(config, workdir).vocab_size == tokenizer.vocab_size
+        assert pretrain.pretraining_tokenizer(config, workdir).vocab_size == tokenizer.vocab_size
         assert os.stat(path).st_mtime_ns == modified  # trained once, then read
     assert vocabularies[0] == vocabularies[1]
 
@@ -287,7 +287,7 @@ def test_prepare_data_puts_a_text_vocabulary_where_a_run_finds_it(tmp_path):
 
     config = tiny_pretrain_config(**{"data.corpus": glob, "data.document_delimiter": "line",
                                      "data.data_dir": data_dir, "tokenizer.vocab_size": 100})
-    tokenizer = pretrain.load_tokenizer(config, str(tmp_path / "run"))
+    tokenizer = pretrain.pretraining_tokenizer(config, str(tmp_path / "run"))
     with open(vocab_path, encoding="utf-8") as f:
         assert tokenizer.vocab_size == len(f.read().split("\n")) - 1
     assert os.stat(vocab_path).st_mtime_ns == modified  # read, not trained again
