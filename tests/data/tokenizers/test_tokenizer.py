@@ -46,6 +46,20 @@ def test_training_is_deterministic_and_reads_a_generator_like_a_list(trained, tm
     assert "##e" not in tokens and tokens[-1] == "[MASK]"  # "##e" is a piece, not a special token
 
 
+def test_continuation_pieces_exact_for_a_small_vocabulary_a_superset_for_a_large_one():
+    """The cheap pass finds every piece the trainer makes, and a few it would not (a character
+    seen only alone or first: "£" here); a vocabulary it could cost more than 1% of gets the
+    trainer's own pieces, exactly."""
+    texts = TEXTS + ["It cost £5, and 5°C; naïve."] * 3
+    exact = wordpiece_training._trained_pieces(texts, True, None)
+    candidates = wordpiece_training._candidate_pieces(texts, True, None)
+    assert set(exact) < set(candidates) and "##£" in candidates and "##£" not in exact
+    assert "##°" in exact  # seen inside "5°c": a piece whichever way they are found
+    assert wordpiece_training._continuation_pieces(texts, 200, True, None) == exact
+    large = 100 * len(candidates)
+    assert wordpiece_training._continuation_pieces(texts, large, True, None) == candidates
+
+
 def test_vocab_txt_and_tokenizer_json_agree(trained):
     from_txt = tok.load_tokenizer(trained)
     from_json = tok.load_tokenizer(os.path.join(os.path.dirname(trained), "tokenizer.json"))
