@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 from typing import Iterable, Sequence
 
+import numpy as np
 from etils import epath
 from tokenizers import trainers
 
@@ -58,15 +59,16 @@ def _trained_pieces(texts: Iterable[str], lowercase: bool,
 
 def _candidate_pieces(texts: Iterable[str], lowercase: bool,
                       strip_accents: bool | None) -> list[str]:
-    """A superset of the pieces, cheaply: each distinct character of the texts (one C-speed pass:
-    a set; an ASCII text only adds what `bytes.translate` leaves after deleting the characters
-    seen), normalised alone (BERT's normaliser works character by character), kept when it stays
-    inside a word after "a" (neither whitespace, punctuation nor a CJK character). A character
-    seen only at the start of words or alone (a "£", a "→") gets a piece the trainer would not
-    have made: an unused vocabulary entry."""
+    """A superset of the pieces, cheaply: each distinct character of the texts (one C-speed
+    pass: an ASCII text adds what `bytes.translate` leaves after deleting the characters seen,
+    any other marks its code points in a table), normalised alone (BERT's normaliser works
+    character by character), kept when it stays inside a word after "a" (neither whitespace,
+    punctuation nor a CJK character). A character seen only at the start of words or alone (a
+    "£", a "→") gets a piece the trainer would not have made: an unused vocabulary entry."""
     tokenizer = bert_wordpiece(None, lowercase, strip_accents)
     raw: set[str] = set()
     seen_ascii = b""  # the ASCII characters in `raw`: what bytes.translate deletes, at memcpy speed
+    seen = np.zeros(0x110000, bool)  # the code points of the other texts
     for text in texts:
         if text.isascii():
             new = text.encode("ascii").translate(None, seen_ascii)
@@ -74,7 +76,8 @@ def _candidate_pieces(texts: Iterable[str], lowercase: bool,
                 raw.update(new.decode("ascii"))
                 seen_ascii = "".join(sorted(c for c in raw if c.isascii())).encode("ascii")
         else:
-            raw.update(text)
+            seen[np.frombuffer(text.encode("utf-32-le", "surrogatepass"), "<u4")] = True
+    raw.update(map(chr, np.flatnonzero(seen)))
     normalized = set().union(*(tokenizer.normalizer.normalize_str(c) for c in raw))
     continuing = set()
     for c in normalized:
@@ -85,7 +88,7 @@ def _candidate_pieces(texts: Iterable[str], lowercase: bool,
     return sorted(CONTINUATION_PREFIX + c for c in continuing)
 
 
-def _batches(texts: Sequence[str], size: int = 1000) -> Iterable[list[str]]:
+def _batches(texts: Sequence[str], size: int = 10_000) -> Iterable[list[str]]:
     """Lists of texts: the trainer works through a batch in parallel, with one crossing from
     Python."""
     for start in range(0, len(texts), size):
@@ -110,7 +113,7 @@ def train_wordpiece(texts: Iterable[str], vocab_size: int, out_dir: str, lowerca
     trained = bert_wordpiece(None, lowercase, strip_accents)
     trained.train_from_iterator(
         progress.bar(_batches(texts), desc="vocabulary: words", unit="batch",
-                     total=-(-len(texts) // 1000)),
+                     total=-(-len(texts) // 10_000)),
         _trainer(vocab_size, min_frequency, [*SPECIAL_TOKENS, *pieces]), length=len(texts))
     vocab = trained.get_vocab()
     tokenizer = bert_wordpiece(vocab, lowercase, strip_accents)  # the pieces are plain tokens
