@@ -40,6 +40,7 @@ from jax.sharding import Mesh, NamedSharding
 from bert_jax.config.bert import BertConfig
 from bert_jax.runtime import platform, pytree, sharding, xla_options
 from bert_jax.train import steps
+from bert_jax.train.checkpoint import step_folders
 from bert_jax.train.checkpoint import store as checkpointing
 
 
@@ -221,13 +222,11 @@ def _set_aside(manager, steps_to_move: list[int]) -> None:
 
 def _set_aside_entries_that_are_not_steps(manager) -> None:
     """An entry named as a step that is no step folder (a dangling symbolic link, a file:
-    checkpointing.not_step_folders) is moved aside like an unreadable step, one line each, before
+    step_folders.not_step_folders) is moved aside like an unreadable step, one line each, before
     the steps are listed: Orbax does not list it, and the save of that step would meet it."""
-    found = checkpointing.not_step_folders(manager.directory)
+    found = step_folders.not_step_folders(manager.directory)
     if jax.process_index() == 0:
-        for name in checkpointing.misnamed_steps(manager.directory):  # Orbax skips them
-            logging.warning("%s/%s is not a checkpoint step (a step's folder is named by its "
-                            "number alone, e.g. %d): ignored", manager.directory, name, int(name))
+        step_folders.warn_misnamed(manager.directory)  # Orbax skips them
         for step, what in found:
             target = checkpointing.set_aside(manager.directory, step)
             logging.warning("%s/%d is %s: not a checkpoint step; moved to %s, and the run goes on "

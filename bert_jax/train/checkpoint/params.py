@@ -24,6 +24,7 @@ from etils import epath
 from bert_jax.config.bert import BertConfig
 from bert_jax.model import families, scan
 from bert_jax.runtime import paths, pytree
+from bert_jax.train.checkpoint import step_folders
 from bert_jax.train.checkpoint import store as checkpointing
 from bert_jax.train.checkpoint.errors import CheckpointMismatchError, Reading
 
@@ -33,12 +34,9 @@ def _resolve_step_dir(checkpoint_dir: str | os.PathLike, step: Optional[int]
     root = paths.path(checkpoint_dir)
     if not root.exists():
         raise FileNotFoundError(f"no checkpoint directory at {root}")
-    steps = sorted(int(p.name) for p in root.iterdir()
-                   if checkpointing.is_step_name(p.name) and p.is_dir())
-    for name in checkpointing.misnamed_steps(root):
-        logging.warning("%s/%s is not a checkpoint step (a step's folder is named by its number "
-                        "alone, e.g. %d): ignored", root, name, int(name))
-    not_steps = dict(checkpointing.not_step_folders(root))
+    steps = step_folders.step_numbers(root)
+    step_folders.warn_misnamed(root)
+    not_steps = dict(step_folders.not_step_folders(root))
     for other, what in not_steps.items():
         if step is None and (not steps or other > steps[-1]):
             logging.warning("%s/%d is %s: not a checkpoint step, so the newest step read is %s",

@@ -30,7 +30,8 @@ process its own shards) read without any collective and without Orbax's restore 
 that an error on one process never leaves the others waiting: with several processes the caller
 agrees on the outcome (see bert_jax.train.state, which falls back to the previous step).
 `set_aside` moves an unreadable step to `<directory>_unreadable/<step>`, as it moves an entry
-named as a step that is no step folder (`not_step_folders`: a dangling symbolic link, a file).
+named as a step that is no step folder (`step_folders.not_step_folders`: a dangling symbolic
+link, a file).
 A step whose metadata says it was saved with a checksum record (CHECKSUMS_KEY) and that has none
 is unreadable: its files cannot be verified (`verify_checksums`).
 """
@@ -394,46 +395,6 @@ def verify_checksums(step_dir: epath.Path, where: str,
         logging.warning("checkpoint %s has no checksums (saved before they were recorded): its "
                         "files are read unverified", where)
     return verified
-
-
-def not_step_folders(directory: str | os.PathLike) -> list[tuple[int, str]]:
-    """(step, what it is) of each entry of `directory` named as a step that is not a folder: a
-    symbolic link whose target does not exist (or is no folder), a file. Orbax does not list
-    them as steps, yet a save of that step would meet them; `set_aside` moves them like an
-    unreadable step. A link to a step folder elsewhere is a step."""
-    directory = paths.path(directory)
-    if paths.is_remote(directory) or not directory.is_dir():
-        return []
-    found = []
-    for entry in directory.iterdir():
-        if not is_step_name(entry.name) or entry.is_dir():
-            continue
-        local = os.fspath(entry)
-        if os.path.islink(local):
-            target = os.readlink(local)
-            what = (f"a symbolic link to {target}, which does not exist"
-                    if not os.path.exists(local) else f"a symbolic link to {target}, not a folder")
-        else:
-            what = "a file, not a step folder"
-        found.append((int(entry.name), what))
-    return sorted(found)
-
-
-def is_step_name(name: str) -> bool:
-    """Whether `name` is a step folder's name as Orbax writes and lists it: the step's number,
-    no sign and no leading zero ("06" is none: Orbax skips it, and a reader that took it for
-    step 6 would read a folder "6" that is not there)."""
-    return name.isdigit() and str(int(name)) == name
-
-
-def misnamed_steps(directory: str | os.PathLike) -> list[str]:
-    """The entries of `directory` named by a number that is no step's name (`is_step_name`:
-    "06", "0004"), for a one-line warning that they are ignored."""
-    directory = paths.path(directory)
-    if not directory.is_dir():
-        return []
-    return sorted(p.name for p in directory.iterdir()
-                  if p.name.isdigit() and not is_step_name(p.name))
 
 
 def set_aside(directory: str | os.PathLike, step: int) -> epath.Path:

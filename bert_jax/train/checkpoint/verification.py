@@ -19,7 +19,7 @@ from typing import Optional
 import orbax.checkpoint as ocp
 
 from bert_jax.runtime import paths
-from bert_jax.train.checkpoint import checksums
+from bert_jax.train.checkpoint import checksums, step_folders
 from bert_jax.train.checkpoint import store as checkpointing
 
 
@@ -50,10 +50,9 @@ def check_run(workdir: str | os.PathLike) -> list[StepCheck]:
     """A StepCheck per step folder of the run at `workdir` (module docstring), oldest first.
     FileNotFoundError when there is no checkpoint folder or no step in it."""
     directory = paths.path(checkpoints_of(workdir))
-    steps = sorted(int(p.name) for p in directory.iterdir()
-                   if checkpointing.is_step_name(p.name) and p.is_dir())
+    steps = step_folders.step_numbers(directory)
     not_steps = [StepCheck(f"{directory}/{step}", step, f"{what}: not a checkpoint step", False,
-                           0, 0) for step, what in checkpointing.not_step_folders(directory)]
+                           0, 0) for step, what in step_folders.not_step_folders(directory)]
     if not steps and not not_steps:
         raise FileNotFoundError(f"{directory} holds no checkpoint steps (expected folders named "
                                 "by step)")
