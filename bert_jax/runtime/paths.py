@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import posixpath
+from typing import BinaryIO, Callable
 
 from etils import epath
 
@@ -29,19 +30,21 @@ def path(location: str | os.PathLike) -> epath.Path:
     return epath.Path(os.path.abspath(os.fspath(location)))
 
 
-def write_text_atomically(file: str | os.PathLike, text: str) -> None:
-    """Write a whole file so that a reader (or a crash) never sees a part: locally a temporary
-    file renamed into place (removed when the write fails, e.g. on a full disk); on object
+def write_atomically(file: str | os.PathLike, write: Callable[[BinaryIO], None]) -> None:
+    """Write a whole file with `write(binary_file)` so that a reader (or a crash) never sees a
+    part: locally a temporary file beside it (`<file>.tmp-<pid>`) renamed into place, removed
+    when the write fails (a full disk: an OSError naming `file`, whose errno it keeps); on object
     storage one object write, which is all or nothing."""
     if is_remote(file):
-        epath.Path(file).write_text(text)
+        with epath.Path(file).open("wb") as f:
+            write(f)
         return
     file = os.fspath(file)
     os.makedirs(os.path.dirname(os.path.abspath(file)), exist_ok=True)
     temporary = f"{file}.tmp-{os.getpid()}"
     try:
-        with open(temporary, "w", encoding="utf-8") as f:
-            f.write(text)
+        with open(temporary, "wb") as f:
+            write(f)
         os.replace(temporary, file)
     except BaseException as e:  # a full disk, a kill: the file stays as it was, no part beside
         if os.path.exists(temporary):
@@ -49,6 +52,11 @@ def write_text_atomically(file: str | os.PathLike, text: str) -> None:
         if isinstance(e, OSError) and e.errno is not None:  # named by the file meant, not its part
             raise OSError(e.errno, f"{e.strerror} (it was left as it was)", file) from e
         raise
+
+
+def write_text_atomically(file: str | os.PathLike, text: str) -> None:
+    """`write_atomically` of `text` in UTF-8."""
+    write_atomically(file, lambda f: f.write(text.encode("utf-8")))
 
 
 def read_json(file: str | os.PathLike) -> dict:

@@ -168,9 +168,9 @@ def tokenize_unit(unit: WorkUnit, index: int, tokenizer: tokenizers.Tokenizer | 
                              "blake2b": shard_digest(temporaries[split])}
             os.replace(temporaries[split], os.path.join(output_dir, names[split]))
         for split in SPLITS:
-            _save_atomically(os.path.join(output_dir, UNITS_FOLDER,
-                                          unit_counts_name(index, split)),
-                             np.frombuffer(lengths[split], np.int32))
+            paths.write_atomically(
+                os.path.join(output_dir, UNITS_FOLDER, unit_counts_name(index, split)),
+                _npy(np.frombuffer(lengths[split], np.int32)))
     except BaseException:
         for writer in writers.values():
             try:
@@ -187,11 +187,9 @@ def tokenize_unit(unit: WorkUnit, index: int, tokenizer: tokenizers.Tokenizer | 
     return record
 
 
-def _save_atomically(path: str, array: np.ndarray) -> None:
-    temporary = f"{path}.tmp-{os.getpid()}"
-    with open(temporary, "wb") as f:
-        np.save(f, array)
-    os.replace(temporary, path)
+def _npy(array: np.ndarray):
+    """A writer of `array` as a .npy file (for `paths.write_atomically`)."""
+    return lambda f: np.save(f, array)
 
 
 # ----- the whole preparation ---------------------------------------------------------------
@@ -361,12 +359,11 @@ def _write_document_tokens(output_dir: str, split: str, records: list[dict]) -> 
     parts = (np.load(os.path.join(output_dir, UNITS_FOLDER, unit_counts_name(r["unit"], split)))
              for r in records)
     total = sum(r["shards"][split]["documents"] for r in records)
-    path = os.path.join(output_dir, document_tokens_name(split))
-    temporary = f"{path}.tmp-{os.getpid()}"
-    with open(temporary, "wb") as f:
+    def write(f) -> None:
         for piece in document_tokens_pieces(parts, total):
             f.write(piece)
-    os.replace(temporary, path)
+
+    paths.write_atomically(os.path.join(output_dir, document_tokens_name(split)), write)
 
 
 def _run(pending: list[tuple[int, WorkUnit]], tokenizer_json: str, settings: dict,

@@ -157,13 +157,7 @@ def kept_sample(sources: Sequence[Source], sample_bytes: int, seed: int, bad_rec
               "bad": sample.bad.as_dict()}
     table = pa.table({"text": sample.texts}).replace_schema_metadata(
         {"bert_jax.sample": json.dumps(counts)})
-    temporary = f"{path}.tmp-{os.getpid()}"
-    try:
-        pq.write_table(table, temporary)
-        os.replace(temporary, path)
-    finally:
-        if os.path.exists(temporary):
-            os.remove(temporary)
+    paths.write_atomically(path, lambda f: pq.write_table(table, f))
     return sample
 
 

@@ -223,15 +223,11 @@ class TokenShards:
         return lengths
 
     def _write_lengths(self, lengths: np.ndarray) -> None:
-        temporary = f"{self.lengths_path}.tmp-{os.getpid()}.npy"
         try:
-            np.save(temporary, lengths)
-            os.replace(temporary, self.lengths_path)
+            paths.write_atomically(self.lengths_path, lambda f: np.save(f, lengths))
         except OSError as e:
             logging.info("token counts of %s kept in memory only (cannot write %s: %s)",
                          self.directory, self.lengths_path, e)
-            if os.path.exists(temporary):
-                os.remove(temporary)
 
     def __repr__(self) -> str:
         return (f"TokenShards({self.directory!r}, split={self.split!r}: {len(self):,} documents, "
