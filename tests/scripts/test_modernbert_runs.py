@@ -19,6 +19,7 @@ import sys
 import numpy as np
 import pytest
 
+from pretrain_runs import last_logged_step, losses
 from repo_root import ROOT
 
 SCRIPTS = os.path.join(ROOT, "experiments")
@@ -63,24 +64,8 @@ def _jsonl(path):
         return [json.loads(line) for line in f]
 
 
-def _losses(workdir):
-    records = _jsonl(os.path.join(workdir, "metrics.jsonl"))
-    steps = [r["step"] for r in records]
-    assert steps == sorted(set(steps)), f"steps logged twice or out of order: {steps}"
-    return {r["step"]: r["loss"] for r in records}
-
-
 def final_step(workdir):
     return _jsonl(os.path.join(workdir, "eval_metrics.jsonl"))[-1]["step"]
-
-
-def _last_logged_step(workdir):
-    path = os.path.join(workdir, "metrics.jsonl")
-    if not os.path.exists(path):
-        return 0
-    with open(path) as f:
-        lines = [line for line in f if line.endswith("\n")]
-    return json.loads(lines[-1])["step"] if lines else 0
 
 
 # ----- pre-training ----------------------------------------------------------------------------
@@ -95,7 +80,7 @@ def test_modernbert_pretraining_resumes_exactly_after_sigterm_and_evaluates(tmp_
 
     reference_dir = str(tmp_path / "uninterrupted")
     _script("pretrain.py", f"--workdir={reference_dir}", *TINY_PRETRAINING)
-    reference = _losses(reference_dir)
+    reference = losses(reference_dir)
     assert sorted(reference) == list(range(1, TOTAL + 1))
     cfg = params_loading.load_model_config(checkpointing.checkpoint_dir(reference_dir))
     assert families.name_of(cfg) == "modernbert" and cfg.scan_layers
@@ -107,20 +92,20 @@ def test_modernbert_pretraining_resumes_exactly_after_sigterm_and_evaluates(tmp_
          *TINY_PRETRAINING, "--config.data.seconds_per_batch=0.1"],  # SIGTERM lands mid-run
         env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=ROOT)
     start = time.time()
-    while _last_logged_step(workdir) < 5:
+    while last_logged_step(workdir) < 5:
         assert process.poll() is None, "the run ended before it could be interrupted"
         assert time.time() - start < 600, "timed out waiting for the run"
         time.sleep(0.01)
     process.send_signal(signal.SIGTERM)
     _, stderr = process.communicate(timeout=120)
     assert process.returncode == 143, stderr[-3000:]
-    stopped_at = _last_logged_step(workdir)
+    stopped_at = last_logged_step(workdir)
     assert 5 <= stopped_at < TOTAL
     saved = sorted(int(s) for s in os.listdir(os.path.join(workdir, "checkpoints")))
     assert saved[-1] == stopped_at, "SIGTERM must save the step it stopped at"
 
     _script("pretrain.py", f"--workdir={workdir}", *TINY_PRETRAINING)
-    assert _losses(workdir) == reference  # exact float equality at every step
+    assert losses(workdir) == reference  # exact float equality at every step
 
     final = _jsonl(os.path.join(workdir, "eval_metrics.jsonl"))[-1]
     assert final["step"] == TOTAL

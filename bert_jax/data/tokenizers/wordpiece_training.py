@@ -46,7 +46,7 @@ def _continuation_pieces(texts: Sequence[str], vocab_size: int, lowercase: bool,
     return _trained_pieces(texts, lowercase, strip_accents)
 
 
-def _trained_pieces(texts: Iterable[str], lowercase: bool,
+def _trained_pieces(texts: Sequence[str], lowercase: bool,
                     strip_accents: bool | None) -> list[str]:
     """Exactly the pieces the trainer would create: a training run without merges
     (vocab_size=1) lists them, normalising and splitting words as training does; it costs a
