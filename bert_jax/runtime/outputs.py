@@ -232,18 +232,14 @@ def write_bytes(target: str, content: bytes) -> None:
     os.makedirs(os.path.dirname(os.path.abspath(target)), exist_ok=True)
     temporary = temporary_beside(target)
     with naming(target):
-        _write_then_rename(temporary, target, content)
-
-
-def _write_then_rename(temporary: str, target: str, content: bytes) -> None:
-    try:
-        with open(temporary, "wb") as f:
-            f.write(content)
-        os.replace(temporary, target)
-    except BaseException:
-        if os.path.exists(temporary):
-            os.remove(temporary)
-        raise
+        try:
+            with open(temporary, "wb") as f:
+                f.write(content)
+            os.replace(temporary, target)
+        except BaseException:
+            if os.path.exists(temporary):
+                os.remove(temporary)
+            raise
 
 
 def replace_folder(target: str, write: Callable[[str], None], marker: str,
