@@ -12,10 +12,14 @@ from __future__ import annotations
 import os
 from typing import Iterable, Sequence
 
-import numpy as np
+import tokenizers
 from etils import epath
 from tokenizers import trainers
 
+from bert_jax.data.tokenizers.character_normalization import (
+    CharacterNormalizer,
+    distinct_characters,
+)
 from bert_jax.data.tokenizers.wordpiece import CONTINUATION_PREFIX, SPECIAL_TOKENS, bert_wordpiece
 from bert_jax.runtime import paths, progress
 
@@ -26,8 +30,8 @@ def _trainer(vocab_size: int, min_frequency: int, special_tokens: Sequence[str])
         continuing_subword_prefix=CONTINUATION_PREFIX, show_progress=False)
 
 
-def _continuation_pieces(texts: Sequence[str], vocab_size: int, lowercase: bool,
-                         strip_accents: bool | None) -> list[str]:
+def _continuation_pieces(texts: Sequence[str], normalize: CharacterNormalizer,
+                         characters: set[str], vocab_size: int) -> list[str]:
     """The "##c" piece of every character c that may continue a word of `texts`, sorted.
 
     tokenizers' WordPiece trainer creates these pieces while it walks a hash map of the words,
@@ -40,59 +44,51 @@ def _continuation_pieces(texts: Sequence[str], vocab_size: int, lowercase: bool,
     superset; where it could take more than 1% of the vocabulary (small vocabularies: the demo's
     1,024 pieces lost 52 entries to it, and 4 points of held-out MLM accuracy), the exact one.
     """
-    candidates = _candidate_pieces(texts, lowercase, strip_accents)
+    candidates = _candidate_pieces(normalize, characters)
     if len(candidates) <= vocab_size // 100:
         return candidates
-    return _trained_pieces(texts, lowercase, strip_accents)
+    return _trained_pieces(texts, normalize)
 
 
-def _trained_pieces(texts: Sequence[str], lowercase: bool,
-                    strip_accents: bool | None) -> list[str]:
+def _trained_pieces(texts: Sequence[str], normalize: CharacterNormalizer) -> list[str]:
     """Exactly the pieces the trainer would create: a training run without merges
-    (vocab_size=1) lists them, normalising and splitting words as training does; it costs a
-    pass over the texts like the training's own."""
-    tokenizer = bert_wordpiece(None, lowercase, strip_accents)
-    tokenizer.train_from_iterator(_batches(texts), _trainer(1, 1, SPECIAL_TOKENS))
+    (vocab_size=1) lists them, splitting words as training does; it costs a pass over the
+    texts like the training's own."""
+    tokenizer = _word_splitter()
+    tokenizer.train_from_iterator(_normalized_batches(texts, normalize),
+                                  _trainer(1, 1, SPECIAL_TOKENS))
     return sorted(token for token in tokenizer.get_vocab()
                   if token.startswith(CONTINUATION_PREFIX))
 
 
-def _candidate_pieces(texts: Iterable[str], lowercase: bool,
-                      strip_accents: bool | None) -> list[str]:
-    """A superset of the pieces, cheaply: each distinct character of the texts (one C-speed
-    pass: an ASCII text adds what `bytes.translate` leaves after deleting the characters seen,
-    any other marks its code points in a table), normalised alone (BERT's normaliser works
-    character by character), kept when it stays inside a word after "a" (neither whitespace,
-    punctuation nor a CJK character). A character seen only at the start of words or alone (a
-    "£", a "→") gets a piece the trainer would not have made: an unused vocabulary entry."""
-    tokenizer = bert_wordpiece(None, lowercase, strip_accents)
-    raw: set[str] = set()
-    seen_ascii = b""  # the ASCII characters in `raw`: what bytes.translate deletes, at memcpy speed
-    seen = np.zeros(0x110000, bool)  # the code points of the other texts
-    for text in texts:
-        if text.isascii():
-            new = text.encode("ascii").translate(None, seen_ascii)
-            if new:
-                raw.update(new.decode("ascii"))
-                seen_ascii = "".join(sorted(c for c in raw if c.isascii())).encode("ascii")
-        else:
-            seen[np.frombuffer(text.encode("utf-32-le", "surrogatepass"), "<u4")] = True
-    raw.update(map(chr, np.flatnonzero(seen)))
-    normalized = set().union(*(tokenizer.normalizer.normalize_str(c) for c in raw))
-    continuing = set()
-    for c in normalized:
-        words = tokenizer.pre_tokenizer.pre_tokenize_str(tokenizer.normalizer.normalize_str(
-            "a" + c))
-        if [word for word, _ in words] == ["a" + c]:
-            continuing.add(c)
+def _candidate_pieces(normalize: CharacterNormalizer, characters: set[str]) -> list[str]:
+    """A superset of the pieces, cheaply: each distinct character of the texts, normalised
+    alone (BERT's normaliser works character by character), kept when it stays inside a word
+    after "a" (neither whitespace, punctuation nor a CJK character). A character seen only at
+    the start of words or alone (a "£", a "→") gets a piece the trainer would not have made: an
+    unused vocabulary entry."""
+    splitter = _word_splitter()
+    normalized = set().union(*(normalize(c) for c in characters))
+    continuing = {c for c in normalized
+                  if [word for word, _ in splitter.pre_tokenizer.pre_tokenize_str(
+                      normalize.normalizer.normalize_str("a" + c))] == ["a" + c]}
     return sorted(CONTINUATION_PREFIX + c for c in continuing)
 
 
-def _batches(texts: Sequence[str], size: int = 10_000) -> Iterable[list[str]]:
-    """Lists of texts: the trainer works through a batch in parallel, with one crossing from
-    Python."""
+def _word_splitter() -> tokenizers.Tokenizer:
+    """An untrained BERT WordPiece tokenizer without a normaliser: it is fed normalised text
+    (`CharacterNormalizer`: the trainer's own normaliser costs half its time)."""
+    tokenizer = bert_wordpiece(None)
+    tokenizer.normalizer = None
+    return tokenizer
+
+
+def _normalized_batches(texts: Sequence[str], normalize: CharacterNormalizer,
+                        size: int = 10_000) -> Iterable[list[str]]:
+    """Lists of normalised texts: the trainer works through a batch in parallel, with one
+    crossing from Python."""
     for start in range(0, len(texts), size):
-        yield list(texts[start:start + size])
+        yield [normalize(text) for text in texts[start:start + size]]
 
 
 def train_wordpiece(texts: Iterable[str], vocab_size: int, out_dir: str, lowercase: bool = True,
@@ -109,11 +105,14 @@ def train_wordpiece(texts: Iterable[str], vocab_size: int, out_dir: str, lowerca
         raise ValueError(f"vocab_size={vocab_size} leaves no room beside the special tokens")
     if not isinstance(texts, Sequence):
         texts = list(texts)
-    pieces = _continuation_pieces(texts, vocab_size, lowercase, strip_accents)
-    trained = bert_wordpiece(None, lowercase, strip_accents)
+    characters = distinct_characters(texts)
+    normalize = CharacterNormalizer(bert_wordpiece(None, lowercase, strip_accents).normalizer,
+                                    characters)
+    pieces = _continuation_pieces(texts, normalize, characters, vocab_size)
+    trained = _word_splitter()
     trained.train_from_iterator(
-        progress.bar(_batches(texts), desc="vocabulary: words", unit="batch",
-                     total=-(-len(texts) // 10_000)),
+        progress.bar(_normalized_batches(texts, normalize), desc="vocabulary: words",
+                     unit="batch", total=-(-len(texts) // 10_000)),
         _trainer(vocab_size, min_frequency, [*SPECIAL_TOKENS, *pieces]), length=len(texts))
     vocab = trained.get_vocab()
     tokenizer = bert_wordpiece(vocab, lowercase, strip_accents)  # the pieces are plain tokens

@@ -5,8 +5,8 @@ import os
 import pytest
 
 from bert_jax.convert import hf
+from bert_jax.data.tokenizers import character_normalization, wordpiece, wordpiece_training
 from bert_jax.data.tokenizers import load as tok
-from bert_jax.data.tokenizers import wordpiece, wordpiece_training
 
 MINILM = hf.packaged_minilm_dir()
 TEXTS = [
@@ -46,18 +46,43 @@ def test_training_is_deterministic_and_reads_a_generator_like_a_list(trained, tm
     assert "##e" not in tokens and tokens[-1] == "[MASK]"  # "##e" is a piece, not a special token
 
 
+def _pieces_setup(texts, lowercase=True):
+    characters = character_normalization.distinct_characters(texts)
+    normalize = character_normalization.CharacterNormalizer(
+        wordpiece.bert_wordpiece(None, lowercase).normalizer, characters)
+    return normalize, characters
+
+
 def test_continuation_pieces_exact_for_a_small_vocabulary_a_superset_for_a_large_one():
     """The cheap pass finds every piece the trainer makes, and a few it would not (a character
     seen only alone or first: "£" here); a vocabulary it could cost more than 1% of gets the
     trainer's own pieces, exactly."""
     texts = TEXTS + ["It cost £5, and 5°C; naïve."] * 3
-    exact = wordpiece_training._trained_pieces(texts, True, None)
-    candidates = wordpiece_training._candidate_pieces(texts, True, None)
+    normalize, characters = _pieces_setup(texts)
+    exact = wordpiece_training._trained_pieces(texts, normalize)
+    candidates = wordpiece_training._candidate_pieces(normalize, characters)
     assert set(exact) < set(candidates) and "##£" in candidates and "##£" not in exact
     assert "##°" in exact  # seen inside "5°c": a piece whichever way they are found
-    assert wordpiece_training._continuation_pieces(texts, 200, True, None) == exact
+    assert wordpiece_training._continuation_pieces(texts, normalize, characters, 200) == exact
     large = 100 * len(candidates)
-    assert wordpiece_training._continuation_pieces(texts, large, True, None) == candidates
+    assert wordpiece_training._continuation_pieces(texts, normalize, characters,
+                                                   large) == candidates
+
+
+@pytest.mark.parametrize("lowercase", [True, False])
+def test_fed_normalised_text_the_trainer_learns_what_its_own_normaliser_gives(tmp_path,
+                                                                             lowercase):
+    """train_wordpiece normalises in Python and gives the trainer no normaliser; the trainer
+    with BERT's normaliser, fed the raw texts (and the same pieces first), learns the same
+    vocabulary, entry for entry."""
+    texts = TEXTS + ["ΟΔΟΣ Σίσυφος İstanbul ŞEKER naïve café straße 中文字符 e\u0301 x\u00a0y"] * 5
+    vocab_txt = wordpiece_training.train_wordpiece(texts, 300, str(tmp_path), lowercase)
+    normalize, characters = _pieces_setup(texts, lowercase)
+    pieces = wordpiece_training._continuation_pieces(texts, normalize, characters, 300)
+    own = wordpiece.bert_wordpiece(None, lowercase)
+    own.train_from_iterator(texts, wordpiece_training._trainer(
+        300, 2, [*wordpiece.SPECIAL_TOKENS, *pieces]))
+    assert wordpiece.read_vocab_txt(vocab_txt) == own.get_vocab()
 
 
 def test_vocab_txt_and_tokenizer_json_agree(trained):
