@@ -9,7 +9,8 @@ Prints one JSON object per setting: {"mode", "num_workers", "seq_len", "tokens_p
 "padding_fraction", ...} and, with --model_preset, {"model", "tokens_per_s"} for the
 pre-training step that training runs (benchmarks/harness/pretrain_step.py) on random ids (the data
 pipeline is not in that loop, so the two numbers are independent).
-docs/results.md has the measured figures.
+docs/history.md has its measured figures (the raw-text pipeline); token shards are measured by
+benchmarks/input_pipeline.py (docs/results.md, "Your own corpus").
 """
 
 import json

@@ -14,7 +14,7 @@ nDCG@10). The untuned model's figures: the same command with --config.learning_r
 
 Expected runtime: about 5 minutes on 2 CPU cores (45 steps of batch 32 at 128 tokens, one
 epoch). Expected result: recall@1 about 0.39 and nDCG@10 about 0.58, against 0.35 and 0.54
-untuned (docs/results.md).
+untuned (docs/history.md, 2026-12-02).
 """
 
 import os
