@@ -20,6 +20,10 @@ lowercases (BERT uncased), BPE leaves the text as is (RoBERTa), Unigram applies 
 A WordPiece tokenizer with a Unicode form gets it in front of BERT's normaliser in
 tokenizer.json (vocab.txt alone cannot say it) and is trained on text put in that form.
 
+WordPiece and BPE give the same files for the same texts; Unigram's trainer sums its scores in
+parallel, so they differ in their last digits from run to run and pieces of equal score may
+trade places.
+
 The trainer holds the sample and its word counts in memory: train on a bounded sample
 (`bert_jax.data.corpora.sample.sample_documents`), never on a whole corpus.
 """
@@ -35,16 +39,19 @@ import tokenizers
 from etils import epath
 from tokenizers import decoders, models, normalizers, pre_tokenizers, processors, trainers
 
-from bert_jax.data.tokenizers.wordpiece_training import train_wordpiece
+from bert_jax.data.tokenizers.character_normalization import distinct_characters
+from bert_jax.data.tokenizers.wordpiece_training import text_batches, train_wordpiece
 from bert_jax.runtime import paths
 
 KINDS = ("wordpiece", "bpe", "unigram")
 UNICODE_FORMS = ("NFKC", "NFC", "NFKD", "NFD", "none")
 # RoBERTa's and XLM-R's special tokens, ids 0..4 in this order.
 FAIRSEQ_SPECIALS = ("<s>", "<pad>", "</s>", "<unk>", "<mask>")
-# CJK ideographs (BERT's _is_chinese_char blocks), in the regex syntax of `tokenizers`.
-CJK = (r"[\x{4E00}-\x{9FFF}\x{3400}-\x{4DBF}\x{20000}-\x{2A6DF}\x{2A700}-\x{2B73F}"
-       r"\x{2B740}-\x{2B81F}\x{2B820}-\x{2CEAF}\x{F900}-\x{FAFF}\x{2F800}-\x{2FA1F}]")
+# CJK ideographs (BERT's _is_chinese_char blocks): first and last code point of each block.
+CJK_BLOCKS = ((0x4E00, 0x9FFF), (0x3400, 0x4DBF), (0x20000, 0x2A6DF), (0x2A700, 0x2B73F),
+              (0x2B740, 0x2B81F), (0x2B820, 0x2CEAF), (0xF900, 0xFAFF), (0x2F800, 0x2FA1F))
+# The same, in the regex syntax of `tokenizers`.
+CJK = "[" + "".join(f"\\x{{{first:X}}}-\\x{{{last:X}}}" for first, last in CJK_BLOCKS) + "]"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,6 +89,10 @@ def _cjk_split(norm: Normalization) -> list[pre_tokenizers.PreTokenizer]:
     if not norm.split_cjk:
         return []
     return [pre_tokenizers.Split(tokenizers.Regex(CJK), behavior="isolated")]
+
+
+def _is_cjk(character: str) -> bool:
+    return any(first <= ord(character) <= last for first, last in CJK_BLOCKS)
 
 
 def _template(tokenizer: tokenizers.Tokenizer) -> processors.TemplateProcessing:
@@ -136,9 +147,16 @@ def train_tokenizer(texts: Sequence[str], kind: str, vocab_size: int, out_dir: s
     out = os.path.join(os.fspath(out_dir), "tokenizer.json")
     if kind == "wordpiece":
         return _train_wordpiece(texts, vocab_size, os.fspath(out_dir), norm, min_frequency)
-    tokenizer = bpe_tokenizer(norm) if kind == "bpe" else unigram_tokenizer(norm)
-    tokenizer.train_from_iterator(texts, _fairseq_trainer(kind, vocab_size, min_frequency),
+    pipeline = bpe_tokenizer if kind == "bpe" else unigram_tokenizer
+    tokenizer = pipeline(norm)
+    # The CJK split finds nothing in a sample without CJK ideographs: training without it learns
+    # the same model, without the split's regular expression over every text.
+    if norm.split_cjk and not any(_is_cjk(c) for c in distinct_characters(texts)):
+        tokenizer = pipeline(dataclasses.replace(norm, split_cjk=False))
+    tokenizer.train_from_iterator(text_batches(texts),
+                                  _fairseq_trainer(kind, vocab_size, min_frequency),
                                   length=len(texts))
+    tokenizer.pre_tokenizer = pipeline(norm).pre_tokenizer
     tokenizer.post_processor = (
         processors.RobertaProcessing(("</s>", tokenizer.token_to_id("</s>")),
                                      ("<s>", tokenizer.token_to_id("<s>")),

@@ -10,7 +10,7 @@ whatever the number of threads (`_continuation_pieces`). Load the result with
 from __future__ import annotations
 
 import os
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
 import tokenizers
 from etils import epath
@@ -55,7 +55,7 @@ def _trained_pieces(texts: Sequence[str], normalize: CharacterNormalizer) -> lis
     (vocab_size=1) lists them, splitting words as training does; it costs a pass over the
     texts like the training's own."""
     tokenizer = _word_splitter()
-    tokenizer.train_from_iterator(_normalized_batches(texts, normalize),
+    tokenizer.train_from_iterator(text_batches(texts, normalize),
                                   _trainer(1, 1, SPECIAL_TOKENS))
     return sorted(token for token in tokenizer.get_vocab()
                   if token.startswith(CONTINUATION_PREFIX))
@@ -83,12 +83,13 @@ def _word_splitter() -> tokenizers.Tokenizer:
     return tokenizer
 
 
-def _normalized_batches(texts: Sequence[str], normalize: CharacterNormalizer,
-                        size: int = 10_000) -> Iterable[list[str]]:
-    """Lists of normalised texts: the trainer works through a batch in parallel, with one
-    crossing from Python."""
+def text_batches(texts: Sequence[str], prepare: Callable[[str], str] | None = None,
+                 size: int = 10_000) -> Iterable[list[str]]:
+    """Lists of `size` texts (each through `prepare`, if given) for a trainer: it works through
+    a list in parallel, with one crossing from Python."""
     for start in range(0, len(texts), size):
-        yield [normalize(text) for text in texts[start:start + size]]
+        batch = texts[start:start + size]
+        yield [prepare(text) for text in batch] if prepare else list(batch)
 
 
 def train_wordpiece(texts: Iterable[str], vocab_size: int, out_dir: str, lowercase: bool = True,
@@ -111,7 +112,7 @@ def train_wordpiece(texts: Iterable[str], vocab_size: int, out_dir: str, lowerca
     pieces = _continuation_pieces(texts, normalize, characters, vocab_size)
     trained = _word_splitter()
     trained.train_from_iterator(
-        progress.bar(_normalized_batches(texts, normalize), desc="vocabulary: words",
+        progress.bar(text_batches(texts, normalize), desc="vocabulary: words",
                      unit="batch", total=-(-len(texts) // 10_000)),
         _trainer(vocab_size, min_frequency, [*SPECIAL_TOKENS, *pieces]), length=len(texts))
     vocab = trained.get_vocab()

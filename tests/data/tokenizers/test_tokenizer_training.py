@@ -59,3 +59,20 @@ def test_normalization_options(tmp_path, sample):
     assert unigram.decode(unigram.encode("Café")).strip() == "Café"
     with pytest.raises(ValueError, match="choose one of wordpiece, bpe, unigram"):
         tokenizer_training.train_tokenizer(sample, "sentencepiece", 800, str(tmp_path / "x"))
+
+
+def test_bpe_trained_without_the_cjk_split_on_a_sample_without_cjk_is_the_same(tmp_path,
+                                                                              sample):
+    """A sample without CJK ideographs is trained without the CJK split (it would find
+    nothing); the model is the one the whole pipeline learns, and the saved pipeline keeps the
+    split for the texts it will meet."""
+    texts = [text for text in sample if text != CJK_TEXT]
+    path = tokenizer_training.train_tokenizer(texts, "bpe", 800, str(tmp_path / "bpe"))
+    norm = tokenizer_training.Normalization().resolved("bpe")
+    whole = tokenizer_training.bpe_tokenizer(norm)
+    whole.train_from_iterator(texts, tokenizer_training._fairseq_trainer("bpe", 800, 2))
+    saved = json.loads((tmp_path / "bpe" / "tokenizer.json").read_text())
+    assert saved["model"] == json.loads(whole.to_str())["model"]
+    assert saved["pre_tokenizer"] == json.loads(whole.to_str())["pre_tokenizer"]
+    assert saved["pre_tokenizer"]["pretokenizers"][0]["type"] == "Split"
+    assert path == str(tmp_path / "bpe" / "tokenizer.json")
