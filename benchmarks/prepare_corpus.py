@@ -20,6 +20,8 @@ compression ratios are those of repeated text) in four formats of 8 files each: 
                          pass timed apart)
   tokenizer/<kind>/hf    the same `tokenizers` pipeline and trainer fed by batches of a
                          `datasets` Dataset holding the same sample (HF's training scripts)
+  tokenizer/same_list    with --same_list_repeats=N: both routes' training in one process on
+                         one list of the sample's texts, alternating, N times a kind
 
 With --unit_encoding, only the encoder's speed against the tokenizer's on one core (CPU seconds),
 on unique and on repeating text (`unit_encoding` below).
@@ -230,6 +232,68 @@ def run_tokenizer_hf(saved_sample: str, kind: str, vocab: int, out: str) -> dict
     return {"seconds": time.perf_counter() - started}
 
 
+def saved_sample(workdir: str, sample_mb: int, parquet_spec: str) -> str:
+    """The folder of our --sample_mb sample of the Parquet corpus saved as a `datasets` Dataset
+    (made on first use): what the HF route trains on."""
+    saved = os.path.join(workdir, f"sample_{sample_mb}mb")
+    if not os.path.exists(saved):
+        import datasets
+
+        from bert_jax.data.corpora import sample as document_sample
+        from bert_jax.data.corpora import sources as corpus_sources
+        texts = document_sample.sample_documents(corpus_sources.parse_corpus(parquet_spec),
+                                                 sample_mb * 1_000_000).texts
+        datasets.Dataset.from_dict({"text": texts}).save_to_disk(saved)
+    return saved
+
+
+def trainers_on_one_list(saved_sample: str, kinds: list[str], vocab: int, repeats: int) -> dict:
+    """Both routes' training in one process on the same list of texts (the saved sample), in
+    alternating order, `repeats` times a kind: wall and CPU seconds of each run."""
+    import resource
+    import tempfile
+
+    import datasets
+    from tokenizers import trainers as trainers_module
+
+    from bert_jax.data.tokenizers import training as tokenizer_training
+    from bert_jax.data.tokenizers import wordpiece
+    texts = datasets.load_from_disk(saved_sample)["text"]
+
+    def hf(kind: str) -> None:
+        norm = tokenizer_training.Normalization().resolved(kind)
+        if kind == "wordpiece":
+            tokenizer = wordpiece.bert_wordpiece(None, norm.lowercase, norm.strip_accents)
+            trainer = trainers_module.WordPieceTrainer(
+                vocab_size=vocab, min_frequency=2, special_tokens=list(wordpiece.SPECIAL_TOKENS),
+                continuing_subword_prefix="##", show_progress=False)
+        else:
+            tokenizer = (tokenizer_training.bpe_tokenizer(norm) if kind == "bpe" else
+                         tokenizer_training.unigram_tokenizer(norm))
+            trainer = tokenizer_training._fairseq_trainer(kind, vocab, 2)
+        tokenizer.train_from_iterator(
+            (texts[i:i + 1000] for i in range(0, len(texts), 1000)), trainer, length=len(texts))
+
+    def ours(kind: str) -> None:
+        with tempfile.TemporaryDirectory() as out:
+            tokenizer_training.train_tokenizer(texts, kind, vocab, out)
+
+    runs: dict = {}
+    started_all = time.perf_counter()
+    for kind in kinds:
+        for repeat in range(repeats):
+            for route, train in (("ours", ours), ("hf", hf))[::1 if repeat % 2 == 0 else -1]:
+                before = resource.getrusage(resource.RUSAGE_SELF)
+                started = time.perf_counter()
+                train(kind)
+                after = resource.getrusage(resource.RUSAGE_SELF)
+                runs.setdefault(f"{kind}/{route}", []).append(
+                    [round(time.perf_counter() - started, 2),
+                     round(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime,
+                           2)])
+    return {"seconds": time.perf_counter() - started_all, "runs_wall_cpu": runs}
+
+
 def wikipedia_articles() -> list[str]:
     """The English Wikipedia articles gensim ships (206 articles, 2.9M characters of plain text):
     text that does not repeat, the chunk cache's cold case."""
@@ -322,6 +386,10 @@ def main() -> None:
     parser.add_argument("--tokenizer_kinds", default="wordpiece,bpe,unigram")
     parser.add_argument("--sample_mb", type=int, default=20)
     parser.add_argument("--vocab_size", type=int, default=30522)
+    parser.add_argument("--same_list_repeats", type=int, default=0,
+                        help="also train each --tokenizer_kinds kind by both routes in one "
+                        "process on the same list of texts (the saved sample), alternating, "
+                        "this many times")
     parser.add_argument("--unit_encoding", action="store_true",
                         help="only the encoder against the tokenizer, one core (on the WordPiece "
                         "vocabulary of --workdir, made first if missing)")
@@ -349,17 +417,14 @@ def main() -> None:
                     spec=specs["parquet"], kind=kind, sample_bytes=sample_bytes,
                     vocab=args.vocab_size, out=out)
         if "hf" in routes:
-            saved = os.path.join(args.workdir, f"sample_{args.sample_mb}mb")
-            if not os.path.exists(saved):
-                import datasets
-
-                from bert_jax.data.corpora import sample as document_sample
-                from bert_jax.data.corpora import sources as corpus_sources
-                texts = document_sample.sample_documents(
-                    corpus_sources.parse_corpus(specs["parquet"]), sample_bytes).texts
-                datasets.Dataset.from_dict({"text": texts}).save_to_disk(saved)
+            saved = saved_sample(args.workdir, args.sample_mb, specs["parquet"])
             measure(f"tokenizer/{kind}/hf", "run_tokenizer_hf", env, sample_bytes,
                     saved_sample=saved, kind=kind, vocab=args.vocab_size, out=out + "_hf")
+    if args.same_list_repeats:
+        measure("tokenizer/same_list", "trainers_on_one_list", env, sample_bytes,
+                saved_sample=saved_sample(args.workdir, args.sample_mb, specs["parquet"]),
+                kinds=args.tokenizer_kinds.split(","), vocab=args.vocab_size,
+                repeats=args.same_list_repeats)
     if not os.path.exists(tokenizer_file):
         from bert_jax.data.corpora import sample as document_sample
         from bert_jax.data.corpora import sources as corpus_sources
