@@ -194,22 +194,24 @@ def test_eval_batches_rows_in_equal_rows_out():
 @pytest.mark.parametrize("task", ["classification", "token_classification", "span_qa"])
 def test_heldout_predictions_equal_with_and_without_buckets(task, tmp_path):
     config = task_config(tmp_path, task)
-    tokenizer = recipe_common.finetuning_tokenizer(config)
-    data = task_data.build_task_data(config, tokenizer)
-    cfg = recipe_common.model_config(config, tokenizer.vocab_size)
+    run = settings.read(config, "finetune")
+    tokenizer = recipe_common.finetuning_tokenizer(run)
+    data = task_data.build_task_data(run, tokenizer)
+    cfg = recipe_common.model_config(run, tokenizer.vocab_size)
     model = data.kind.make_model(cfg, data.labels)
     params = nn.meta.unbox(recipe.make_init_fn(model, MAX_LEN)(jax.random.PRNGKey(0)))
-    mesh = settings.make_mesh(config)
+    mesh = run.mesh.make()
     inputs = {k: data.eval_features[k] for k in ("input_ids", "token_type_ids",
                                                   "attention_mask")}
     results = {}
     for spec in (BUCKETED, "none"):
         config.data.bucket_lengths = spec
+        run = settings.read(config, "finetune")
         predict = jax.jit(recipe.make_predict_fn(data.kind, model, MAX_LEN))
         with CompileCounter() as compiled:
             outputs = evaluation.predict_rows(predict, params, inputs, 4, mesh,
-                                              task_data.eval_buckets(config))
-        evaluator = recipe.make_evaluator(config, cfg, data, mesh)
+                                              task_data.eval_buckets(run))
+        evaluator = recipe.make_evaluator(run, cfg, data, mesh)
         results[spec] = outputs, evaluator(params), evaluator.last_records
         assert 1 <= compiled.count("predict") <= (len(BUCKETS) if spec == BUCKETED else 1)
     (bucketed, metrics, records), (plain, plain_metrics, plain_records) = (

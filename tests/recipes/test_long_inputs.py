@@ -18,6 +18,7 @@ import pytest
 
 from bert_jax.config import run as run_config
 from bert_jax.config import run_keys as run_config_keys
+from bert_jax.config import settings
 from bert_jax.config.bert import ConfigError
 from bert_jax.data.finetuning import encoding, readers, windows
 from bert_jax.recipes.finetune import kinds, predict, recipe, task_data
@@ -182,7 +183,7 @@ def load(workdir):
     """(predictor, kind) of the run's checkpoint: the model applied directly to rows below."""
     config, kind, labels = predict.load_run(workdir)
     options = predict.PredictOptions("", "", batch_size=8, progress=False)
-    return predict.load_predictor(workdir, config, kind, labels, options), kind
+    return predict.load_predictor(workdir, settings.typed(config), kind, labels, options), kind
 
 
 def model_logits(predictor, rows):

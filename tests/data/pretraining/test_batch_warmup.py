@@ -142,18 +142,19 @@ def test_text_corpora_and_unsplittable_starts_are_refused(tmp_path):
     config = run_config.pretrain_config()
     config.batch_size, config.data.batch_warmup_start = 12, 4
     config.data.batch_warmup_tokens = 1000
-    mesh = settings.make_mesh(config)
+    mesh = settings.typed(config).mesh.make()
+    check = lambda: pretrain.check_batch_warmup(settings.typed(config), mesh)  # as changed
     with pytest.raises(ValueError, match="needs a token-shard corpus .* corpus 'demo' is not"):
-        pretrain.check_batch_warmup(config, mesh)
+        check()
     config.data.corpus = "shards:/nowhere"
-    pretrain.check_batch_warmup(config, mesh)
+    check()
     config.accumulation_steps = 3
     with pytest.raises(ValueError, match="batch_warmup_start=4 is not divisible by "
                                          "accumulation_steps=3"):
-        pretrain.check_batch_warmup(config, mesh)
+        check()
     config.accumulation_steps, config.data.batch_warmup_start = 1, 12
     with pytest.raises(ValueError, match="batch_warmup_start=12 must be below batch_size=12"):
-        pretrain.check_batch_warmup(config, mesh)
+        check()
 
 
 # ----- a run through the loop --------------------------------------------------------------------

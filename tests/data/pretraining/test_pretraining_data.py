@@ -275,6 +275,7 @@ def test_held_out_rows_mask_at_eval_mask_rate(demo, tmp_path):
     different rates are compared on the same kind of rows. (The demo corpus and vocabulary of
     this module, given as tokenizer.path: the recipe reads them as it would its own.)"""
     from bert_jax.config import run as run_config
+    from bert_jax.config import settings
     from bert_jax.recipes import pretrain
     config = run_config.pretrain_config()
     config.data.data_dir = demo[0]
@@ -283,9 +284,10 @@ def test_held_out_rows_mask_at_eval_mask_rate(demo, tmp_path):
     config.data.mask_rate = 0.3
     config.data.max_predictions = 40
     config.batch_size = config.eval_batch_size = 16
-    vocab_size = pretrain.vocab_size_of(config, str(tmp_path))
+    run = settings.typed(config)  # no step count: the data alone
+    vocab_size = pretrain.vocab_size_of(run, str(tmp_path))
     assert vocab_size == 4096
-    train, make_eval = pretrain.make_data(config, str(tmp_path), vocab_size)
+    train, make_eval = pretrain.make_data(run, str(tmp_path), vocab_size)
     train_rates = [masked_fraction(next(train)) for _ in range(4)]
     eval_rates = [masked_fraction(batch) for batch, _ in zip(make_eval(), range(4))]
     assert 0.27 < np.mean(train_rates) < 0.33, train_rates
