@@ -21,18 +21,16 @@ stay comparable), `data.whole_word_masking`,
 from __future__ import annotations
 
 import dataclasses
-import os
 from typing import Any, Callable, Iterator
 
 import jax
 import jax.numpy as jnp
 import optax
-from etils import epath
 
 from bert_jax.config import settings
 from bert_jax.config.bert import BertConfig
 from bert_jax.model import BertForPreTraining, families
-from bert_jax.recipes import common, run_record
+from bert_jax.recipes import common, inputs, run_record
 from bert_jax.train import evaluation, flops, loop, program, steps
 from bert_jax.train import optimizer as optimizer_lib
 from bert_jax.train.checkpoint import workdir as workdir_lib
@@ -81,31 +79,15 @@ def make_loss(model: BertForPreTraining) -> steps.LossFn:
 
 # ----- data ------------------------------------------------------------------------------------
 
-def data_config(run: settings.RunSettings, workdir: str):
-    """The PretrainingDataConfig of a run (bert_jax.data.pretraining.pipeline)."""
-    from bert_jax.data.pretraining import pipeline as pretraining
-    data, tokenizer = run.data, run.tokenizer
-    data_dir = data.data_dir or os.fspath(epath.Path(workdir) / "data")  # local or gs://
-    return pretraining.PretrainingDataConfig(
-        corpus=data.corpus, document_delimiter=data.document_delimiter, data_dir=data_dir,
-        vocab_path=tokenizer.path, lowercase=tokenizer.lowercase,
-        demo_vocab_size=tokenizer.vocab_size, seq_len=run.max_seq_len,
-        max_predictions=data.max_predictions, mask_rate=data.mask_rate,
-        whole_word_masking=data.whole_word_masking, sentence_pairs=data.sentence_pairs,
-        seed=run.seed, num_workers=data.num_workers,
-        batch_warmup_tokens=data.batch_warmup_tokens,
-        batch_warmup_start=data.batch_warmup_start)
-
-
 def pretraining_tokenizer(run: settings.RunSettings, workdir: str):
     """The run's WordPiece tokenizer: tokenizer.path, else the vocabulary of the demo or `text:`
-    corpus under the run's data dir (`data_config`; trained there on the corpus's train split on
-    first use, tokenizer.vocab_size tokens); None for the synthetic corpus (random token ids, no
-    vocabulary)."""
+    corpus under the run's data dir (inputs.pretraining_data_config; trained there on the
+    corpus's train split on first use, tokenizer.vocab_size tokens); None for the synthetic
+    corpus (random token ids, no vocabulary)."""
     if run.data.corpus == SYNTHETIC:
         return None
     from bert_jax.data.pretraining import pipeline as pretraining
-    path = pretraining.resolve_vocab_path(data_config(run, workdir))
+    path = pretraining.resolve_vocab_path(inputs.pretraining_data_config(run, workdir))
     return common.read_tokenizer(path, run.tokenizer.lowercase)
 
 
@@ -126,7 +108,7 @@ def checked_tokenizer(run: settings.RunSettings):
         if run.data.sentence_pairs:
             raise ValueError(f"data.sentence_pairs is not available for token shards ({corpus}): "
                              "they hold documents, not sentences")
-        return shard_iterator.load_shard_tokenizer(data_config(run, ""))[0]
+        return shard_iterator.load_shard_tokenizer(inputs.pretraining_data_config(run, ""))[0]
     if corpus.startswith(corpora.TEXT_PREFIX):
         corpora.matched_files(corpus[len(corpora.TEXT_PREFIX):])
     if run.tokenizer.path:
@@ -187,7 +169,7 @@ def make_data(run: settings.RunSettings, workdir: str, vocab_size: int,
             run.eval_batch_size // process_count, seed=run.seed + 1_000_003,
             num_batches=run.eval_batches or 4, **shape)
     from bert_jax.data.pretraining import pipeline as pretraining
-    data = data_config(run, workdir)
+    data = inputs.pretraining_data_config(run, workdir)
     train = pretraining.make_iterator(data, split="train", global_batch_size=run.batch_size,
                                       process_index=process_index, process_count=process_count,
                                       num_epochs=None, tokenizer=tokenizer)

@@ -215,8 +215,9 @@ def _workdir_tokenizer(workdir: str) -> str:
         return run.tokenizer.path or run.init.hf_dir
     if run.recipe == "pretrain":
         from bert_jax.data.pretraining import pipeline as pretraining
-        from bert_jax.recipes import pretrain
-        return os.fspath(pretraining.resolve_vocab_path(pretrain.data_config(run, workdir)))
+        from bert_jax.recipes import inputs
+        return os.fspath(pretraining.resolve_vocab_path(
+            inputs.pretraining_data_config(run, workdir)))
     raise ValueError(f"--init={workdir}: its config.json names no tokenizer; set the suite's "
                      "tokenizer")
 

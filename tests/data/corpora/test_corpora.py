@@ -104,17 +104,16 @@ def test_file_of_lines_without_blank_line_warns(tmp_path, caplog):
 def test_run_config_key_reaches_the_pipeline(tmp_path):
     from bert_jax.config import run as run_config
     from bert_jax.config import settings
-    from bert_jax.data.pretraining import pipeline as pretraining
-    from bert_jax.recipes import pretrain
+    from bert_jax.recipes import inputs
 
     config = run_config.pretrain_config()
     assert config.data.document_delimiter == "blank_line"  # the behaviour before the key
     config.data.document_delimiter = "line"
     run = settings.typed(config)
-    assert pretrain.data_config(run, str(tmp_path)).document_delimiter == "line"
+    assert inputs.pretraining_data_config(run, str(tmp_path)).document_delimiter == "line"
     with pytest.raises(ValueError, match=r"data\.document_delimiter='page': choose one of "
                                          "blank_line, file, line"):
-        pretraining.PretrainingDataConfig(document_delimiter="page")
+        inputs.schema_data_config(document_delimiter="page")
 
 
 def test_a_text_corpus_without_a_vocabulary_trains_one_in_the_workdir(tmp_path):
