@@ -62,8 +62,8 @@ class SentenceVectors:
     """The model's output: vectors float32 [B, K, H] (unit L2 norm) and the loss settings."""
 
     vectors: jax.Array
-    scale: float = flax.struct.field(pytree_node=False, default=20.0)
-    symmetric: bool = flax.struct.field(pytree_node=False, default=False)
+    scale: float = flax.struct.field(pytree_node=False)
+    symmetric: bool = flax.struct.field(pytree_node=False)
 
 
 class ContrastiveEncoder(nn.Module):
@@ -71,12 +71,14 @@ class ContrastiveEncoder(nn.Module):
 
     Inputs [B, L, K] (K texts per example) or [B, L] (one text: K = 1) -> SentenceVectors with
     vectors [B, K, H]. The texts run through the encoder as [B * K, L] rows, example-major, so
-    a batch sharded over its rows stays sharded (no communication)."""
+    a batch sharded over its rows stays sharded (no communication). pooling, scale and
+    symmetric: the run's config.contrastive (`settings_of`, kept in task.json; the schema,
+    bert_jax/config/run.py, holds their defaults)."""
 
     cfg: BertConfig
-    pooling: str = "mean"
-    scale: float = 20.0
-    symmetric: bool = False
+    pooling: str
+    scale: float
+    symmetric: bool
 
     @nn.compact
     def __call__(self, input_ids, token_type_ids=None, attention_mask=None,
