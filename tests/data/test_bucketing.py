@@ -69,7 +69,7 @@ def test_cut_keeps_rows_whole_and_leaves_other_arrays():
 def test_config_bucket_lengths(spec, expected):
     config = tiny_finetune_config("classification", "", max_seq_len=64)
     config.data.bucket_lengths = spec if isinstance(spec, str) else ",".join(map(str, spec))
-    assert task_data.bucket_lengths(config) == expected
+    assert task_data.bucket_lengths(settings.typed(config)) == expected
 
 
 def test_bad_bucket_configs_are_errors_and_none_pads_to_max_seq_len():
@@ -77,12 +77,12 @@ def test_bad_bucket_configs_are_errors_and_none_pads_to_max_seq_len():
     for bad in ("16,x", "0,32", "128"):
         config.data.bucket_lengths = bad
         with pytest.raises(ValueError, match="bucket_lengths"):
-            task_data.check_batching(config)
+            task_data.check_batching(settings.typed(config))
     config.data.bucket_lengths, config.data.group_by_length = "auto", -1
     with pytest.raises(ValueError, match="group_by_length"):
-        task_data.check_batching(config)
+        task_data.check_batching(settings.typed(config))
     config.data.bucket_lengths = "none"
-    assert task_data.bucket_lengths(config) == ()
+    assert task_data.bucket_lengths(settings.typed(config)) == ()
 
 
 # ----- rows in == rows out -----------------------------------------------------------------------

@@ -176,7 +176,7 @@ def test_squad_style_qa_learns_spans_across_windows(tmp_path):
                             "squad.doc_stride": 12, "squad.max_query_len": 8,
                             "squad.max_answer_length": 6,
                             "data.bucket_lengths": "none"})  # one program per step kind
-    data = build_task_data(config, tasks_tokenizer(vocab))
+    data = build_task_data(settings.read(config, "finetune"), tasks_tokenizer(vocab))
     windows_per_question = np.bincount(data.eval_features["example_index"])
     assert windows_per_question.max() >= 2  # contexts really are cut into windows
     result = recipe.train_and_evaluate(config, str(tmp_path / "qa"))
@@ -199,14 +199,15 @@ def test_bad_input_errors_name_the_fault(tmp_path):
     config = tiny_config(vocab, "classification", max_seq_len=16,
                          **{"data.train_path": str(train), "data.eval_path": str(dev),
                             "data.text_column": "sentence"})
+    build = lambda: build_task_data(settings.typed(config), tasks_tokenizer(vocab))  # as changed
     with pytest.raises(readers.DataError, match=r"dev\.csv: label\(s\) \['neutral'\] never seen"):
-        build_task_data(config, tasks_tokenizer(vocab))
+        build()
     config.data.text_column = "text"
     with pytest.raises(readers.DataError, match=r"train\.csv: no column\(s\) \['text'\]"):
-        build_task_data(config, tasks_tokenizer(vocab))
+        build()
     config.task = "sentiment"
     with pytest.raises(ValueError, match="config.task='sentiment' is unknown"):
-        build_task_data(config, tasks_tokenizer(vocab))
+        build()
 
 
 def test_token_loss_counts_first_subwords_of_real_rows_only(tmp_path):

@@ -38,6 +38,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from bert_jax.config.bert import BertConfig
+from bert_jax.config.settings import RunSettings
 from bert_jax.data import textfiles
 from bert_jax.data.textfiles import DataError
 from bert_jax.embeddings import encode as sentence_embeddings
@@ -103,7 +104,7 @@ class ContrastiveEncoder(nn.Module):
 
 # ----- config ----------------------------------------------------------------------------------
 
-def check_config(config) -> None:
+def check_config(config: RunSettings) -> None:
     """ValueError naming the key of a setting this kind cannot train with (module docstring)."""
     settings, data = config.contrastive, config.data
     if settings.pooling not in sentence_embeddings.POOLINGS:
@@ -125,7 +126,7 @@ def check_config(config) -> None:
                          "'contrastive': rows hold several texts; set it to 0")
 
 
-def settings_of(config) -> dict[str, Any]:
+def settings_of(config: RunSettings) -> dict[str, Any]:
     """What the model and loss keep of config.contrastive (saved in task.json)."""
     settings = config.contrastive
     return {"pooling": settings.pooling, "scale": float(settings.scale),
@@ -134,14 +135,14 @@ def settings_of(config) -> dict[str, Any]:
 
 # ----- reading and encoding --------------------------------------------------------------------
 
-def columns_of(config) -> tuple[str, ...]:
+def columns_of(config: RunSettings) -> tuple[str, ...]:
     """(anchor, positive[, negative]) column names."""
     data = config.data
     negative = config.contrastive.negative_column
     return (data.text_column, data.text_pair_column) + ((negative,) if negative else ())
 
 
-def read_examples(path: str, config) -> list[ContrastiveExample]:
+def read_examples(path: str, config: RunSettings) -> list[ContrastiveExample]:
     """The rows of a CSV/TSV (header row) or JSONL file, by config.data.format (auto: by the
     extension). DataError naming the file and line of a bad row, a missing column or an
     empty or non-string text."""

@@ -108,7 +108,8 @@ def load_run(workdir: str) -> tuple[Any, kinds.TaskKind, dict[str, Any]]:
     return config, kind, task_data.labels_of(saved_task)
 
 
-def read_input(kind: kinds.TaskKind, config, options: PredictOptions) -> unlabelled.Rows:
+def read_input(kind: kinds.TaskKind, config: RunSettings, options: PredictOptions
+               ) -> unlabelled.Rows:
     """The input's rows; bad rows stop here (a DataError naming the first) unless skipped."""
     file_format = options.file_format or config.data.format
     rows = kind.read_unlabelled(options.input_path, config, file_format)
