@@ -98,11 +98,12 @@ class OptimizerConfig:
 
 
 def warmup_steps(config: Mapping[str, Any], total_steps: int) -> int:
-    """config.warmup_steps when > 0 (at most total_steps), else warmup_fraction x total_steps."""
-    fixed = int(config.get("warmup_steps", 0) or 0)
+    """config.warmup_steps when > 0 (at most total_steps), else warmup_fraction x total_steps;
+    `config` a whole one (a saved one completed: bert_jax.config.run.complete)."""
+    fixed = int(config["warmup_steps"] or 0)
     if fixed > 0:
         return min(fixed, total_steps)
-    return round(float(config.get("warmup_fraction", 0.0)) * total_steps)
+    return round(float(config["warmup_fraction"]) * total_steps)
 
 
 _DEFAULTS = run_config.LOOP_DEFAULTS
