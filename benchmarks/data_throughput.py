@@ -19,6 +19,7 @@ import time
 from absl import app, flags
 
 from bert_jax.data.pretraining import pipeline as pretraining
+from bert_jax.recipes.inputs import schema_data_config
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("corpus", "demo", "Corpus to read.")
@@ -35,7 +36,7 @@ flags.DEFINE_integer("model_steps", 3, "Timed training steps (after one compile 
 
 
 def time_pipeline(mode: str, num_workers: int) -> dict:
-    cfg = pretraining.PretrainingDataConfig(
+    cfg = schema_data_config(
         corpus=FLAGS.corpus, data_dir=FLAGS.data_dir, vocab_path=FLAGS.vocab_path,
         seq_len=FLAGS.seq_len, max_predictions=max(20, round(FLAGS.seq_len * 0.15) + 1),
         whole_word_masking=mode == "mlm_whole_word", sentence_pairs=mode == "sentence_pairs",

@@ -94,6 +94,7 @@ def main(argv):
     from bert_jax.data.corpora import catalog as corpora
     from bert_jax.data.pretraining import pipeline as pretraining
     from bert_jax.data.tokenizers import load as tok
+    from bert_jax.recipes.inputs import schema_data_config
 
     output_dir = os.path.abspath(FLAGS.output_dir)
     corpus_dir = os.path.join(output_dir, "corpus")
@@ -119,8 +120,8 @@ def main(argv):
         return encode(self, text)
 
     tok.WordPieceTokenizer.encode = counting_encode
-    cfg = pretraining.PretrainingDataConfig(corpus=corpus, data_dir=data_dir,
-                                            vocab_path=vocab_path, seq_len=128)
+    cfg = schema_data_config(corpus=corpus, data_dir=data_dir, vocab_path=vocab_path,
+                             seq_len=128)
     profile = cProfile.Profile() if FLAGS.profile else None
     start = time.perf_counter()
     if profile:

@@ -74,10 +74,10 @@ def prepare_shards(directory: str, tokens: int) -> str:
 
 def time_ours(directory: str, batch: int, seconds: float, whole_word: bool,
               process: tuple[int, int] = (0, 1)) -> dict:
-    from bert_jax.data.pretraining.data_config import PretrainingDataConfig
     from bert_jax.data.pretraining.shard_iterator import make_shard_iterator
-    cfg = PretrainingDataConfig(corpus=f"shards:{directory}", seq_len=SEQ_LEN,
-                                max_predictions=20, whole_word_masking=whole_word)
+    from bert_jax.recipes.inputs import schema_data_config
+    cfg = schema_data_config(corpus=f"shards:{directory}", seq_len=SEQ_LEN,
+                             max_predictions=20, whole_word_masking=whole_word)
     started = time.perf_counter()
     it = make_shard_iterator(cfg, global_batch_size=batch, process_index=process[0],
                              process_count=process[1])
@@ -98,9 +98,9 @@ def time_ours(directory: str, batch: int, seconds: float, whole_word: bool,
 def time_hf(directory: str, batch: int, seconds: float, whole_word: bool) -> dict:
     import transformers
 
-    from bert_jax.data.pretraining.data_config import PretrainingDataConfig
     from bert_jax.data.pretraining.shard_iterator import make_shard_iterator
-    cfg = PretrainingDataConfig(corpus=f"shards:{directory}", seq_len=SEQ_LEN)
+    from bert_jax.recipes.inputs import schema_data_config
+    cfg = schema_data_config(corpus=f"shards:{directory}", seq_len=SEQ_LEN)
     it = make_shard_iterator(cfg, global_batch_size=batch)
     rows = [list(map(int, r)) for r in it.rows.rows(0, 40 * batch)["input_ids"]]
     tokenizer = transformers.BertTokenizerFast(os.path.join(directory, "vocab.txt"))

@@ -15,7 +15,6 @@ what), 143 after SIGTERM and 130 after Ctrl-C (state saved). The recipe:
 bert_jax.recipes.finetune.
 """
 
-import dataclasses
 import json
 
 from absl import app, flags
@@ -46,10 +45,12 @@ def main(argv):
     cli.start(argv)
 
     def evaluate():
-        run = (settings.read(FLAGS.config, "finetune") if FLAGS.config is not None
-               else settings.typed(run_record.load_config(FLAGS.workdir)))
-        run = dataclasses.replace(run, mesh=run.mesh.fitted())
-        return finetune.evaluate(run, FLAGS.workdir, FLAGS.step)
+        if FLAGS.config is not None:  # a new config: the schema's check first
+            settings.check_config(FLAGS.config, "finetune")
+        config = FLAGS.config if FLAGS.config is not None else run_record.load_config(
+            FLAGS.workdir)
+        settings.fit_mesh_to_devices(config)  # the run's mesh if it fits, else data-parallel
+        return finetune.evaluate(config, FLAGS.workdir, FLAGS.step)  # read once there
 
     with cli.interrupts_stop("finetune.py"):
         step, metrics = cli.run_or_exit("finetune.py", evaluate)

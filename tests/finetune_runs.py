@@ -79,3 +79,11 @@ def write_vocab(path) -> str:
 def tiny_config(vocab, task, **changes):
     return tiny_finetune_config(task, vocab, hidden_size=32, num_hidden_layers=1, **{
         "eval_batch_size": 16, "total_steps": 30, "learning_rate": 2e-3, **changes})
+
+
+def finetune_settings(task, **changes):
+    """The RunSettings (settings.typed) of the schema's fine-tuning config of `task` with
+    `changes` by dotted key: what the task's readers, encoders and batchers take, for tests that
+    call them without a run."""
+    from bert_jax.config import settings
+    return settings.typed(set_keys(run_config.finetune_config(task), changes))

@@ -100,7 +100,8 @@ class Rows:
     """The encoded rows: our features [N, L] (MODEL_INPUTS + the kind's targets), each row's
     length [N], the labels, and what made them."""
 
-    config: Any
+    config: Any  # the ConfigDict (the peers read its hyper-parameters)
+    run: Any  # its RunSettings (settings.read), what the recipe's functions take
     kind: Any
     labels: dict
     examples: list
@@ -115,17 +116,19 @@ class Rows:
 
 def encode(settings: dict) -> Rows:
     """Read, label and encode the texts as the recipe does (kind.encode)."""
+    from bert_jax.config import settings as settings_lib
     from bert_jax.data import row_layout
     from bert_jax.recipes import common as recipe_common
     from bert_jax.recipes.finetune import kinds
     config = finetune_config(settings)
+    run = settings_lib.read(config, "finetune")
     kind = kinds.get(settings["task"])
-    tokenizer = recipe_common.finetuning_tokenizer(config)
+    tokenizer = recipe_common.finetuning_tokenizer(run)
     examples = make_examples(settings["task"], read_texts(settings))
-    labels = kind.describe_labels(examples, config)
-    features = kind.encode(tokenizer, examples, config, labels, "texts")
+    labels = kind.describe_labels(examples, run)
+    features = kind.encode(tokenizer, examples, run, labels, "texts")
     keys = kinds.MODEL_INPUTS + kind.target_keys
-    return Rows(config, kind, labels, examples, {k: features[k] for k in keys},
+    return Rows(config, run, kind, labels, examples, {k: features[k] for k in keys},
                 row_layout.row_lengths(features["attention_mask"]), tokenizer)
 
 
@@ -134,7 +137,7 @@ def batch_rows(settings: dict, rows: Rows) -> Iterator[np.ndarray]:
     from bert_jax.data import batches
     numbered = {"row": np.arange(len(rows.lengths)),
                 "attention_mask": rows.features["attention_mask"]}
-    iterator = batches.train_batches(numbered, settings["batch_size"], rows.config.seed,
+    iterator = batches.train_batches(numbered, settings["batch_size"], rows.run.seed,
                                      group_by_length=settings["group_by_length"])
     return (batch["row"] for batch in iterator)
 

@@ -61,22 +61,21 @@ def run_ours(settings: dict) -> dict:
     """The recipe's step and batches (module docstring)."""
     import jax
 
-    from bert_jax.config import settings as settings_lib
     from bert_jax.recipes import common as recipe_common
     from bert_jax.recipes.finetune import recipe, task_data
     from bert_jax.runtime import sharding
 
     rows = encode(settings)
-    config = rows.config
-    init_cfg, initial_params = recipe_common.initial_weights(config)
-    cfg = recipe_common.model_config(config, rows.tokenizer.vocab_size, init_cfg)
+    run = rows.run
+    init_cfg, initial_params = recipe_common.initial_weights(run)
+    cfg = recipe_common.model_config(run, rows.tokenizer.vocab_size, init_cfg)
     data = task_data.TaskData(rows.kind, rows.labels, rows.examples, [], rows.features, {})
-    mesh = settings_lib.make_mesh(config)
+    mesh = run.mesh.make()
     built = recipe_common.train_program(
-        config, mesh, recipe.make_task(config, cfg, data, initial_params), config.total_steps)
+        run, mesh, recipe.make_task(run, cfg, data, initial_params), run.total_steps)
     state, train_step = built.state, built.train_step
     compiled, compile_seconds = set(), 0.0
-    for batch in _one_batch_per_shape(config, data, rows.kind, settings):
+    for batch in _one_batch_per_shape(run, data, rows.kind, settings):
         start = time.perf_counter()  # the first call of each batch shape: its compilation
         state, metrics = train_step(state, sharding.device_put_batch(batch, mesh))
         jax.block_until_ready(metrics)
@@ -86,7 +85,7 @@ def run_ours(settings: dict) -> dict:
     with jax.transfer_guard("disallow"):  # no hidden host<->device copies inside the step
         state, metrics = train_step(state, batch)
     holder = {"state": state, "metrics": metrics}
-    iterator = task_data.training_batches(config, data)
+    iterator = task_data.training_batches(run, data)
 
     def run_step():  # what loop._Run.next_step does: next batch -> global arrays -> step
         host = next(iterator)
@@ -110,21 +109,21 @@ def run_ours(settings: dict) -> dict:
     return {**result, "compile_seconds": compile_seconds, "programs": len(compiled)}
 
 
-def _one_batch_per_shape(config, data, kind, settings: dict) -> list[dict]:
+def _one_batch_per_shape(run, data, kind, settings: dict) -> list[dict]:
     """A batch of every shape the timed steps will see, to compile before the timing: each
     bucket length (a batch cut to it), or with packing each row count the batches drawn."""
     from bert_jax.recipes.finetune import task_data
-    probe = task_data.training_batches(config, data)
+    probe = task_data.training_batches(run, data)
     if settings["pack_examples"]:
         shapes = {}
         for _ in range(settings["warmup"] + settings["steps"] + 1):
             batch = next(probe)
             shapes.setdefault(batch["attention_mask"].shape, batch)
         return list(shapes.values())
-    buckets, first = task_data.train_buckets(config, kind), next(probe)
+    buckets, first = task_data.train_buckets(run, kind), next(probe)
     keys = buckets.token_keys if buckets else ()
     return [{k: v[:, :length] if k in keys else v for k, v in first.items()}
-            for length in task_data.bucket_lengths(config) or (config.max_seq_len,)]
+            for length in task_data.bucket_lengths(run) or (run.max_seq_len,)]
 
 
 RUNNERS = {"ours": run_ours, "hf_torch": peers.run_hf_torch, "hf_flax": peers.run_hf_flax}

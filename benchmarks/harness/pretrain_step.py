@@ -50,16 +50,19 @@ def build(config, mesh, abstract: bool = False) -> tuple[Any, Any]:
     from bert_jax.config import settings
     from bert_jax.recipes import common, pretrain
 
-    cfg = common.model_config(config, config.tokenizer.vocab_size)
-    settings.check_run(config, mesh, config.total_steps, cfg)
-    task = pretrain.make_task(config, cfg)
-    return task, common.train_program(config, mesh, task, config.total_steps, abstract=abstract)
+    run = settings.read(config, "pretrain")
+    cfg = common.model_config(run, run.tokenizer.vocab_size)
+    run.check_fits(mesh, cfg)
+    task = pretrain.make_task(run, cfg)
+    return task, common.train_program(run, mesh, task, run.total_steps, abstract=abstract)
 
 
 def batches(config) -> Iterator[dict[str, np.ndarray]]:
     """The recipe's training batches of the synthetic corpus: this process's rows (it reads no
     workdir)."""
+    from bert_jax.config import settings
     from bert_jax.recipes import pretrain
 
-    train, _ = pretrain.make_data(config, "", config.tokenizer.vocab_size)
+    run = settings.read(config, "pretrain")
+    train, _ = pretrain.make_data(run, "", run.tokenizer.vocab_size)
     return train

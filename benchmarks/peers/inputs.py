@@ -27,10 +27,11 @@ HELDOUT_SEED = 31337  # the held-out masks; no run's seed
 
 
 def data_config(corpus: str, data_dir: str, vocab_path: str):
-    """The PretrainingDataConfig of the held-out rows (its text options are the defaults that
-    bert_jax's recipe also uses, so the splits are the recipe's)."""
-    from bert_jax.data.pretraining import pipeline as pretraining  # pylint: disable=import-outside-toplevel
-    return pretraining.PretrainingDataConfig(
+    """The PretrainingDataConfig of the held-out rows: the schema's defaults
+    (bert_jax.recipes.inputs.schema_data_config; its text options are those bert_jax's recipe
+    also uses, so the splits are the recipe's) with these fields."""
+    from bert_jax.recipes.inputs import schema_data_config  # pylint: disable=import-outside-toplevel
+    return schema_data_config(
         corpus=corpus, data_dir=data_dir, vocab_path=vocab_path, seq_len=SEQ_LEN,
         max_predictions=MAX_PREDICTIONS, mask_rate=MASK_RATE, seed=HELDOUT_SEED)
 

@@ -98,11 +98,12 @@ class OptimizerConfig:
 
 
 def warmup_steps(config: Mapping[str, Any], total_steps: int) -> int:
-    """config.warmup_steps when > 0 (at most total_steps), else warmup_fraction x total_steps."""
-    fixed = int(config.get("warmup_steps", 0) or 0)
+    """config.warmup_steps when > 0 (at most total_steps), else warmup_fraction x total_steps;
+    `config` a whole one (a saved one completed: bert_jax.config.run.complete)."""
+    fixed = int(config["warmup_steps"] or 0)
     if fixed > 0:
         return min(fixed, total_steps)
-    return round(float(config.get("warmup_fraction", 0.0)) * total_steps)
+    return round(float(config["warmup_fraction"]) * total_steps)
 
 
 _DEFAULTS = run_config.LOOP_DEFAULTS
@@ -181,11 +182,6 @@ def check_batch_size(global_batch_size: int, mesh: Mesh, accumulation_steps: int
             "split evenly over the devices")
 
 
-def make_mesh(config: Config):
-    """The device mesh of config.mesh (bert_jax.runtime.sharding.make_mesh)."""
-    return specs.MeshSpec(config.mesh.data, config.mesh.fsdp, config.mesh.tensor).make()
-
-
 def fit_mesh_to_devices(config: Config) -> None:
     """Keep config.mesh if it fits the devices here, else use all of them data-parallel
     (specs.MeshSpec.fitted, written back into config.mesh)."""
@@ -205,12 +201,11 @@ def check_config(config: Config, recipe: str) -> None:
     run_config_keys.check(config)
 
 
-def check_lengths(config: Config, cfg: BertConfig) -> None:
-    """ValueError unless the model takes rows of config.max_seq_len tokens (`config` a
-    ConfigDict or RunSettings)."""
-    if config.max_seq_len > cfg.max_sequence_length:  # RoBERTa: max_position_embeddings - 2
+def check_lengths(run: RunSettings, cfg: BertConfig) -> None:
+    """ValueError unless the model takes rows of the run's max_seq_len tokens."""
+    if run.max_seq_len > cfg.max_sequence_length:  # RoBERTa: max_position_embeddings - 2
         offset = getattr(cfg, "position_offset", 0)
-        raise ValueError(f"config.max_seq_len={config.max_seq_len} exceeds the model's "
+        raise ValueError(f"config.max_seq_len={run.max_seq_len} exceeds the model's "
                          f"max_position_embeddings={cfg.max_position_embeddings}"
                          + (f" less position_offset={offset}" if offset else ""))
 
@@ -233,12 +228,6 @@ def loop_config(config: Mapping[str, Any], total_steps: int) -> LoopConfig:
     a known nonfinite policy)."""
     return LoopConfig(total_steps=total_steps, global_batch_size=config["batch_size"],
                       **{key: config[key] for key in run_config.LOOP_DEFAULTS})
-
-
-def check_run(config: Config, mesh, total_steps: int, cfg: BertConfig) -> None:
-    """Every check that needs no write (RunSettings.check_fits after the optimizer and loop
-    settings of total_steps), for a caller holding a ConfigDict."""
-    typed(config).for_steps(total_steps).check_fits(mesh, cfg)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -345,9 +334,3 @@ def typed(config: Config | Mapping[str, Any]) -> RunSettings:
         eval_batch_size=values["eval_batch_size"], eval_batches=values.get("eval_batches", 0),
         total_steps=int(values["total_steps"] or 0), seed=values["seed"], record=record,
         **finetuning)
-
-
-def of(run: RunSettings | Config) -> RunSettings:
-    """`run` if it is RunSettings, else the `typed` settings of the config it is: the recipes'
-    helpers take either, so callers holding a config need not read it first."""
-    return run if isinstance(run, RunSettings) else typed(run)

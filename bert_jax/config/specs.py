@@ -116,8 +116,8 @@ class TokenizerSpec:
 @dataclasses.dataclass(frozen=True)
 class PretrainDataSpec:
     """The pre-training data block (bert_jax/config/run.py, pretrain_config, holds each key's
-    default and meaning; run_keys.check its ranges); recipes.pretrain.data_config makes the
-    PretrainingDataConfig of it, which checks the values the batches depend on."""
+    default and meaning; run_keys.check its ranges); recipes.inputs.pretraining_data_config
+    makes the PretrainingDataConfig of it, which checks the values the batches depend on."""
 
     corpus: str
     document_delimiter: str

@@ -3,9 +3,10 @@ tokenizer, the train program and loop, and a checkpoint's parameters placed on t
 settings, read from the config once and checked: bert_jax.config.settings. A saved run's
 tokenizer, whatever its recipe: bert_jax.tools.saved_runs.)
 
-Each function takes the run's RunSettings (`run`); a caller holding a ConfigDict may pass it
-instead (it is read with settings.of). The keys mean the same in every recipe;
-bert_jax/config/run.py is their schema (each key once, with its default and its meaning).
+Each function takes the run's RunSettings (`run`), never its ConfigDict: a caller holding a
+config reads it once first (settings.read for a new run's, settings.typed for a saved one's).
+The keys mean the same in every recipe; bert_jax/config/run.py is their schema (each key once,
+with its default and its meaning).
 """
 
 from __future__ import annotations
@@ -15,9 +16,8 @@ from typing import Any, Callable, Optional
 import jax
 from absl import logging
 
-from bert_jax.config import settings
 from bert_jax.config.bert import BertConfig
-from bert_jax.config.settings import Config, RunSettings
+from bert_jax.config.settings import RunSettings
 from bert_jax.model import families
 from bert_jax.runtime import sharding
 from bert_jax.train import loop, optimizer, program
@@ -25,7 +25,7 @@ from bert_jax.train.checkpoint import params as params_loading
 from bert_jax.train.checkpoint import store as checkpointing
 
 
-def model_config(run: RunSettings | Config, vocab_size: int, base: Optional[BertConfig] = None
+def model_config(run: RunSettings, vocab_size: int, base: Optional[BertConfig] = None
                  ) -> BertConfig:
     """The run's model config (BertConfig or ModernBertConfig: bert_jax.model.families).
 
@@ -36,7 +36,7 @@ def model_config(run: RunSettings | Config, vocab_size: int, base: Optional[Bert
     attention) apply. Either way the model must have an embedding row for every id of the
     tokenizer (`check_token_ids`): an id past the table reads no row and the loss turns NaN.
     """
-    spec = settings.of(run).model
+    spec = run.model
     overrides = spec.overrides
     if base is None:
         overrides.setdefault("vocab_size", vocab_size)
@@ -66,7 +66,7 @@ def check_token_ids(tokenizer_size: int, model_vocab_size: int, what: str) -> No
                          f"least {tokenizer_size} tokens or the tokenizer it was trained with")
 
 
-def initial_weights(run: RunSettings | Config, workdir: Optional[str] = None
+def initial_weights(run: RunSettings, workdir: Optional[str] = None
                     ) -> tuple[Optional[BertConfig], Optional[dict]]:
     """(BertConfig, params) of run.init, or (None, None) to start from random weights.
 
@@ -77,7 +77,6 @@ def initial_weights(run: RunSettings | Config, workdir: Optional[str] = None
     A run that resumes from `workdir` needs no initial weights: then (the BertConfig of its own
     newest checkpoint, None), without reading the weights (their shape is the run's).
     """
-    run = settings.of(run)
     init = run.init
     if (init.hf_dir or init.checkpoint) and workdir is not None:
         try:
@@ -104,11 +103,10 @@ def initial_weights(run: RunSettings | Config, workdir: Optional[str] = None
     return cfg, params
 
 
-def finetuning_tokenizer(run: RunSettings | Config):
+def finetuning_tokenizer(run: RunSettings):
     """The WordPiece tokenizer of run.tokenizer.path (default: init.hf_dir's vocabulary);
     tokenizer.lowercase applies to a vocab.txt whose casing nothing else states (a folder's
     tokenizer_config.json does: `bert_jax.data.tokenizers.load.load_tokenizer`)."""
-    run = settings.of(run)
     path = run.tokenizer.path or run.init.hf_dir
     if not path:
         raise ValueError("config.tokenizer.path is empty and there is no config.init.hf_dir to "
@@ -133,16 +131,15 @@ def has_checkpoint(workdir: str) -> bool:
     return directory.is_dir() and any(p.name.isdigit() for p in directory.iterdir())
 
 
-def for_steps(run: RunSettings | Config, total_steps: int) -> RunSettings:
+def for_steps(run: RunSettings, total_steps: int) -> RunSettings:
     """The settings of `run` with the optimizer and loop settings of `total_steps` (those it
     has when its count is that already)."""
-    run = settings.of(run)
     if run.loop is not None and run.total_steps == total_steps:
         return run
     return run.for_steps(total_steps)
 
 
-def train(run: RunSettings | Config, workdir: str, task: loop.Task, train_iterator, mesh,
+def train(run: RunSettings, workdir: str, task: loop.Task, train_iterator, mesh,
           total_steps: int, evaluate=None) -> loop.TrainResult:
     """loop.train with the optimizer and loop settings of `run` over total_steps, once the run's
     inputs are checked against and recorded in <workdir>/inputs.json (bert_jax.recipes.inputs)."""
@@ -157,7 +154,7 @@ def train(run: RunSettings | Config, workdir: str, task: loop.Task, train_iterat
                       evaluate=evaluate)
 
 
-def train_program(run: RunSettings | Config, mesh, task: loop.Task, total_steps: int,
+def train_program(run: RunSettings, mesh, task: loop.Task, total_steps: int,
                   abstract: bool = False) -> program.TrainProgram:
     """The fresh (or, abstract=True, traced) state and the jitted step that `train` runs for
     `task` on `mesh`: bert_jax.train.program.build with the optimizer, learning-rate schedule

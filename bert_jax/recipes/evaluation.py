@@ -77,7 +77,7 @@ def evaluate_run(workdir: str, step: Optional[int], input_path: Optional[str],
     folder = paths.path(workdir) / "evaluation" / input_folder_name(input_path)
     directory = os.fspath(folder / f"step_{step}")
     step, metrics = finetune.evaluate(config, workdir, step, output_dir=directory)
-    rows = len(kinds.get(config.task).read(input_path, config))
+    rows = len(kinds.get(config.task).read(input_path, settings.typed(config)))
     extra = {"input": os.path.abspath(input_path), "input_rows": rows,
              "output": os.fspath(folder / f"step_{step}.json"),
              **classification_tables(workdir, directory)}

@@ -37,19 +37,26 @@ and go on (a change before the record cannot be seen).
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import hashlib
 import json
 import os
 import re
 import time
-from typing import Any, Iterable, Optional
+from typing import TYPE_CHECKING, Any, Iterable, Optional
 
 import jax
 from absl import logging
 from etils import epath
 
+from bert_jax.config import settings
 from bert_jax.config.run_keys import value_at
+from bert_jax.config.settings import RunSettings
 from bert_jax.runtime import multiprocess, outputs, paths
+
+if TYPE_CHECKING:  # the data pipeline loads where a pre-training run's data is built
+    from bert_jax.data.pretraining.data_config import PretrainingDataConfig
 
 INPUTS_FILE = outputs.INPUTS_RECORD  # "inputs.json"
 FORMAT = 1
@@ -102,17 +109,44 @@ def _tokenizer_files(path: Optional[str]) -> list[str]:
     return [path]
 
 
-def _data_config(config: Any, workdir: str):
-    """The keys of a pre-training run's data config that say where its corpus and vocabulary
-    are (bert_jax.recipes.pretrain.data_config builds the whole of it; that module imports this
-    one's caller, so the few keys are read here)."""
+def pretraining_data_config(run: RunSettings, workdir: str) -> PretrainingDataConfig:
+    """The PretrainingDataConfig of a pre-training run (bert_jax.data.pretraining.pipeline):
+    every field that is a run setting set from `run`, data.data_dir defaulting to
+    <workdir>/data (local or gs://). What pre-training builds its data from, and where this
+    module finds a run's corpus and vocabulary."""
     from bert_jax.data.pretraining.data_config import PretrainingDataConfig
-    data, tokenizer = config["data"], config["tokenizer"]
+    data, tokenizer = run.data, run.tokenizer
     return PretrainingDataConfig(
-        corpus=data["corpus"], document_delimiter=data["document_delimiter"],
-        data_dir=data["data_dir"] or os.fspath(epath.Path(workdir) / "data"),
-        vocab_path=tokenizer["path"], lowercase=tokenizer["lowercase"],
-        demo_vocab_size=tokenizer["vocab_size"])
+        corpus=data.corpus, document_delimiter=data.document_delimiter,
+        data_dir=data.data_dir or os.fspath(epath.Path(workdir) / "data"),
+        vocab_path=tokenizer.path, lowercase=tokenizer.lowercase,
+        demo_vocab_size=tokenizer.vocab_size, seq_len=run.max_seq_len,
+        max_predictions=data.max_predictions, mask_rate=data.mask_rate,
+        whole_word_masking=data.whole_word_masking, sentence_pairs=data.sentence_pairs,
+        seed=run.seed, num_workers=data.num_workers,
+        batch_warmup_tokens=data.batch_warmup_tokens,
+        batch_warmup_start=data.batch_warmup_start)
+
+
+@functools.cache
+def _schema_defaults() -> PretrainingDataConfig:
+    from bert_jax.config import run as run_config
+    return pretraining_data_config(settings.typed(run_config.pretrain_config()), "")
+
+
+def schema_data_config(**fields: Any) -> PretrainingDataConfig:
+    """The PretrainingDataConfig of a pre-training run of the schema's defaults
+    (bert_jax/config/run.py: corpus "demo", 128-token rows, 15% masked, ...), `fields` replacing
+    any of its fields (checked as always): for what drives the pipeline without a run (tests,
+    benchmarks). Its data_dir is the schema's default with no workdir, "data" under the current
+    folder: name one where the pipeline reads or writes files."""
+    return dataclasses.replace(_schema_defaults(), **fields)
+
+
+def _data_config(config: Any, workdir: str) -> PretrainingDataConfig:
+    """`pretraining_data_config` of a run's config (config.json's dict, or a ConfigDict: keys
+    it lacks read as the schema's defaults)."""
+    return pretraining_data_config(settings.typed(config), workdir)
 
 
 def corpus_folder(config: Any, workdir: str) -> Optional[str]:

@@ -21,18 +21,16 @@ stay comparable), `data.whole_word_masking`,
 from __future__ import annotations
 
 import dataclasses
-import os
 from typing import Any, Callable, Iterator
 
 import jax
 import jax.numpy as jnp
 import optax
-from etils import epath
 
 from bert_jax.config import settings
 from bert_jax.config.bert import BertConfig
 from bert_jax.model import BertForPreTraining, families
-from bert_jax.recipes import common, run_record
+from bert_jax.recipes import common, inputs, run_record
 from bert_jax.train import evaluation, flops, loop, program, steps
 from bert_jax.train import optimizer as optimizer_lib
 from bert_jax.train.checkpoint import workdir as workdir_lib
@@ -81,44 +79,25 @@ def make_loss(model: BertForPreTraining) -> steps.LossFn:
 
 # ----- data ------------------------------------------------------------------------------------
 
-def data_config(run: settings.RunSettings | settings.Config, workdir: str):
-    """The PretrainingDataConfig of a run (bert_jax.data.pretraining.pipeline)."""
-    from bert_jax.data.pretraining import pipeline as pretraining
-    run = settings.of(run)
-    data, tokenizer = run.data, run.tokenizer
-    data_dir = data.data_dir or os.fspath(epath.Path(workdir) / "data")  # local or gs://
-    return pretraining.PretrainingDataConfig(
-        corpus=data.corpus, document_delimiter=data.document_delimiter, data_dir=data_dir,
-        vocab_path=tokenizer.path, lowercase=tokenizer.lowercase,
-        demo_vocab_size=tokenizer.vocab_size, seq_len=run.max_seq_len,
-        max_predictions=data.max_predictions, mask_rate=data.mask_rate,
-        whole_word_masking=data.whole_word_masking, sentence_pairs=data.sentence_pairs,
-        seed=run.seed, num_workers=data.num_workers,
-        batch_warmup_tokens=data.batch_warmup_tokens,
-        batch_warmup_start=data.batch_warmup_start)
-
-
-def pretraining_tokenizer(run: settings.RunSettings | settings.Config, workdir: str):
+def pretraining_tokenizer(run: settings.RunSettings, workdir: str):
     """The run's WordPiece tokenizer: tokenizer.path, else the vocabulary of the demo or `text:`
-    corpus under the run's data dir (`data_config`; trained there on the corpus's train split on
-    first use, tokenizer.vocab_size tokens); None for the synthetic corpus (random token ids, no
-    vocabulary)."""
-    run = settings.of(run)
+    corpus under the run's data dir (inputs.pretraining_data_config; trained there on the
+    corpus's train split on first use, tokenizer.vocab_size tokens); None for the synthetic
+    corpus (random token ids, no vocabulary)."""
     if run.data.corpus == SYNTHETIC:
         return None
     from bert_jax.data.pretraining import pipeline as pretraining
-    path = pretraining.resolve_vocab_path(data_config(run, workdir))
+    path = pretraining.resolve_vocab_path(inputs.pretraining_data_config(run, workdir))
     return common.read_tokenizer(path, run.tokenizer.lowercase)
 
 
-def checked_tokenizer(run: settings.RunSettings | settings.Config):
+def checked_tokenizer(run: settings.RunSettings):
     """The run's tokenizer where it is there to read without writing anything (tokenizer.path,
     or the one a token-shard corpus was prepared with), None where there is none yet (the demo's
     and a text corpus's vocabulary is trained on first use) or none at all (synthetic), after
     the inputs that need no preparation are checked: a `text:` glob that matches no file, a
     tokenizer.path that is not a vocabulary, a corpus that needs a vocabulary and names none
     (ValueError or FileNotFoundError naming the config key)."""
-    run = settings.of(run)
     corpus = run.data.corpus
     if corpus == SYNTHETIC:
         return None
@@ -129,7 +108,7 @@ def checked_tokenizer(run: settings.RunSettings | settings.Config):
         if run.data.sentence_pairs:
             raise ValueError(f"data.sentence_pairs is not available for token shards ({corpus}): "
                              "they hold documents, not sentences")
-        return shard_iterator.load_shard_tokenizer(data_config(run, ""))[0]
+        return shard_iterator.load_shard_tokenizer(inputs.pretraining_data_config(run, ""))[0]
     if corpus.startswith(corpora.TEXT_PREFIX):
         corpora.matched_files(corpus[len(corpora.TEXT_PREFIX):])
     if run.tokenizer.path:
@@ -142,28 +121,25 @@ def checked_tokenizer(run: settings.RunSettings | settings.Config):
                      "prints")
 
 
-def checked_vocab_size(run: settings.RunSettings | settings.Config) -> int:
+def checked_vocab_size(run: settings.RunSettings) -> int:
     """The size of the run's vocabulary as far as it is known without writing anything: that of
     `checked_tokenizer`, else the configured tokenizer.vocab_size (synthetic tokens, or a
     vocabulary trained on first use)."""
-    run = settings.of(run)
     tokenizer = checked_tokenizer(run)
     return run.tokenizer.vocab_size if tokenizer is None else tokenizer.vocab_size
 
 
-def vocab_size_of(run: settings.RunSettings | settings.Config, workdir: str) -> int:
+def vocab_size_of(run: settings.RunSettings, workdir: str) -> int:
     """The tokenizer's vocabulary size; the demo vocabulary is trained here on first use."""
-    run = settings.of(run)
     if run.data.corpus == SYNTHETIC:
         return run.tokenizer.vocab_size
     return pretraining_tokenizer(run, workdir).vocab_size
 
 
-def check_batch_warmup(run: settings.RunSettings | settings.Config, mesh: Any) -> None:
+def check_batch_warmup(run: settings.RunSettings, mesh: Any) -> None:
     """data.batch_warmup_*: a token-shard corpus, and a start that splits over the processes,
     the data-parallel devices and the micro-batches (then so does every warm-up size, all
     multiples of it: bert_jax.data.pretraining.batch_schedule) and is below batch_size."""
-    run = settings.of(run)
     start, tokens = run.data.batch_warmup_start, run.data.batch_warmup_tokens
     if not (start and tokens):
         return
@@ -177,11 +153,10 @@ def check_batch_warmup(run: settings.RunSettings | settings.Config, mesh: Any) -
                          f"{run.batch_size} (the warm-up rises from it to the batch size)")
 
 
-def make_data(run: settings.RunSettings | settings.Config, workdir: str, vocab_size: int,
+def make_data(run: settings.RunSettings, workdir: str, vocab_size: int,
               tokenizer: Any = None) -> tuple[Iterator, Callable[[], Iterator]]:
     """(train iterator, make_eval_iterator): host-local batches of this process's rows, made
     with `tokenizer` (the run's, `pretraining_tokenizer`; None: loaded by the pipeline)."""
-    run = settings.of(run)
     process_index, process_count = jax.process_index(), jax.process_count()
     if run.data.corpus == SYNTHETIC:
         from bert_jax.data.pretraining.synthetic import RandomTokenBatches
@@ -194,7 +169,7 @@ def make_data(run: settings.RunSettings | settings.Config, workdir: str, vocab_s
             run.eval_batch_size // process_count, seed=run.seed + 1_000_003,
             num_batches=run.eval_batches or 4, **shape)
     from bert_jax.data.pretraining import pipeline as pretraining
-    data = data_config(run, workdir)
+    data = inputs.pretraining_data_config(run, workdir)
     train = pretraining.make_iterator(data, split="train", global_batch_size=run.batch_size,
                                       process_index=process_index, process_count=process_count,
                                       num_epochs=None, tokenizer=tokenizer)
@@ -207,17 +182,16 @@ def make_data(run: settings.RunSettings | settings.Config, workdir: str, vocab_s
 
 # ----- the task --------------------------------------------------------------------------------
 
-def make_model(run: settings.RunSettings | settings.Config, cfg: BertConfig
+def make_model(run: settings.RunSettings, cfg: BertConfig
                ) -> BertForPreTraining:
     """The masked-LM model of cfg's family (BertForPreTraining, ModernBertForMaskedLM), with
     the NSP head when the run trains on sentence pairs (BERT only)."""
-    return families.of(cfg).masked_lm(cfg, with_nsp=bool(settings.of(run).data.sentence_pairs))
+    return families.of(cfg).masked_lm(cfg, with_nsp=bool(run.data.sentence_pairs))
 
 
-def make_init_fn(model: BertForPreTraining, run: settings.RunSettings | settings.Config
+def make_init_fn(model: BertForPreTraining, run: settings.RunSettings
                  ) -> Callable[[jax.Array], Any]:
     """rng -> boxed params of the model, traced on one row of the run's shapes."""
-    run = settings.of(run)
     seq_len, max_predictions = run.max_seq_len, run.data.max_predictions
 
     def init_fn(rng):
@@ -229,10 +203,9 @@ def make_init_fn(model: BertForPreTraining, run: settings.RunSettings | settings
     return init_fn
 
 
-def make_task(run: settings.RunSettings | settings.Config, cfg: BertConfig,
+def make_task(run: settings.RunSettings, cfg: BertConfig,
               initial_params: Any = None) -> loop.Task:
     """The pre-training Task of model config `cfg` (its rows must fit: settings.check_lengths)."""
-    run = settings.of(run)
     settings.check_lengths(run, cfg)
     model = make_model(run, cfg)
     with_nsp = bool(run.data.sentence_pairs)
@@ -321,9 +294,9 @@ def train_and_evaluate(config: settings.Config, workdir: str) -> loop.TrainResul
 def evaluate(config: settings.Config, workdir: str, step: int | None = None
              ) -> tuple[int, dict[str, float]]:
     """(step, held-out metrics) of a saved step (default: the newest) of a pre-training run;
-    `config` the run's (bert_jax.recipes.run_record.load_config), read once here, or its
-    RunSettings."""
-    run = settings.of(config)
+    `config` the run's (bert_jax.recipes.run_record.load_config), read once here
+    (settings.typed)."""
+    run = settings.typed(config)
     mesh = run.mesh.make()
     step, cfg, params = common.load_checkpoint(
         workdir, step, lambda c: make_init_fn(make_model(run, c), run), mesh)

@@ -35,6 +35,7 @@ import jax
 from absl import logging
 from etils import epath
 
+from bert_jax.config import run as run_config
 from bert_jax.config.settings import OptimizerConfig, warmup_steps
 from bert_jax.runtime import multiprocess, pytree
 from bert_jax.runtime.paths import read_json, write_text_atomically
@@ -91,7 +92,6 @@ def config_differences(saved: dict, config: Config) -> list[str]:
     """'key: saved -> new' for every key (but the run-neutral ones) that differs; `config` a
     ConfigDict or its plain dict. data.bucket_lengths counts when either config has dropout
     (NEUTRAL_WITHOUT_DROPOUT)."""
-    from bert_jax.config import run as run_config
     old = _flat(run_config.complete(saved))
     new = _flat(run_config.complete(json.loads(json.dumps(_tree(config)))))
     neutral = RUN_NEUTRAL_KEYS - (NEUTRAL_WITHOUT_DROPOUT if _has_dropout(old) or _has_dropout(new)
@@ -195,8 +195,6 @@ def load_config(workdir: str) -> ml_collections.ConfigDict:
                                 "training run (pretrain.py and finetune.py write config.json "
                                 "there)")
     import ml_collections  # only where a saved config is read back
-
-    from bert_jax.config import run as run_config
     return ml_collections.ConfigDict(run_config.complete(read_json(config_path)))
 
 
@@ -210,8 +208,9 @@ def _warn_if_schedule_restarts(old: dict, config: Config, workdir: str) -> None:
 
 
 def rate_at(config: Mapping[str, Any], total_steps: int, step: int) -> float:
-    """The learning rate `config`'s schedule over total_steps gives at `step`."""
-    options = dict(config.get("optimizer", {}) or {})
+    """The learning rate `config`'s schedule over total_steps gives at `step`; `config` a
+    whole one (a saved one completed: bert_jax.config.run.complete)."""
+    options = dict(config["optimizer"])
     opt = OptimizerConfig(learning_rate=float(config["learning_rate"]),
                           total_steps=total_steps,
                           warmup_steps=warmup_steps(config, total_steps), **options)
@@ -229,7 +228,8 @@ def restart_line(old: Mapping[str, Any], new: Mapping[str, Any], step: int
     rate at `step` is the same. Only for explicit total_steps on both sides (a run counted in
     epochs knows its steps from the data, later). After the line the run follows the new
     schedule exactly as an uninterrupted run of the new config would from `step` on."""
-    old_total, new_total = int(old.get("total_steps", 0) or 0), int(new.get("total_steps", 0))
+    old, new = run_config.complete(old), run_config.complete(new)  # keys a saved one lacks
+    old_total, new_total = int(old["total_steps"] or 0), int(new["total_steps"])
     if not old_total or not new_total or not 0 < step <= min(old_total, new_total):
         return None
     try:

@@ -84,12 +84,12 @@ def inference_function(workdir: Optional[str] = None, hf_dir: Optional[str] = No
         from bert_jax.recipes import common
         from bert_jax.recipes.finetune import predict, recipe
         config, kind, labels = predict.load_run(workdir)
-        run_settings.fit_mesh_to_devices(config)
-        mesh = run_settings.make_mesh(config)
+        run = run_settings.typed(config)
+        mesh = run.mesh.fitted().make()
         step, cfg, params = common.load_checkpoint(
             workdir, step,
-            lambda c: recipe.make_init_fn(kind.make_model(c, labels), config.max_seq_len), mesh)
-        tokenizer = common.finetuning_tokenizer(config)
+            lambda c: recipe.make_init_fn(kind.make_model(c, labels), run.max_seq_len), mesh)
+        tokenizer = common.finetuning_tokenizer(run)
         model_fn = recipe.make_predict_fn(kind, kind.make_model(cfg, labels))
 
         def classify(params, input_ids, token_type_ids, attention_mask):
@@ -98,7 +98,7 @@ def inference_function(workdir: Optional[str] = None, hf_dir: Optional[str] = No
         per_token = kind_name == "token_classification"
         description = {"kind": kind_name, "labels": labels.get("label_map"), "outputs": {
             "logits": ["batch", "length", "labels"] if per_token else ["batch", "labels"]}}
-        return classify, params, tokenizer, config.max_seq_len, description
+        return classify, params, tokenizer, run.max_seq_len, description
     if kind_name == "span_qa":
         raise ValueError(f"{workdir} is a span_qa run: its answers need predict.py's windows "
                          "and span search, which a serving artefact does not export")

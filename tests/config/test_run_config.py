@@ -61,6 +61,7 @@ def test_modernbert_hyper_parameters_are_set_from_the_run_config():
     """--config.model.local_attention and the other ModernBERT fields reach the model config
     (they had no key: MODEL_FIELDS listed BERT's alone); a field of the other family is one
     line naming it."""
+    from bert_jax.config import settings
     from bert_jax.config.modernbert import ModernBertConfig
     from bert_jax.recipes import common
     from experiments.configs import modern
@@ -70,7 +71,7 @@ def test_modernbert_hyper_parameters_are_set_from_the_run_config():
     config.model.global_attn_every_n_layers = 2
     config.model.local_rope_theta = 5000.0
     config.model.classifier_pooling = "mean"
-    cfg = common.model_config(config, vocab_size=1024)
+    cfg = common.model_config(settings.read(config, "pretrain"), vocab_size=1024)
     assert isinstance(cfg, ModernBertConfig)
     assert (cfg.local_attention, cfg.global_attn_every_n_layers, cfg.local_rope_theta,
             cfg.classifier_pooling) == (16, 2, 5000.0, "mean")
@@ -80,7 +81,7 @@ def test_modernbert_hyper_parameters_are_set_from_the_run_config():
     config.model = bert
     config.model.local_attention = 16
     with pytest.raises(ValueError, match="local_attention"):
-        common.model_config(config, vocab_size=1024)
+        common.model_config(settings.read(config, "pretrain"), vocab_size=1024)
 
 
 def test_every_key_has_its_meaning_beside_its_default():

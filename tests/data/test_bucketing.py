@@ -69,7 +69,7 @@ def test_cut_keeps_rows_whole_and_leaves_other_arrays():
 def test_config_bucket_lengths(spec, expected):
     config = tiny_finetune_config("classification", "", max_seq_len=64)
     config.data.bucket_lengths = spec if isinstance(spec, str) else ",".join(map(str, spec))
-    assert task_data.bucket_lengths(config) == expected
+    assert task_data.bucket_lengths(settings.typed(config)) == expected
 
 
 def test_bad_bucket_configs_are_errors_and_none_pads_to_max_seq_len():
@@ -77,12 +77,12 @@ def test_bad_bucket_configs_are_errors_and_none_pads_to_max_seq_len():
     for bad in ("16,x", "0,32", "128"):
         config.data.bucket_lengths = bad
         with pytest.raises(ValueError, match="bucket_lengths"):
-            task_data.check_batching(config)
+            task_data.check_batching(settings.typed(config))
     config.data.bucket_lengths, config.data.group_by_length = "auto", -1
     with pytest.raises(ValueError, match="group_by_length"):
-        task_data.check_batching(config)
+        task_data.check_batching(settings.typed(config))
     config.data.bucket_lengths = "none"
-    assert task_data.bucket_lengths(config) == ()
+    assert task_data.bucket_lengths(settings.typed(config)) == ()
 
 
 # ----- rows in == rows out -----------------------------------------------------------------------
@@ -194,22 +194,24 @@ def test_eval_batches_rows_in_equal_rows_out():
 @pytest.mark.parametrize("task", ["classification", "token_classification", "span_qa"])
 def test_heldout_predictions_equal_with_and_without_buckets(task, tmp_path):
     config = task_config(tmp_path, task)
-    tokenizer = recipe_common.finetuning_tokenizer(config)
-    data = task_data.build_task_data(config, tokenizer)
-    cfg = recipe_common.model_config(config, tokenizer.vocab_size)
+    run = settings.read(config, "finetune")
+    tokenizer = recipe_common.finetuning_tokenizer(run)
+    data = task_data.build_task_data(run, tokenizer)
+    cfg = recipe_common.model_config(run, tokenizer.vocab_size)
     model = data.kind.make_model(cfg, data.labels)
     params = nn.meta.unbox(recipe.make_init_fn(model, MAX_LEN)(jax.random.PRNGKey(0)))
-    mesh = settings.make_mesh(config)
+    mesh = run.mesh.make()
     inputs = {k: data.eval_features[k] for k in ("input_ids", "token_type_ids",
                                                   "attention_mask")}
     results = {}
     for spec in (BUCKETED, "none"):
         config.data.bucket_lengths = spec
+        run = settings.read(config, "finetune")
         predict = jax.jit(recipe.make_predict_fn(data.kind, model, MAX_LEN))
         with CompileCounter() as compiled:
             outputs = evaluation.predict_rows(predict, params, inputs, 4, mesh,
-                                              task_data.eval_buckets(config))
-        evaluator = recipe.make_evaluator(config, cfg, data, mesh)
+                                              task_data.eval_buckets(run))
+        evaluator = recipe.make_evaluator(run, cfg, data, mesh)
         results[spec] = outputs, evaluator(params), evaluator.last_records
         assert 1 <= compiled.count("predict") <= (len(BUCKETS) if spec == BUCKETED else 1)
     (bucketed, metrics, records), (plain, plain_metrics, plain_records) = (

@@ -17,16 +17,17 @@ import os
 
 import flax.linen as nn
 import jax
-import ml_collections
 import numpy as np
 import pytest
 
+from bert_jax.config import settings
 from bert_jax.data import batches, example_packing, row_layout
 from bert_jax.data.finetuning import encoding
 from bert_jax.model import families
 from bert_jax.recipes.finetune import kinds, recipe, task_data
 
 from bucket_runs import CompileCounter, read_losses, task_config
+from finetune_runs import finetune_settings
 
 L = 32
 
@@ -178,8 +179,8 @@ def test_packed_token_classification_logits_loss_and_gradients_equal_unpacked(fa
     for key in ("input_ids", "token_type_ids", "attention_mask"):
         batch[key][15] = 0
     batch["labels"][15] = encoding.IGNORE
-    packer = task_data.train_packer(ml_collections.ConfigDict({"data": {"pack_examples": 4}}),
-                                    kind, 2)
+    packer = task_data.train_packer(
+        finetune_settings("token_classification", **{"data.pack_examples": 4}), kind, 2)
     packed = packer.pack(batch)
     assert len(packed["input_ids"]) < 16 and packed["labels"].shape[1] == L
 
@@ -232,10 +233,10 @@ def test_kinds_that_cannot_be_packed_are_refused(tmp_path):
     for name in ("span_qa", "contrastive"):
         with pytest.raises(ValueError, match=f"task '{name}' cannot be packed \\(only "
                            "classification, multi_label, regression, token_classification\\)"):
-            task_data.check_batching(config, task_data.kinds.get(name))
+            task_data.check_batching(settings.read(config, "finetune"), task_data.kinds.get(name))
     config.data.pack_examples = -1
     with pytest.raises(ValueError, match="pack_examples=-1 must be an integer >= 0"):
-        task_data.check_batching(config)
+        task_data.check_batching(settings.typed(config))  # no schema check: the batcher's own
 
 
 def shapes_of(batch):
@@ -264,11 +265,11 @@ def test_packed_row_counts_of_a_run_are_few():
     # batch_size / PACKED_ROW_COUNTS rows at a time: at most 8 row counts, whatever the data
     rng = np.random.default_rng(6)
     features = random_batch(rng, 640)
-    config = ml_collections.ConfigDict({"batch_size": 32, "seed": 0, "data": {
-        "pack_examples": 4, "group_by_length": 0, "bucket_lengths": "none"}, "max_seq_len": L})
+    run = finetune_settings("classification", batch_size=32, seed=0, max_seq_len=L, **{
+        "data.pack_examples": 4, "data.group_by_length": 0, "data.bucket_lengths": "none"})
     data = task_data.TaskData(task_data.kinds.get("classification"), {}, [], [], features, {})
-    counts = {len(next(task_data.training_batches(config, data))["input_ids"])}
-    iterator = task_data.training_batches(config, data)
+    counts = {len(next(task_data.training_batches(run, data))["input_ids"])}
+    iterator = task_data.training_batches(run, data)
     counts |= {len(next(iterator)["input_ids"]) for _ in range(60)}
     assert all(c % (32 // task_data.PACKED_ROW_COUNTS) == 0 for c in counts)
     assert 1 < len(counts) <= task_data.PACKED_ROW_COUNTS

@@ -221,14 +221,16 @@ def test_a_new_run_from_a_scanned_checkpoint_takes_its_own_layout(scanned_run):
     config.model = run_config.model_block("tiny")  # the shape comes from the checkpoint
     config.init.checkpoint = checkpoints(scanned_run)
     config.model.scan_layers = False
-    cfg, params = recipe_common.initial_weights(config)
+    run = settings.read(config, "pretrain")
+    cfg, params = recipe_common.initial_weights(run)
     assert not cfg.scan_layers and "layer_1" in params["bert"]["encoder"]
-    assert not recipe_common.model_config(config, 97, cfg).scan_layers
+    assert not recipe_common.model_config(run, 97, cfg).scan_layers
 
     config.model.scan_layers = None  # not set: the weights' layout
-    cfg, params = recipe_common.initial_weights(config)
+    run = settings.read(config, "pretrain")
+    cfg, params = recipe_common.initial_weights(run)
     assert cfg.scan_layers and set(params["bert"]["encoder"]) == {"layers"}
-    assert recipe_common.model_config(config, 97, cfg).scan_layers
+    assert recipe_common.model_config(run, 97, cfg).scan_layers
 
 
 def test_resuming_a_scanned_run_unrolled_is_refused(scanned_run, tmp_path):

@@ -87,12 +87,13 @@ def test_held_out_ranking_by_hand():
 
 def test_settings_it_cannot_train_with_are_refused_by_key():
     from bert_jax.config import run as run_config
+    from bert_jax.config import settings
     from bert_jax.recipes.finetune import contrastive
     config = run_config.finetune_config("contrastive")
     with pytest.raises(ValueError, match="text_pair_column"):
-        contrastive.check_config(config)
+        contrastive.check_config(settings.typed(config))
     config.data.text_pair_column = "positive"
-    contrastive.check_config(config)
+    contrastive.check_config(settings.typed(config))
     for key, value, named in (("accumulation_steps", 2, "config.accumulation_steps=2"),
                               ("data.group_by_length", 4, "config.data.group_by_length=4"),
                               ("contrastive.pooling", "max", "config.contrastive.pooling"),
@@ -105,24 +106,26 @@ def test_settings_it_cannot_train_with_are_refused_by_key():
             target = target[parent]
         target[leaf] = value
         with pytest.raises(ValueError, match=named.replace(".", r"\.")):
-            contrastive.check_config(changed)
+            contrastive.check_config(settings.typed(changed))
 
 
 def test_rows_are_read_with_their_columns_and_bad_rows_named(tmp_path):
     from bert_jax.config import run as run_config
+    from bert_jax.config import settings
     from bert_jax.data.textfiles import DataError
     from bert_jax.recipes.finetune import contrastive
     config = run_config.finetune_config("contrastive")
     config.data.text_column, config.data.text_pair_column = "query", "doc"
     config.contrastive.negative_column = "hard"
+    run = settings.typed(config)
     good = tmp_path / "rows.jsonl"
     good.write_text(json.dumps({"query": "q", "doc": "d", "hard": "h"}) + "\n")
-    assert contrastive.read_examples(str(good), config) == [
+    assert contrastive.read_examples(str(good), run) == [
         contrastive.ContrastiveExample("q", "d", "h")]
     table = tmp_path / "rows.tsv"
     table.write_text("query\tdoc\thard\nq1\td1\th1\nq2\t\th2\n")
     with pytest.raises(DataError, match=r"rows\.tsv:3: .*non-empty"):
-        contrastive.read_examples(str(table), config)
+        contrastive.read_examples(str(table), run)
 
 
 # ----- one step on 8 devices -------------------------------------------------------------------

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from bert_jax.config import run as run_config
+from bert_jax.config import settings
 from bert_jax.data.finetuning import encoding, readers
 from bert_jax.recipes import common as recipe_common
 from bert_jax.recipes.finetune import kinds, recipe
@@ -175,7 +176,7 @@ def test_squad_style_qa_learns_spans_across_windows(tmp_path):
                             "squad.doc_stride": 12, "squad.max_query_len": 8,
                             "squad.max_answer_length": 6,
                             "data.bucket_lengths": "none"})  # one program per step kind
-    data = build_task_data(config, tasks_tokenizer(vocab))
+    data = build_task_data(settings.read(config, "finetune"), tasks_tokenizer(vocab))
     windows_per_question = np.bincount(data.eval_features["example_index"])
     assert windows_per_question.max() >= 2  # contexts really are cut into windows
     result = recipe.train_and_evaluate(config, str(tmp_path / "qa"))
@@ -198,14 +199,15 @@ def test_bad_input_errors_name_the_fault(tmp_path):
     config = tiny_config(vocab, "classification", max_seq_len=16,
                          **{"data.train_path": str(train), "data.eval_path": str(dev),
                             "data.text_column": "sentence"})
+    build = lambda: build_task_data(settings.typed(config), tasks_tokenizer(vocab))  # as changed
     with pytest.raises(readers.DataError, match=r"dev\.csv: label\(s\) \['neutral'\] never seen"):
-        build_task_data(config, tasks_tokenizer(vocab))
+        build()
     config.data.text_column = "text"
     with pytest.raises(readers.DataError, match=r"train\.csv: no column\(s\) \['text'\]"):
-        build_task_data(config, tasks_tokenizer(vocab))
+        build()
     config.task = "sentiment"
     with pytest.raises(ValueError, match="config.task='sentiment' is unknown"):
-        build_task_data(config, tasks_tokenizer(vocab))
+        build()
 
 
 def test_token_loss_counts_first_subwords_of_real_rows_only(tmp_path):
@@ -225,7 +227,7 @@ def test_token_loss_counts_first_subwords_of_real_rows_only(tmp_path):
     batch = {k: jnp.asarray(v) for k, v in features.items() if k != "word_index"}
     batch["example_weights"] = jnp.asarray([1.0, 0.0])  # the second row is padding
     config = tiny_config(vocab, num_hidden_layers=1)
-    cfg = recipe_common.model_config(config, tokenizer.vocab_size)
+    cfg = recipe_common.model_config(settings.read(config, "finetune"), tokenizer.vocab_size)
     kind = kinds.get("token_classification")
     model = kind.make_model(cfg, {"label_map": label_map})
     params = nn.meta.unbox(recipe.make_init_fn(model, 12)(jax.random.PRNGKey(0)))
@@ -249,7 +251,6 @@ def test_init_from_a_pretraining_checkpoint_keeps_only_the_head_fresh(tmp_path):
     import jax.numpy as jnp
 
     from bert_jax import BertConfig
-    from bert_jax.config import settings
     from bert_jax.data.pretraining.synthetic import RandomTokenBatches
     from bert_jax.model import BertForPreTraining
     from bert_jax.recipes import pretrain
@@ -276,8 +277,9 @@ def test_init_from_a_pretraining_checkpoint_keeps_only_the_head_fresh(tmp_path):
     config = tiny_config(vocab, "token_classification",
                          **{"init.checkpoint": os.path.join(pre_dir, "checkpoints")})
     config.model = run_config.model_block("tiny")  # the shape comes from the checkpoint
-    init_cfg, initial = recipe_common.initial_weights(config)
-    start_cfg = recipe_common.model_config(config, 60, init_cfg)
+    run = settings.read(config, "finetune")
+    init_cfg, initial = recipe_common.initial_weights(run)
+    start_cfg = recipe_common.model_config(run, 60, init_cfg)
     assert start_cfg.hidden_size == 32 and set(initial) == {"bert"}  # the checkpoint's shape
     model = kinds.get("token_classification").make_model(start_cfg, {"label_map": list("abcde")})
     mesh = sharding.make_mesh()
@@ -363,9 +365,9 @@ def test_accumulation_4x8_equals_1x32_on_a_finetuning_task(tmp_path):
     label_map = encoding.build_label_map([e.label for e in examples])
     features = encoding.encode_text_examples(tokenizer, examples, 16, label_map)
     batch = {k: jnp.asarray(v) for k, v in features.items()}
-    config = tiny_config(vocab, "classification", num_hidden_layers=1)
+    run = settings.read(tiny_config(vocab, "classification", num_hidden_layers=1), "finetune")
     kind = kinds.get("classification")
-    model = kind.make_model(recipe_common.model_config(config, tokenizer.vocab_size),
+    model = kind.make_model(recipe_common.model_config(run, tokenizer.vocab_size),
                             {"label_map": label_map})
     params = nn.meta.unbox(recipe.make_init_fn(model, 16)(jax.random.PRNGKey(0)))
     loss_fn = recipe.make_loss_fn(kind, model)

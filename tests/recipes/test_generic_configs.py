@@ -5,6 +5,7 @@ import importlib
 
 import pytest
 
+from bert_jax.config import settings
 from bert_jax.convert import hf
 from bert_jax.data.finetuning.readers import DataError
 from bert_jax.recipes.finetune import kinds, recipe
@@ -42,11 +43,11 @@ def test_a_format_error_names_the_config_key(tmp_path):
                              format="fasttext")
     with pytest.raises(DataError, match=r"expected '__label__<label> <text>'.*"
                        r"\(data\.format='fasttext'; set --config\.data\.format to csv, tsv"):
-        kinds.get("classification").read(config.data.train_path, config)
+        kinds.get("classification").read(config.data.train_path, settings.typed(config))
     config = _classification(tmp_path, "train.txt", "text\tlabel\ngood film\tpos\n")
     with pytest.raises(DataError, match=r"data\.format='auto' reads '\.txt' files as fasttext; "
                        r"set --config\.data\.format"):
-        kinds.get("classification").read(config.data.train_path, config)
+        kinds.get("classification").read(config.data.train_path, settings.typed(config))
 
 
 @pytest.mark.slow  # MiniLM's compilation: 100 s on the loaded 2-core machine
@@ -62,5 +63,5 @@ def test_generic_classification_trains_on_a_utf8_tsv(tmp_path):
     config.total_steps, config.max_seq_len, config.async_checkpoints = 1, 16, False
     result = recipe.train_and_evaluate(config, str(tmp_path / "run"))
     assert {"accuracy", "macro_f1", "f1_of_pos", "f1_of_neg"} <= set(result.last_eval_metrics)
-    examples = kinds.get("classification").read(config.data.train_path, config)
+    examples = kinds.get("classification").read(config.data.train_path, settings.typed(config))
     assert examples[0].text == "un film très réussi"

@@ -18,6 +18,7 @@ import pytest
 
 from bert_jax.config import run as run_config
 from bert_jax.config import run_keys as run_config_keys
+from bert_jax.config import settings
 from bert_jax.config.bert import ConfigError
 from bert_jax.data.finetuning import encoding, readers, windows
 from bert_jax.recipes.finetune import kinds, predict, recipe, task_data
@@ -122,7 +123,7 @@ def test_bad_values_are_one_line_errors_naming_the_key(tmp_path):
                                 "slide")
     with pytest.raises(ConfigError, match=r"^config\.data\.long_inputs='sliding' must be one "
                        r"of truncate, slide$"):
-        kinds.window_stride(config)  # a config that never met the schema (predict_file)
+        kinds.window_stride(settings.typed(config))  # never met the schema (predict_file)
     config.data.long_inputs, config.data.window_stride = "slide", -1
     with pytest.raises(ConfigError, match=r"^config\.data\.window_stride=-1 must be an "
                        r"integer >= 0"):
@@ -130,12 +131,12 @@ def test_bad_values_are_one_line_errors_naming_the_key(tmp_path):
     config.data.window_stride = 200
     with pytest.raises(ConfigError, match=r"^config\.data\.window_stride=200 must be in \[1, "
                        r"max_seq_len - 2 = 126\]"):
-        kinds.window_stride(config)
+        kinds.window_stride(settings.typed(config))
     config.data.window_stride = 0
-    assert kinds.window_stride(config) == 63  # (128 - 2) // 2
+    assert kinds.window_stride(settings.typed(config)) == 63  # (128 - 2) // 2
     pairs = [readers.TextExample("a cat", "a dog", "x")]
     with pytest.raises(ConfigError) as error:
-        kinds.get("classification").stride(config, pairs, "dev.tsv")
+        kinds.get("classification").stride(settings.typed(config), pairs, "dev.tsv")
     assert str(error.value) == ("config.data.long_inputs='slide' reads single texts, but "
                                 "dev.tsv holds text pairs: set data.long_inputs to 'truncate'")
     contrastive = run_config.finetune_config("contrastive")
@@ -144,7 +145,7 @@ def test_bad_values_are_one_line_errors_naming_the_key(tmp_path):
                        r"'contrastive' reads no sliding windows \(only classification, "
                        r"multi_label, regression, span_qa, token_classification\); set it to "
                        r"'truncate'$"):
-        task_data.check_long_inputs(contrastive, kinds.get("contrastive"))
+        task_data.check_long_inputs(settings.typed(contrastive), kinds.get("contrastive"))
     for value in run_config.LONG_INPUTS:  # the schema takes both values
         config = run_config.finetune_config("classification")
         config.data.long_inputs = value
@@ -182,7 +183,7 @@ def load(workdir):
     """(predictor, kind) of the run's checkpoint: the model applied directly to rows below."""
     config, kind, labels = predict.load_run(workdir)
     options = predict.PredictOptions("", "", batch_size=8, progress=False)
-    return predict.load_predictor(workdir, config, kind, labels, options), kind
+    return predict.load_predictor(workdir, settings.typed(config), kind, labels, options), kind
 
 
 def model_logits(predictor, rows):
@@ -276,10 +277,11 @@ def test_a_long_texts_logits_are_the_mean_of_its_windows(tmp_path):
     np.testing.assert_allclose(list(evaluated[5]["probabilities"].values()),
                                list(cut[5]["probabilities"].values()), atol=2e-6)
     config.data.long_inputs = "truncate"
-    examples = kind.read(str(tmp_path / "dev.tsv"), config)
+    run = settings.typed(config)
+    examples = kind.read(str(tmp_path / "dev.tsv"), run)
     labels = predictor.labels
-    truncated = kind.encode_eval(predictor.tokenizer, examples, config, labels, "dev")
-    trained = kind.encode(predictor.tokenizer, examples, config, labels, "dev")
+    truncated = kind.encode_eval(predictor.tokenizer, examples, run, labels, "dev")
+    trained = kind.encode(predictor.tokenizer, examples, run, labels, "dev")
     assert truncated.keys() == trained.keys() and "example_index" not in truncated
     for key in trained:
         np.testing.assert_array_equal(truncated[key], trained[key])
@@ -321,11 +323,12 @@ def test_every_word_of_a_long_sentence_is_tagged_from_its_nearest_window(tmp_pat
 
     # The pipeline's per-word logits: the same, and one for every word.
     placeholder = [readers.TaggedSentence(tuple(words), ()) for words, _ in dev]
-    features, cut = kind.encode_unlabelled(t, placeholder, config, predictor.labels, "dev")
+    run = settings.read(config, "finetune")
+    features, cut = kind.encode_unlabelled(t, placeholder, run, predictor.labels, "dev")
     assert cut == {"sentences longer than max_seq_len=16 tokens, tagged in sliding windows": 1}
     inputs = {k: features[k] for k in kinds.MODEL_INPUTS}
     outputs = evaluation.predict_rows(predictor.predict, predictor.params, inputs, 8,
-                                      predictor.mesh, task_data.eval_buckets(config))
+                                      predictor.mesh, task_data.eval_buckets(run))
     per_word = encoding.word_values(outputs["logits"], features["word_index"],
                                     [len(words) for words, _ in dev], features["example_index"])
     assert all(value is not None for sentence in per_word for value in sentence)

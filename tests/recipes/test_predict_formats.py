@@ -8,11 +8,12 @@ bert_jax/data/finetuning/unlabelled.py)."""
 
 import pytest
 
-from bert_jax.config import run as run_config
 from bert_jax.data.textfiles import DataError
 from bert_jax.recipes.finetune import kinds, predict
 
-CONFIG = run_config.finetune_config("token_classification")
+from finetune_runs import finetune_settings
+
+CONFIG = finetune_settings("token_classification")  # the run's settings predict.py reads
 NER = kinds.get("token_classification")
 
 

@@ -6,9 +6,10 @@ import types
 import numpy as np
 import pytest
 
-from bert_jax.config import run as run_config
 from bert_jax.data.finetuning.readers import Answer, QAExample
 from bert_jax.recipes.finetune import metrics, span_qa
+
+from finetune_runs import finetune_settings
 
 
 def test_normalization_lowercases_drops_punctuation_then_articles_and_collapses_spaces():
@@ -173,9 +174,8 @@ def two_questions():
 @pytest.mark.parametrize("version_2", [True, False])
 def test_span_qa_kind_reports_the_version_s_figures(version_2):
     data, outputs = two_questions()
-    config = run_config.finetune_config("span_qa")
-    config.squad.version_2 = version_2
-    result, answers = span_qa.SpanQA().score(data, outputs, config)
+    run = finetune_settings("span_qa", **{"squad.version_2": version_2})
+    result, answers = span_qa.SpanQA().score(data, outputs, run)
     if version_2:
         assert {k: answers[k].text for k in answers} == {"qa": "Paris", "qn": ""}
         # search: start 1 (qn empty); qa (odds -10) +1 -> 2, best, t -10; qn (4) empty +0

@@ -15,6 +15,7 @@ import types
 import numpy as np
 import pytest
 
+from bert_jax.config import settings
 from bert_jax.data.finetuning import readers
 from bert_jax.recipes import run_record
 from bert_jax.recipes.finetune import kinds
@@ -391,7 +392,7 @@ def test_glue_suite_end_to_end_resumes_after_a_kill(tmp_path):
     saved = run_record.load_config(str(cola))
     assert (saved.data.format, saved.data.text_column, saved.data.label_column) == (
         "tsv_no_header", "3", "1")
-    examples = kinds.get(saved.task).read(saved.data.eval_path, saved)
+    examples = kinds.get(saved.task).read(saved.data.eval_path, settings.typed(saved))
     assert len(examples) == 8 and {e.label for e in examples} == {"0", "1"}
 
 

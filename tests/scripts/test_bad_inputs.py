@@ -23,6 +23,7 @@ from absl import flags
 from bert_jax import BertConfig, BertModel, cli
 from bert_jax.config import run as run_config
 from bert_jax.config import run_keys as run_config_keys
+from bert_jax.config import settings
 from bert_jax.convert import hf
 from bert_jax.recipes import pretrain
 from bert_jax.recipes.finetune import predict as predict_lib
@@ -332,7 +333,8 @@ def test_prediction_refuses_a_tokenizer_larger_than_the_saved_model(files, tmp_p
                                                                      monkeypatch):
     workdir = tmp_path / "run"
     config = finetune_config(files)
-    data = task_data.build_task_data(config, predict_lib.common.finetuning_tokenizer(config))
+    run = settings.read(config, "finetune")
+    data = task_data.build_task_data(run, predict_lib.common.finetuning_tokenizer(run))
     workdir.mkdir()
     (workdir / "config.json").write_text(config.to_json())
     task_data.save_task_file(str(workdir), data)

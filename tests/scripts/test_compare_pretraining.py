@@ -17,6 +17,7 @@ from absl import flags
 from benchmarks import compare_pretraining, peers
 from benchmarks.peers import IMPLEMENTATIONS, heldout, inputs, mlm_blocks, ours_mlm, race
 from bert_jax import cli
+from bert_jax.config import settings as run_settings
 from bert_jax.config.bert import gated_intermediate_size
 from bert_jax.config.modernbert import ModernBertConfig
 from bert_jax.recipes import common
@@ -152,7 +153,7 @@ def test_ours_modern_is_modern_py_at_the_comparisons_size(demo, tmp_path):
         for key in ("batch_size", "learning_rate", "warmup_fraction"):
             assert config[key] == (spec["train"][key] if key in explicit else recipe[key]), key
         # The model the run builds: modern.py's attention pattern at that size.
-        cfg = common.model_config(config, 300)
+        cfg = common.model_config(run_settings.read(config, "pretrain"), 300)
         assert isinstance(cfg, ModernBertConfig) and cfg.num_hidden_layers == 4
         window = ModernBertConfig.local_attention  # modern.py's: the family's default
         assert [cfg.window_of(i) for i in range(4)] == [None, window, window, None]

@@ -438,7 +438,6 @@ def _eight_device_side(out_dir):
     (window 8; two scanned groups) on one device and on a (data, fsdp, tensor) = (2, 2, 2) mesh
     of 8 devices, where the sharding rules split every parameter kind."""
     import jax
-    from ml_collections import ConfigDict
 
     from bert_jax.config import settings
     from bert_jax.data.pretraining.synthetic import RandomTokenBatches
@@ -448,13 +447,14 @@ def _eight_device_side(out_dir):
     from bert_jax.train import optimizer, program
 
     import eight_devices
+    from pretrain_runs import tiny_pretrain_config
 
     cfg = families.get("modernbert").preset(
         "tiny", vocab_size=97, hidden_size=32, num_attention_heads=4, intermediate_size=48,
         num_hidden_layers=7, local_attention=8, scan_layers=True)
-    config = ConfigDict({"max_seq_len": SEQ, "batch_size": BATCH,
-                         "data": {"max_predictions": PREDICTIONS, "sentence_pairs": False}})
-    task = pretrain.make_task(config, cfg)
+    run = settings.read(tiny_pretrain_config(max_seq_len=SEQ, batch_size=BATCH, **{
+        "data.max_predictions": PREDICTIONS}), "pretrain")
+    task = pretrain.make_task(run, cfg)
     opt_config = settings.OptimizerConfig(learning_rate=1e-3, total_steps=STEPS, warmup_steps=0)
     results = {}
     for name, shape in (("one_device", None), ("2x2x2", (2, 2, 2))):

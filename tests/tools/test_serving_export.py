@@ -10,6 +10,7 @@ import sys
 import numpy as np
 import pytest
 
+from bert_jax.config import settings
 from bert_jax.convert import hf
 from bert_jax.embeddings import encode
 from bert_jax.tools import saved_runs, serving
@@ -81,9 +82,9 @@ def test_a_classifier_and_a_tagger_give_predict_py_logits(tmp_path, task):
     assert manifest["kind"] == task and manifest["labels"]
     texts = ["john visited paris", "the old red car is at acme today and mary met john"]
     theirs = run_client(tmp_path / "serve", texts, tmp_path / "out.npz")["logits"]
-    run, kind, labels = predict.load_run(workdir)
-    predictor = predict.load_predictor(workdir, run, kind, labels, predict.PredictOptions(
-        "", "", batch_size=2, progress=False))
+    config, kind, labels = predict.load_run(workdir)
+    options = predict.PredictOptions("", "", batch_size=2, progress=False)
+    predictor = predict.load_predictor(workdir, settings.typed(config), kind, labels, options)
     tokenizer = predictor.tokenizer
     ids = np.zeros(theirs.shape[:1] + (theirs.shape[1] if theirs.ndim == 3 else 16,), np.int32)
     for i, text in enumerate(texts):

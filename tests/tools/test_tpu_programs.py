@@ -19,6 +19,7 @@ import jax
 import pytest
 
 from bert_jax.config import run as run_config
+from bert_jax.config import settings
 from bert_jax.runtime import platform, sharding, xla_options
 from bert_jax.tools.scaling import chips, program, report, roofline, topology
 
@@ -87,11 +88,10 @@ def test_fsdp_step_for_v5e_report_fields(v5e_devices):
 def _lowered_text(mesh, dtype="bfloat16"):
     """The StableHLO of the pre-training step traced for `mesh` (lowered, not compiled)."""
     from bert_jax.recipes import common, pretrain
-    config = _config((1, len(mesh.devices.flat), 1), dtype)
-    cfg = common.model_config(config, config.tokenizer.vocab_size)
-    train = common.train_program(config, mesh, pretrain.make_task(config, cfg), 100,
-                                 abstract=True)
-    batch = program.abstract_batch(config, cfg.vocab_size, mesh)
+    run = settings.read(_config((1, len(mesh.devices.flat), 1), dtype), "pretrain")
+    cfg = common.model_config(run, run.tokenizer.vocab_size)
+    train = common.train_program(run, mesh, pretrain.make_task(run, cfg), 100, abstract=True)
+    batch = program.abstract_batch(run, cfg.vocab_size, mesh)
     return train.train_step.lower(train.state, batch).as_text()
 
 

@@ -149,10 +149,10 @@ def test_config_accepts_it_and_refuses_scanned_layers():
     config = run_config.pretrain_config()
     config.optimizer.name = "stable_adamw"
     config.total_steps = 10
-    mesh = settings.make_mesh(config)
+    run = settings.read(config, "pretrain")
     cfg = BertConfig.preset("tiny", scan_layers=True)
     with pytest.raises(ValueError, match="stable_adamw with model.scan_layers=True"):
-        settings.check_run(config, mesh, 10, cfg)
+        run.check_fits(run.mesh.make(), cfg)
 
 
 # ----- fsdp: 8 devices --------------------------------------------------------------------------

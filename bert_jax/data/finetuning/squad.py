@@ -39,9 +39,12 @@ from bert_jax.data.tokenizers.subword import WordPieceTokenizer
 
 @dataclasses.dataclass(frozen=True)
 class WindowConfig:
-    max_seq_len: int = 384
-    doc_stride: int = 128
-    max_query_len: int = 64
+    """How a question and a long context are cut into rows: a run's max_seq_len,
+    squad.doc_stride and squad.max_query_len (bert_jax/config/run.py holds their defaults)."""
+
+    max_seq_len: int
+    doc_stride: int
+    max_query_len: int
 
     def __post_init__(self):
         if self.doc_stride <= 0:

@@ -3,7 +3,10 @@
 A frozen dataclass of the corpus, vocabulary, row and masking settings; the same config and seed
 give the same batches (`bert_jax.data.pretraining.pipeline.make_iterator`). Construction checks the
 values (ValueError naming the field and its bounds) and warns when max_predictions is below what
-mask_rate asks of a full row.
+mask_rate asks of a full row. The fields that are a run's settings have no defaults here (the run
+config's schema, bert_jax/config/run.py, holds them; data/ does not import config/): a run's
+comes from bert_jax.recipes.inputs.pretraining_data_config, one of the schema's defaults with
+some fields changed from bert_jax.recipes.inputs.schema_data_config.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from typing import Any
 from bert_jax.data.corpora import text_files as text_corpus
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class PretrainingDataConfig:
     """Everything that decides the batches; the same config and seed give the same batches.
 
@@ -40,26 +43,30 @@ class PretrainingDataConfig:
       data.document_delimiter.
     """
 
-    corpus: str = "demo"
-    data_dir: str = "~/bert_jax_data"
-    vocab_path: str = ""
-    lowercase: bool = True
+    # A run's settings, each a key of the run config (bert_jax/config/run.py, the one place of
+    # their defaults): no defaults here. bert_jax.recipes.inputs.pretraining_data_config sets
+    # them from a run's settings; schema_data_config, the schema's defaults with overrides.
+    corpus: str  # data.corpus
+    data_dir: str  # data.data_dir (a run's default: <workdir>/data)
+    vocab_path: str  # tokenizer.path
+    lowercase: bool  # tokenizer.lowercase
+    seq_len: int  # max_seq_len
+    max_predictions: int  # data.max_predictions
+    mask_rate: float  # data.mask_rate (data.eval_mask_rate for held-out rows)
+    whole_word_masking: bool  # data.whole_word_masking
+    sentence_pairs: bool  # data.sentence_pairs
+    seed: int  # seed
+    num_workers: int  # data.num_workers
+    demo_vocab_size: int  # tokenizer.vocab_size
+    document_delimiter: str  # data.document_delimiter
+    batch_warmup_tokens: int  # data.batch_warmup_tokens
+    batch_warmup_start: int  # data.batch_warmup_start
+    # Options of the pipeline that no run config sets: their defaults live here alone.
     text_key: str = "text"
-    seq_len: int = 128
-    max_predictions: int = 20
-    mask_rate: float = 0.15
-    whole_word_masking: bool = False
-    sentence_pairs: bool = False
     short_seq_prob: float = 0.1
     min_segment_tokens: int = 8
-    seed: int = 0
-    num_workers: int = 0
-    demo_vocab_size: int = 8192
-    document_delimiter: str = "blank_line"
     invalid_utf8: str = "fail"
     validation_fraction: float = 0.02
-    batch_warmup_tokens: int = 0
-    batch_warmup_start: int = 0
 
     def __post_init__(self):
         if self.seq_len < 8 or self.seq_len < 2 + self.min_segment_tokens:

@@ -24,9 +24,9 @@ class MaskingSpec:
     special_ids: np.ndarray        # [n] ids never masked
     replacement_ids: np.ndarray    # [m] ids a token may be replaced with (10% case)
     is_continuation: np.ndarray    # [vocab] bool: "##" pieces
-    mask_rate: float = 0.15
-    max_predictions: int = 20
-    whole_word: bool = False
+    mask_rate: float               # a run's data.mask_rate (eval: data.eval_mask_rate)
+    max_predictions: int           # data.max_predictions
+    whole_word: bool               # data.whole_word_masking
 
     @classmethod
     def from_tokenizer(cls, vocab: WordPieceTokenizer, mask_rate: float, max_predictions: int,

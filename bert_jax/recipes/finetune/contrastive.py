@@ -38,6 +38,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from bert_jax.config.bert import BertConfig
+from bert_jax.config.settings import RunSettings
 from bert_jax.data import textfiles
 from bert_jax.data.textfiles import DataError
 from bert_jax.embeddings import encode as sentence_embeddings
@@ -62,8 +63,8 @@ class SentenceVectors:
     """The model's output: vectors float32 [B, K, H] (unit L2 norm) and the loss settings."""
 
     vectors: jax.Array
-    scale: float = flax.struct.field(pytree_node=False, default=20.0)
-    symmetric: bool = flax.struct.field(pytree_node=False, default=False)
+    scale: float = flax.struct.field(pytree_node=False)
+    symmetric: bool = flax.struct.field(pytree_node=False)
 
 
 class ContrastiveEncoder(nn.Module):
@@ -71,12 +72,14 @@ class ContrastiveEncoder(nn.Module):
 
     Inputs [B, L, K] (K texts per example) or [B, L] (one text: K = 1) -> SentenceVectors with
     vectors [B, K, H]. The texts run through the encoder as [B * K, L] rows, example-major, so
-    a batch sharded over its rows stays sharded (no communication)."""
+    a batch sharded over its rows stays sharded (no communication). pooling, scale and
+    symmetric: the run's config.contrastive (`settings_of`, kept in task.json; the schema,
+    bert_jax/config/run.py, holds their defaults)."""
 
     cfg: BertConfig
-    pooling: str = "mean"
-    scale: float = 20.0
-    symmetric: bool = False
+    pooling: str
+    scale: float
+    symmetric: bool
 
     @nn.compact
     def __call__(self, input_ids, token_type_ids=None, attention_mask=None,
@@ -101,7 +104,7 @@ class ContrastiveEncoder(nn.Module):
 
 # ----- config ----------------------------------------------------------------------------------
 
-def check_config(config) -> None:
+def check_config(config: RunSettings) -> None:
     """ValueError naming the key of a setting this kind cannot train with (module docstring)."""
     settings, data = config.contrastive, config.data
     if settings.pooling not in sentence_embeddings.POOLINGS:
@@ -123,7 +126,7 @@ def check_config(config) -> None:
                          "'contrastive': rows hold several texts; set it to 0")
 
 
-def settings_of(config) -> dict[str, Any]:
+def settings_of(config: RunSettings) -> dict[str, Any]:
     """What the model and loss keep of config.contrastive (saved in task.json)."""
     settings = config.contrastive
     return {"pooling": settings.pooling, "scale": float(settings.scale),
@@ -132,14 +135,14 @@ def settings_of(config) -> dict[str, Any]:
 
 # ----- reading and encoding --------------------------------------------------------------------
 
-def columns_of(config) -> tuple[str, ...]:
+def columns_of(config: RunSettings) -> tuple[str, ...]:
     """(anchor, positive[, negative]) column names."""
     data = config.data
     negative = config.contrastive.negative_column
     return (data.text_column, data.text_pair_column) + ((negative,) if negative else ())
 
 
-def read_examples(path: str, config) -> list[ContrastiveExample]:
+def read_examples(path: str, config: RunSettings) -> list[ContrastiveExample]:
     """The rows of a CSV/TSV (header row) or JSONL file, by config.data.format (auto: by the
     extension). DataError naming the file and line of a bad row, a missing column or an
     empty or non-string text."""

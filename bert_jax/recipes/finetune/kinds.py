@@ -39,8 +39,8 @@ and, for predictions on new inputs (bert_jax.recipes.finetune.predict):
                                      one JSON-able dict per example, in order
 
 `config` is the run's settings (bert_jax.config.settings.RunSettings: the recipe reads the run
-config once and hands them on), read by attribute: config.data.<key>, config.squad.<key>,
-config.max_seq_len, ... (a ConfigDict of the schema reads the same way).
+config once and hands them on; never its ConfigDict), read by attribute: config.data.<key>,
+config.squad.<key>, config.max_seq_len, ...
 
 Adding a kind: one module with a TaskKind subclass decorated with `@register`, and its import in
 `bert_jax/recipes/finetune/__init__.py` (see the multi-label kind).
@@ -59,6 +59,7 @@ import numpy as np
 
 from bert_jax.config import run as run_config
 from bert_jax.config.bert import BertConfig, ConfigError
+from bert_jax.config.settings import RunSettings
 from bert_jax.data import example_packing
 from bert_jax.data.finetuning import unlabelled
 from bert_jax.recipes.finetune.losses import LossOutput
@@ -92,7 +93,7 @@ class TaskKind:
     # windows (span QA's contexts always are)
     slides_long_inputs = False
 
-    def read(self, path: str, config) -> list:
+    def read(self, path: str, config: RunSettings) -> list:
         raise NotImplementedError
 
     def no_token_value(self, key: str) -> Any:
@@ -100,14 +101,15 @@ class TaskKind:
         between and after the examples); the loss must give it no weight."""
         return 0
 
-    def describe_labels(self, train_examples: Sequence[Any], config) -> dict[str, Any]:
+    def describe_labels(self, train_examples: Sequence[Any], config: RunSettings
+                        ) -> dict[str, Any]:
         return {}
 
-    def encode(self, tokenizer, examples: Sequence[Any], config, labels: Mapping[str, Any],
-               source: str) -> dict[str, np.ndarray]:
+    def encode(self, tokenizer, examples: Sequence[Any], config: RunSettings,
+               labels: Mapping[str, Any], source: str) -> dict[str, np.ndarray]:
         raise NotImplementedError
 
-    def encode_eval(self, tokenizer, examples: Sequence[Any], config,
+    def encode_eval(self, tokenizer, examples: Sequence[Any], config: RunSettings,
                     labels: Mapping[str, Any], source: str) -> dict[str, np.ndarray]:
         """The rows evaluation predicts (module docstring): encode's, the training rows."""
         return self.encode(tokenizer, examples, config, labels, source)
@@ -122,7 +124,8 @@ class TaskKind:
     def predict(self, outputs: Any, batch: Mapping[str, jax.Array]) -> dict[str, jax.Array]:
         return {"logits": outputs.astype(jnp.float32)}
 
-    def score(self, data, outputs: Mapping[str, np.ndarray], config) -> tuple[dict, Any]:
+    def score(self, data, outputs: Mapping[str, np.ndarray], config: RunSettings
+              ) -> tuple[dict, Any]:
         raise NotImplementedError
 
     def write(self, records: Any, directory: str) -> list[str]:
@@ -135,17 +138,18 @@ class TaskKind:
     def head_outputs(self, labels: Mapping[str, Any], seq_len: int) -> int:
         return self.num_outputs(labels)
 
-    def read_unlabelled(self, path: str, config, file_format: str) -> unlabelled.Rows:
+    def read_unlabelled(self, path: str, config: RunSettings, file_format: str
+                        ) -> unlabelled.Rows:
         raise ValueError(f"task kind {self.name!r} does not read unlabelled input (prediction)")
 
-    def encode_unlabelled(self, tokenizer, examples: Sequence[Any], config,
+    def encode_unlabelled(self, tokenizer, examples: Sequence[Any], config: RunSettings,
                           labels: Mapping[str, Any], source: str
                           ) -> tuple[dict[str, np.ndarray], dict[str, int]]:
         raise ValueError(f"task kind {self.name!r} does not encode unlabelled input")
 
     def prediction_records(self, examples: Sequence[Any], features: Mapping[str, np.ndarray],
                            outputs: Mapping[str, np.ndarray], labels: Mapping[str, Any],
-                           config) -> list[dict[str, Any]]:
+                           config: RunSettings) -> list[dict[str, Any]]:
         raise ValueError(f"task kind {self.name!r} does not write prediction records")
 
 
@@ -163,19 +167,20 @@ def get(name: str) -> TaskKind:
     return REGISTRY[name]
 
 
-def window_stride(config) -> Optional[int]:
+def window_stride(config: RunSettings) -> Optional[int]:
     """Tokens between the starts of the sliding windows over inputs longer than a row
     (data.long_inputs='slide': data.window_stride, 0 for (max_seq_len - 2) // 2), or None
-    when they are truncated ('truncate'). A value no run can use is a one-line ConfigError."""
+    when they are truncated ('truncate'). A value no run can use (predict.py's --long_inputs
+    meets no schema check) is a one-line ConfigError."""
     data = config.data
-    mode = getattr(data, "long_inputs", "truncate")
+    mode = data.long_inputs
     if mode not in run_config.LONG_INPUTS:
         raise ConfigError(f"config.data.long_inputs={mode!r} must be one of "
                           f"{', '.join(run_config.LONG_INPUTS)}")
     if mode == "truncate":
         return None
     window = config.max_seq_len - 2
-    stride = getattr(data, "window_stride", 0) or max(window // 2, 1)
+    stride = data.window_stride or max(window // 2, 1)
     if not 1 <= stride <= window:
         raise ConfigError(f"config.data.window_stride={stride} must be in [1, max_seq_len - 2 "
                           f"= {window}] (the text tokens of a row; 0: half of them)")

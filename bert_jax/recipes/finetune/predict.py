@@ -38,6 +38,7 @@ import numpy as np
 from absl import logging
 
 from bert_jax.config import settings
+from bert_jax.config.settings import RunSettings
 from bert_jax.data import batches, row_layout
 from bert_jax.data.finetuning import readers, unlabelled
 from bert_jax.recipes import common, run_record
@@ -107,7 +108,8 @@ def load_run(workdir: str) -> tuple[Any, kinds.TaskKind, dict[str, Any]]:
     return config, kind, task_data.labels_of(saved_task)
 
 
-def read_input(kind: kinds.TaskKind, config, options: PredictOptions) -> unlabelled.Rows:
+def read_input(kind: kinds.TaskKind, config: RunSettings, options: PredictOptions
+               ) -> unlabelled.Rows:
     """The input's rows; bad rows stop here (a DataError naming the first) unless skipped."""
     file_format = options.file_format or config.data.format
     rows = kind.read_unlabelled(options.input_path, config, file_format)
@@ -129,7 +131,7 @@ def read_input(kind: kinds.TaskKind, config, options: PredictOptions) -> unlabel
 class Predictor:
     """A run's model on a mesh: predict(params, batch) jitted with replicated outputs."""
 
-    config: Any
+    config: RunSettings  # the run's settings
     kind: kinds.TaskKind
     labels: dict[str, Any]
     tokenizer: Any
@@ -140,27 +142,26 @@ class Predictor:
     predict: Callable
 
 
-def load_predictor(workdir: str, config, kind: kinds.TaskKind, labels: Mapping[str, Any],
-                   options: PredictOptions) -> Predictor:
+def load_predictor(workdir: str, run: RunSettings, kind: kinds.TaskKind,
+                   labels: Mapping[str, Any], options: PredictOptions) -> Predictor:
     """The checkpoint of options.step on the devices at hand (the run's mesh if it fits, else
-    all data-parallel), computing in options.dtype (default: the run's); `config` the run's
-    RunSettings (or its config, read here)."""
-    config = settings.of(config)
-    mesh = config.mesh.fitted().make()
+    all data-parallel), computing in options.dtype (default: the run's); `run` the run's
+    settings (settings.typed of its config)."""
+    mesh = run.mesh.fitted().make()
     settings.check_batch_size(options.batch_size, mesh)
-    tokenizer = common.finetuning_tokenizer(config)
+    tokenizer = common.finetuning_tokenizer(run)
     step, cfg, params = common.load_checkpoint(
         workdir, options.step,
-        lambda c: recipe.make_init_fn(kind.make_model(c, labels), config.max_seq_len), mesh)
+        lambda c: recipe.make_init_fn(kind.make_model(c, labels), run.max_seq_len), mesh)
     common.check_token_ids(tokenizer.vocab_size, cfg.vocab_size,
                            f"the vocab_size of the model in {workdir}")
     cfg = cfg.replace(dtype=options.dtype or cfg.dtype)
     predict = jax.jit(recipe.make_predict_fn(kind, kind.make_model(cfg, labels),
-                                             config.max_seq_len),
+                                             run.max_seq_len),
                       out_shardings=sharding.replicated(mesh))
     logging.info("%s step %d (%s, %s): %s on mesh %s", workdir, step, kind.name, cfg.dtype,
                  labels.get("label_map"), dict(mesh.shape))
-    return Predictor(config, kind, dict(labels), tokenizer, mesh, step, cfg.dtype, params,
+    return Predictor(run, kind, dict(labels), tokenizer, mesh, step, cfg.dtype, params,
                      predict)
 
 
@@ -220,16 +221,17 @@ def predict_records(predictor: Predictor, rows: unlabelled.Rows, options: Predic
             yield {"index": index, **record}
 
 
-def protected_inputs(workdir: str, input_path: str, config=None) -> list[tuple[str, str]]:
+def protected_inputs(workdir: str, input_path: str, run: Optional[RunSettings] = None
+                     ) -> list[tuple[str, str]]:
     """What --output must not equal, hold or lie inside (bert_jax.runtime.outputs): the input,
     the files of the run that predicting reads or that the run wrote (config, task,
-    checkpoints, its own predictions and evaluations) and, with the run's config, its tokenizer
-    and the model folder it started from."""
+    checkpoints, its own predictions and evaluations) and, with the run's settings, its
+    tokenizer and the model folder it started from."""
     protected = [("the input (--input)", input_path)]
     protected += outputs.run_files(workdir)
-    if config is not None:
-        protected += [("the run's tokenizer", config.tokenizer.path),
-                      ("the model folder the run started from", config.init.hf_dir)]
+    if run is not None:
+        protected += [("the run's tokenizer", run.tokenizer.path),
+                      ("the model folder the run started from", run.init.hf_dir)]
     return protected
 
 
@@ -266,16 +268,16 @@ def write_jsonl_atomically(records: Iterable[Mapping[str, Any]], path: str,
 def predict_file(workdir: str, options: PredictOptions) -> PredictSummary:
     """Predict every row of options.input_path with the run in `workdir` (module docstring)."""
     config, kind, labels = load_run(workdir)
-    fault = outputs.fault(options.output_path, "--output",
-                          protected_inputs(workdir, options.input_path, config))
-    if fault:
-        raise ValueError(fault)
     if options.long_inputs is not None:
         config.data.long_inputs = options.long_inputs
-    config = settings.typed(config)  # read once, the options applied
-    task_data.check_long_inputs(config, kind)
-    rows = read_input(kind, config, options)
-    predictor = load_predictor(workdir, config, kind, labels, options)
+    run = settings.typed(config)  # read once, the options applied
+    fault = outputs.fault(options.output_path, "--output",
+                          protected_inputs(workdir, options.input_path, run))
+    if fault:
+        raise ValueError(fault)
+    task_data.check_long_inputs(run, kind)
+    rows = read_input(kind, run, options)
+    predictor = load_predictor(workdir, run, kind, labels, options)
     warmup_seconds = warm_up(predictor, options.batch_size)
     cut: dict[str, int] = {}
     started = time.perf_counter()

@@ -25,6 +25,7 @@ from absl import logging
 
 from bert_jax.config import settings
 from bert_jax.config.bert import BertConfig
+from bert_jax.config.settings import RunSettings
 from bert_jax.recipes import common, run_record
 from bert_jax.recipes.finetune import kinds
 from bert_jax.recipes.finetune.task_data import (
@@ -93,27 +94,28 @@ def make_init_fn(model: nn.Module, seq_len: int) -> Callable[[jax.Array], Any]:
     return init_fn
 
 
-def make_task(config, cfg: BertConfig, data: TaskData, initial_params=None) -> loop.Task:
+def make_task(run: RunSettings, cfg: BertConfig, data: TaskData, initial_params=None
+              ) -> loop.Task:
     model = data.kind.make_model(cfg, data.labels)
     return loop.Task(
-        model_config=cfg, init_fn=make_init_fn(model, config.max_seq_len),
+        model_config=cfg, init_fn=make_init_fn(model, run.max_seq_len),
         loss_fn=make_loss_fn(data.kind, model), initial_params=initial_params,
         flops_per_step=flops.encoder_flops_per_step(
-            cfg, config.batch_size, config.max_seq_len,
-            data.kind.head_outputs(data.labels, config.max_seq_len)),
-        tokens_per_step=config.batch_size * config.max_seq_len,
+            cfg, run.batch_size, run.max_seq_len,
+            data.kind.head_outputs(data.labels, run.max_seq_len)),
+        tokens_per_step=run.batch_size * run.max_seq_len,
         checkpoint_metadata={"recipe": "finetune", "task": data.kind.name, **data.labels})
 
 
-def make_evaluator(config, cfg: BertConfig, data: TaskData, mesh
+def make_evaluator(run: RunSettings, cfg: BertConfig, data: TaskData, mesh
                    ) -> evaluation.PredictEvaluator:
     """Predicts every eval row and scores the set with the kind's metrics."""
     model = data.kind.make_model(cfg, data.labels)
     inputs = {name: data.eval_features[name] for name in kinds.MODEL_INPUTS}
     return evaluation.PredictEvaluator(
-        make_predict_fn(data.kind, model, config.max_seq_len), inputs,
-        lambda outputs: data.kind.score(data, outputs, config), config.eval_batch_size, mesh,
-        buckets=eval_buckets(config))
+        make_predict_fn(data.kind, model, run.max_seq_len), inputs,
+        lambda outputs: data.kind.score(data, outputs, run), run.eval_batch_size, mesh,
+        buckets=eval_buckets(run))
 
 
 def write_results(directory: str, step: int, result: Mapping[str, float], data: TaskData,
@@ -127,13 +129,13 @@ def write_results(directory: str, step: int, result: Mapping[str, float], data: 
     logging.info("step %d metrics %s; predictions in %s", step, result, written)
 
 
-def total_steps_of(config, num_train_rows: int) -> int:
-    """config.total_steps, or the optimizer steps of config.epochs passes when it is 0."""
-    return config.total_steps or settings.steps_for_epochs(num_train_rows, config.batch_size,
-                                                           config.epochs)
+def total_steps_of(run: RunSettings, num_train_rows: int) -> int:
+    """run.total_steps, or the optimizer steps of run.epochs passes when it is 0."""
+    return run.total_steps or settings.steps_for_epochs(num_train_rows, run.batch_size,
+                                                        run.epochs)
 
 
-def train_and_evaluate(config, workdir: str) -> loop.TrainResult:
+def train_and_evaluate(config: settings.Config, workdir: str) -> loop.TrainResult:
     """Fine-tune as config says (resuming from workdir), then evaluate the final step. The
     config is read once (settings.read) into the RunSettings every part is given; it, the
     tokenizer, model and data are all checked before anything is written: a refused run leaves
@@ -153,18 +155,18 @@ def train_and_evaluate(config, workdir: str) -> loop.TrainResult:
         return _train(run, workdir, cfg, data, initial_params, mesh, run.total_steps)
 
 
-def _train(config, workdir: str, cfg: BertConfig, data: TaskData, initial_params, mesh,
-           total_steps: int) -> loop.TrainResult:
+def _train(run: RunSettings, workdir: str, cfg: BertConfig, data: TaskData, initial_params,
+           mesh, total_steps: int) -> loop.TrainResult:
     """Train on data.train_features, then write the final step's predictions."""
-    evaluator = make_evaluator(config, cfg, data, mesh)
+    evaluator = make_evaluator(run, cfg, data, mesh)
     train_features = {k: data.train_features[k]
                       for k in kinds.MODEL_INPUTS + data.kind.target_keys}
-    iterator = training_batches(config, data, jax.process_index(), jax.process_count(),
+    iterator = training_batches(run, data, jax.process_index(), jax.process_count(),
                                 row_multiple=sharding.data_parallel_size(mesh))
     logging.info("%s: %d train rows (%d examples), %d eval examples; %d steps; labels %s",
                  data.kind.name, len(train_features["input_ids"]), len(data.train_examples),
                  len(data.eval_examples), total_steps, data.labels.get("label_map"))
-    result = common.train(config, workdir, make_task(config, cfg, data, initial_params),
+    result = common.train(run, workdir, make_task(run, cfg, data, initial_params),
                           iterator, mesh, total_steps, evaluate=evaluator)
     if not result.preempted and evaluator.last_records is not None:
         write_results(os.path.join(workdir, "predictions", f"step_{result.step}"), result.step,
@@ -172,24 +174,24 @@ def _train(config, workdir: str, cfg: BertConfig, data: TaskData, initial_params
     return result
 
 
-def evaluate(config, workdir: str, step: Optional[int] = None,
+def evaluate(config: settings.Config, workdir: str, step: Optional[int] = None,
              output_dir: Optional[str] = None) -> tuple[int, dict[str, float]]:
     """(step, metrics) of a saved step (default: the newest), with its predictions written to
     output_dir (default <workdir>/evaluation/step_<N>/). The model and labels come from the
-    workdir, the data and tokenizer from `config` (its RunSettings, or the config, read once
-    here)."""
+    workdir, the data and tokenizer from `config` (the run's, bert_jax.recipes.run_record's
+    load_config, or one standing in for it), read once here (settings.typed)."""
     saved_task = read_task_file(workdir)
     if saved_task is None:
         raise FileNotFoundError(f"{os.path.join(workdir, TASK_FILE)} not found: is {workdir} the "
                                 "workdir of a fine-tuning run?")
-    config = settings.of(config)
-    mesh = config.mesh.make()
-    data = build_task_data(config, common.finetuning_tokenizer(config), saved_task=saved_task,
+    run = settings.typed(config)
+    mesh = run.mesh.make()
+    data = build_task_data(run, common.finetuning_tokenizer(run), saved_task=saved_task,
                            with_train_features=False)
     step, cfg, params = common.load_checkpoint(
         workdir, step, lambda c: make_init_fn(data.kind.make_model(c, data.labels),
-                                              config.max_seq_len), mesh)
-    evaluator = make_evaluator(config, cfg, data, mesh)
+                                              run.max_seq_len), mesh)
+    evaluator = make_evaluator(run, cfg, data, mesh)
     result = evaluator(params)
     write_results(output_dir or os.path.join(workdir, "evaluation", f"step_{step}"), step,
                   result, data, evaluator.last_records)

@@ -32,6 +32,7 @@ import numpy as np
 from etils import epath
 
 from bert_jax.config.bert import ConfigError
+from bert_jax.config.settings import RunSettings
 from bert_jax.data import batches, example_packing
 from bert_jax.data.finetuning import readers, tfds_tasks
 from bert_jax.recipes.finetune import kinds
@@ -64,7 +65,7 @@ class TaskData:
         return tuple(self.labels["label_map"]) if self.labels.get("label_map") else None
 
 
-def _read(config, kind: kinds.TaskKind, split: str) -> list:
+def _read(config: RunSettings, kind: kinds.TaskKind, split: str) -> list:
     """Examples of one split ("train" or "eval") from config.data (files or a TFDS name)."""
     data = config.data
     if data.tfds_name:
@@ -77,7 +78,7 @@ def _read(config, kind: kinds.TaskKind, split: str) -> list:
     return kind.read(path, config)
 
 
-def read_examples(config, kind: kinds.TaskKind) -> tuple[list, list]:
+def read_examples(config: RunSettings, kind: kinds.TaskKind) -> tuple[list, list]:
     """(train, eval) examples: eval from its own file/split, or held out from train."""
     train = _read(config, kind, "train")
     has_eval = bool(config.data.eval_path or config.data.tfds_name)
@@ -94,7 +95,7 @@ def read_examples(config, kind: kinds.TaskKind) -> tuple[list, list]:
     return train, _read(config, kind, "eval")
 
 
-def eval_source(config) -> str:
+def eval_source(config: RunSettings) -> str:
     """Where the eval examples come from, for error messages."""
     data = config.data
     if data.eval_path:
@@ -104,7 +105,7 @@ def eval_source(config) -> str:
     return f"held-out part of {data.train_path}"
 
 
-def build_task_data(config, tokenizer, saved_task: Optional[Mapping[str, Any]] = None,
+def build_task_data(config: RunSettings, tokenizer, saved_task: Optional[Mapping[str, Any]] = None,
                     with_train_features: bool = True) -> TaskData:
     """Read, label and encode a run's data. `saved_task` (from task.json) fixes the labels."""
     kind = kinds.get(config.task)
@@ -153,7 +154,7 @@ def read_task_file(workdir: str) -> Optional[dict]:
 
 # ----- batching --------------------------------------------------------------------------------
 
-def bucket_lengths(config) -> tuple[int, ...]:
+def bucket_lengths(config: RunSettings) -> tuple[int, ...]:
     """The bucket lengths config.data.bucket_lengths asks for, max_seq_len last; () for none.
     (Bucketing changes only the padding: a run recorded before the key, which padded every batch
     to max_seq_len, evaluates to the same figures with the schema's default.)"""
@@ -177,12 +178,12 @@ def bucket_lengths(config) -> tuple[int, ...]:
     return tuple(n for n in lengths if n < max_len) + (max_len,) if lengths else ()
 
 
-def check_batching(config, kind: Optional[kinds.TaskKind] = None) -> None:
+def check_batching(config: RunSettings, kind: Optional[kinds.TaskKind] = None) -> None:
     """ValueError naming a bad data.bucket_lengths, data.group_by_length or
     data.pack_examples (packing a kind that cannot be packed, when `kind` is given)."""
     bucket_lengths(config)
     for key in ("group_by_length", "pack_examples"):
-        value = getattr(config.data, key, 0)
+        value = getattr(config.data, key)
         if not isinstance(value, int) or value < 0:
             raise ValueError(f"config.data.{key}={value!r} must be an integer >= 0 (0: off)")
     pack = config.data.pack_examples
@@ -192,7 +193,7 @@ def check_batching(config, kind: Optional[kinds.TaskKind] = None) -> None:
                          f"packed (only {packable}); set it to 0")
 
 
-def check_long_inputs(config, kind: kinds.TaskKind) -> None:
+def check_long_inputs(config: RunSettings, kind: kinds.TaskKind) -> None:
     """ConfigError naming a bad data.long_inputs or data.window_stride, or 'slide' for a kind
     that reads no windows (kinds.TaskKind.slides_long_inputs)."""
     if kinds.window_stride(config) is not None and not kind.slides_long_inputs:
@@ -202,7 +203,7 @@ def check_long_inputs(config, kind: kinds.TaskKind) -> None:
                           f"sliding windows (only {slides}); set it to 'truncate'")
 
 
-def train_packer(config, kind: kinds.TaskKind, row_multiple: int
+def train_packer(config: RunSettings, kind: kinds.TaskKind, row_multiple: int
                  ) -> Optional[example_packing.Packer]:
     """The packer of training batches (data.pack_examples), or None. row_multiple: the packed
     rows split evenly over it (the data-parallel devices and the processes). The kind's
@@ -215,20 +216,20 @@ def train_packer(config, kind: kinds.TaskKind, row_multiple: int
     return example_packing.Packer(pack, row_multiple, per_example, per_token)
 
 
-def train_buckets(config, kind: kinds.TaskKind) -> Optional[batches.Buckets]:
+def train_buckets(config: RunSettings, kind: kinds.TaskKind) -> Optional[batches.Buckets]:
     """The buckets of training batches (inputs and per-token targets), or None."""
     lengths = bucket_lengths(config)
     return batches.Buckets(lengths, kinds.MODEL_INPUTS + kind.token_keys) if lengths else None
 
 
-def eval_buckets(config) -> Optional[batches.Buckets]:
+def eval_buckets(config: RunSettings) -> Optional[batches.Buckets]:
     """The buckets of evaluation and prediction batches (model inputs only), or None."""
     lengths = bucket_lengths(config)
     return batches.Buckets(lengths, kinds.MODEL_INPUTS) if lengths else None
 
 
-def training_batches(config, data: TaskData, process_index: int = 0, process_count: int = 1,
-                     row_multiple: int = 1) -> batches.TrainBatches:
+def training_batches(config: RunSettings, data: TaskData, process_index: int = 0,
+                     process_count: int = 1, row_multiple: int = 1) -> batches.TrainBatches:
     """The run's endless, resumable iterator of host-local training batches
     (batches.TrainBatches): the model inputs and the kind's targets, bucketed, grouped by length
     or packed as config.data says; its shape_examples are what the train program compiles before

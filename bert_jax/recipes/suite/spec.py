@@ -208,14 +208,16 @@ def resolve_start(init: str, tokenizer: str = "") -> Start:
 def _workdir_tokenizer(workdir: str) -> str:
     """The vocabulary a training run used, as a path: its tokenizer.path or init.hf_dir, or the
     demo corpus's vocabulary of a pre-training run."""
+    from bert_jax.config import settings
     from bert_jax.recipes import run_record
-    config = run_record.load_config(workdir)
-    if config.tokenizer.path or config.init.hf_dir:
-        return config.tokenizer.path or config.init.hf_dir
-    if config.recipe == "pretrain":
+    run = settings.typed(run_record.load_config(workdir))
+    if run.tokenizer.path or run.init.hf_dir:
+        return run.tokenizer.path or run.init.hf_dir
+    if run.recipe == "pretrain":
         from bert_jax.data.pretraining import pipeline as pretraining
-        from bert_jax.recipes import pretrain
-        return os.fspath(pretraining.resolve_vocab_path(pretrain.data_config(config, workdir)))
+        from bert_jax.recipes import inputs
+        return os.fspath(pretraining.resolve_vocab_path(
+            inputs.pretraining_data_config(run, workdir)))
     raise ValueError(f"--init={workdir}: its config.json names no tokenizer; set the suite's "
                      "tokenizer")
 

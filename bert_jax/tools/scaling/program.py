@@ -59,15 +59,15 @@ class CompiledStep:
         return self.mesh.devices.size
 
 
-def abstract_batch(config: settings.RunSettings | ml_collections.ConfigDict, vocab_size: int,
-                   mesh: Mesh) -> dict[str, jax.ShapeDtypeStruct]:
-    """The global pre-training batch as ShapeDtypeStructs, rows split over (data, fsdp);
-    `config` the run's settings (or its config)."""
-    one_row = next(RandomTokenBatches(1, config.max_seq_len, config.data.max_predictions,
+def abstract_batch(run: settings.RunSettings, vocab_size: int, mesh: Mesh
+                   ) -> dict[str, jax.ShapeDtypeStruct]:
+    """The global pre-training batch of the run as ShapeDtypeStructs, rows split over
+    (data, fsdp)."""
+    one_row = next(RandomTokenBatches(1, run.max_seq_len, run.data.max_predictions,
                                       vocab_size, seed=0,
-                                      sentence_pairs=bool(config.data.sentence_pairs)))
+                                      sentence_pairs=bool(run.data.sentence_pairs)))
     batch_sharding = sharding.batch_sharding(mesh)
-    return {key: jax.ShapeDtypeStruct((config.batch_size,) + value.shape[1:], value.dtype,
+    return {key: jax.ShapeDtypeStruct((run.batch_size,) + value.shape[1:], value.dtype,
                                       sharding=batch_sharding)
             for key, value in one_row.items()}
 

@@ -103,16 +103,17 @@ def test_file_of_lines_without_blank_line_warns(tmp_path, caplog):
 
 def test_run_config_key_reaches_the_pipeline(tmp_path):
     from bert_jax.config import run as run_config
-    from bert_jax.data.pretraining import pipeline as pretraining
-    from bert_jax.recipes import pretrain
+    from bert_jax.config import settings
+    from bert_jax.recipes import inputs
 
     config = run_config.pretrain_config()
     assert config.data.document_delimiter == "blank_line"  # the behaviour before the key
     config.data.document_delimiter = "line"
-    assert pretrain.data_config(config, str(tmp_path)).document_delimiter == "line"
+    run = settings.typed(config)
+    assert inputs.pretraining_data_config(run, str(tmp_path)).document_delimiter == "line"
     with pytest.raises(ValueError, match=r"data\.document_delimiter='page': choose one of "
                                          "blank_line, file, line"):
-        pretraining.PretrainingDataConfig(document_delimiter="page")
+        inputs.schema_data_config(document_delimiter="page")
 
 
 def test_a_text_corpus_without_a_vocabulary_trains_one_in_the_workdir(tmp_path):
@@ -122,6 +123,7 @@ def test_a_text_corpus_without_a_vocabulary_trains_one_in_the_workdir(tmp_path):
     import json
     import os
 
+    from bert_jax.config import settings
     from bert_jax.recipes import pretrain
 
     from pretrain_runs import tiny_pretrain_config
@@ -134,19 +136,20 @@ def test_a_text_corpus_without_a_vocabulary_trains_one_in_the_workdir(tmp_path):
     config = tiny_pretrain_config(**{"data.corpus": f"text:{folder}/*.txt",
                                      "data.document_delimiter": "line",
                                      "tokenizer.vocab_size": 120, "eval_batches": 1})
-    assert pretrain.checked_vocab_size(config) == 120  # no error: it will be trained
+    run = settings.read(config, "pretrain")
+    assert pretrain.checked_vocab_size(run) == 120  # no error: it will be trained
 
     vocabularies = []
     for name in ("a", "b"):
         workdir = str(tmp_path / name)
-        tokenizer = pretrain.pretraining_tokenizer(config, workdir)
+        tokenizer = pretrain.pretraining_tokenizer(run, workdir)
         (vocab_dir,) = [d for d in os.listdir(os.path.join(workdir, "data")) if "_vocab_120_" in d]
         path = os.path.join(workdir, "data", vocab_dir, "vocab.txt")
         vocabularies.append(open(path, "rb").read())
         pieces = vocabularies[-1].decode("utf-8").split("\n")
         assert tokenizer.vocab_size == len(pieces) - 1 <= 120 and set(words) <= set(pieces)
         modified = os.stat(path).st_mtime_ns
-        assert pretrain.pretraining_tokenizer(config, workdir).vocab_size == tokenizer.vocab_size
+        assert pretrain.pretraining_tokenizer(run, workdir).vocab_size == tokenizer.vocab_size
         assert os.stat(path).st_mtime_ns == modified  # trained once, then read
     assert vocabularies[0] == vocabularies[1]
 
@@ -264,6 +267,7 @@ def test_prepare_data_puts_a_text_vocabulary_where_a_run_finds_it(tmp_path):
     import subprocess
     import sys
 
+    from bert_jax.config import settings
     from bert_jax.recipes import pretrain
 
     from pretrain_runs import tiny_pretrain_config
@@ -287,7 +291,8 @@ def test_prepare_data_puts_a_text_vocabulary_where_a_run_finds_it(tmp_path):
 
     config = tiny_pretrain_config(**{"data.corpus": glob, "data.document_delimiter": "line",
                                      "data.data_dir": data_dir, "tokenizer.vocab_size": 100})
-    tokenizer = pretrain.pretraining_tokenizer(config, str(tmp_path / "run"))
+    tokenizer = pretrain.pretraining_tokenizer(settings.read(config, "pretrain"),
+                                               str(tmp_path / "run"))
     with open(vocab_path, encoding="utf-8") as f:
         assert tokenizer.vocab_size == len(f.read().split("\n")) - 1
     assert os.stat(vocab_path).st_mtime_ns == modified  # read, not trained again

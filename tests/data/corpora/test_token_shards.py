@@ -198,7 +198,7 @@ def test_the_folder_is_self_contained(corpus, monkeypatch):
     import hashlib
 
     from bert_jax.data.pretraining import shard_iterator
-    from bert_jax.data.pretraining.data_config import PretrainingDataConfig
+    from bert_jax.recipes.inputs import schema_data_config
     reference, manifest = corpus["reference"], corpus["manifest"]
     assert manifest["tokenizer"]["path"] == "tokenizer.json"
     assert manifest["tokenizer"]["files"] == ["tokenizer.json"]
@@ -219,7 +219,7 @@ def test_the_folder_is_self_contained(corpus, monkeypatch):
         lengths = shards.document_tokens()
         assert lengths.dtype == np.int32 and lengths.sum() == shards.tokens
         assert lengths.tolist() == [len(ids) for ids in shards.read(range(len(shards)))]
-    cfg = PretrainingDataConfig(corpus=f"shards:{reference}", seq_len=32, max_predictions=5)
+    cfg = schema_data_config(corpus=f"shards:{reference}", seq_len=32, max_predictions=5)
     batch = next(shard_iterator.make_shard_iterator(cfg, global_batch_size=4))
     assert batch["input_ids"].shape == (4, 32)
     assert batch["input_ids"][0, 0] == original.cls_id
@@ -251,7 +251,7 @@ def test_beam_pipeline_writes_the_local_preparations_bytes(corpus, tmp_path):
                     "stack's test extra has it): the Beam preparation is tested on that leg")
     from bert_jax.data.corpora.beam_preparation import prepare_shards_beam
     from bert_jax.data.pretraining import shard_iterator
-    from bert_jax.data.pretraining.data_config import PretrainingDataConfig
+    from bert_jax.recipes.inputs import schema_data_config
     out = tmp_path / "beam"
     manifest = prepare_shards_beam(
         corpus["spec"], corpus["tok"], str(out),
@@ -271,9 +271,9 @@ def test_beam_pipeline_writes_the_local_preparations_bytes(corpus, tmp_path):
     prepare_shards_beam(corpus["spec"], corpus["tok"], str(out), ["--runner=DirectRunner"],
                         validation_fraction=0.1, unit_bytes=UNIT_BYTES)
     assert same_shards(corpus["reference"], out)
-    cfg = PretrainingDataConfig(corpus=f"shards:{out}", seq_len=32, max_predictions=5)
-    reference = PretrainingDataConfig(corpus=f"shards:{corpus['reference']}", seq_len=32,
-                                      max_predictions=5)
+    cfg = schema_data_config(corpus=f"shards:{out}", seq_len=32, max_predictions=5)
+    reference = schema_data_config(corpus=f"shards:{corpus['reference']}", seq_len=32,
+                                   max_predictions=5)
     ours = next(shard_iterator.make_shard_iterator(cfg, global_batch_size=4))
     local = next(shard_iterator.make_shard_iterator(reference, global_batch_size=4))
     assert sorted(ours) == sorted(local)

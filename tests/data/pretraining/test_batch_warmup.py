@@ -17,7 +17,7 @@ import token_shard_fixture
 
 from bert_jax.data.pretraining import pipeline, shard_iterator
 from bert_jax.data.pretraining.batch_schedule import MAX_STAGES, BatchSchedule
-from bert_jax.data.pretraining.data_config import PretrainingDataConfig
+from bert_jax.recipes.inputs import schema_data_config
 
 import pretrain_runs
 
@@ -63,7 +63,7 @@ def shards(tmp_path_factory):
 
 
 def config(shards, **changes):
-    return PretrainingDataConfig(**{**dict(
+    return schema_data_config(**{**dict(
         corpus=f"shards:{shards}", seq_len=SEQ, max_predictions=6, seed=3,
         batch_warmup_tokens=TOKENS, batch_warmup_start=START), **changes})
 
@@ -132,8 +132,8 @@ def test_shape_examples_list_each_size_once_and_other_schedules_are_refused(shar
 
 
 def test_text_corpora_and_unsplittable_starts_are_refused(tmp_path):
-    cfg = PretrainingDataConfig(corpus="demo", data_dir=str(tmp_path), batch_warmup_tokens=100,
-                                batch_warmup_start=4)
+    cfg = schema_data_config(corpus="demo", data_dir=str(tmp_path), batch_warmup_tokens=100,
+                             batch_warmup_start=4)
     with pytest.raises(ValueError, match="needs a token-shard corpus"):
         pipeline.make_iterator(cfg, global_batch_size=8)
     from bert_jax.config import run as run_config
@@ -142,18 +142,19 @@ def test_text_corpora_and_unsplittable_starts_are_refused(tmp_path):
     config = run_config.pretrain_config()
     config.batch_size, config.data.batch_warmup_start = 12, 4
     config.data.batch_warmup_tokens = 1000
-    mesh = settings.make_mesh(config)
+    mesh = settings.typed(config).mesh.make()
+    check = lambda: pretrain.check_batch_warmup(settings.typed(config), mesh)  # as changed
     with pytest.raises(ValueError, match="needs a token-shard corpus .* corpus 'demo' is not"):
-        pretrain.check_batch_warmup(config, mesh)
+        check()
     config.data.corpus = "shards:/nowhere"
-    pretrain.check_batch_warmup(config, mesh)
+    check()
     config.accumulation_steps = 3
     with pytest.raises(ValueError, match="batch_warmup_start=4 is not divisible by "
                                          "accumulation_steps=3"):
-        pretrain.check_batch_warmup(config, mesh)
+        check()
     config.accumulation_steps, config.data.batch_warmup_start = 1, 12
     with pytest.raises(ValueError, match="batch_warmup_start=12 must be below batch_size=12"):
-        pretrain.check_batch_warmup(config, mesh)
+        check()
 
 
 # ----- a run through the loop --------------------------------------------------------------------

@@ -9,6 +9,7 @@ checkpoint level (another iterator is refused as before), and through the real r
 run checkpointed by two jax.distributed processes goes on with one.
 """
 
+import dataclasses
 import json
 import logging
 import math
@@ -29,6 +30,7 @@ from bert_jax.data.corpora import catalog as corpora
 from bert_jax.data.pretraining import host_shards
 from bert_jax.data.pretraining import pipeline as pretraining
 from bert_jax.data.tokenizers import wordpiece_training
+from bert_jax.recipes.inputs import schema_data_config
 
 from repo_root import ROOT
 
@@ -64,7 +66,7 @@ def corpus(tmp_path_factory):
 
 
 def data_config(corpus, **overrides):
-    return pretraining.PretrainingDataConfig(**{
+    return schema_data_config(**{
         "corpus": corpus["glob"], "data_dir": corpus["data_dir"], "vocab_path": corpus["vocab"],
         "seq_len": 32, "max_predictions": 5, **overrides})
 
@@ -109,7 +111,8 @@ def counting_load_source(*args, **kwargs):
 corpora.load_source = counting_load_source  # what make_iterator calls
 result = {}
 for mode in ("packed", "sentence_pairs"):
-    cfg = pretraining.PretrainingDataConfig(**config, sentence_pairs=mode == "sentence_pairs")
+    pairs = mode == "sentence_pairs"
+    cfg = pretraining.PretrainingDataConfig(**{**config, "sentence_pairs": pairs})
     it = pretraining.make_iterator(cfg, "train", 8, process_index=index, process_count=count)
     source = sources[-1]
     while len(source.indices) < 2 * len(source):  # several passes over a quarter of the corpus
@@ -128,8 +131,7 @@ json.dump(result, open(out, "w"))
 
 
 def read_as_four_hosts(corpus, tmp_path) -> list[dict]:
-    config = json.dumps({"corpus": corpus["glob"], "data_dir": corpus["data_dir"],
-                         "vocab_path": corpus["vocab"], "seq_len": 32, "max_predictions": 5})
+    config = json.dumps(dataclasses.asdict(data_config(corpus)))  # every field: none defaults
     env = dict(os.environ, PYTHONPATH=ROOT, JAX_PLATFORMS="cpu")
     processes = [subprocess.Popen([sys.executable, "-c", READ_SCRIPT, config, str(i), "4",
                                    str(tmp_path / f"host{i}.json")], env=env, cwd=ROOT,

@@ -22,6 +22,7 @@ from bert_jax.data.pretraining.document_tokens import DocumentTokens, window_end
 from bert_jax.data.tokenizers import load as tok
 from bert_jax.data.tokenizers import wordpiece_training
 from bert_jax.data.tokenizers.subword import WordPieceTokenizer
+from bert_jax.recipes.inputs import schema_data_config
 
 MIXED_TEXT = ("Élan vital\tand CAFÉ au lait. 東京は大きい都市です。 Don't stop-believing!\n"
               "naïve coöperation, résumé; x1y2z3 ##hash [MASK] tokens.\n  \n") * 40
@@ -119,8 +120,8 @@ def test_first_batch_of_long_documents_is_quick_and_reads_a_prefix(corpus, monke
     longest = max(len(corpora.document_text(source[i])) for i in range(len(source)))
     assert len(source) == 1 and longest > 1_500_000  # one document of ~2 MB on this split
     given = count_tokenized(monkeypatch)
-    cfg = pretraining.PretrainingDataConfig(corpus=glob, data_dir=data_dir, vocab_path=vocab_path,
-                                            sentence_pairs=sentence_pairs)
+    cfg = schema_data_config(corpus=glob, data_dir=data_dir, vocab_path=vocab_path,
+                             sentence_pairs=sentence_pairs)
     start = time.perf_counter()
     iterator = pretraining.make_iterator(cfg, "train", global_batch_size=32)
     batch = next(iterator)
@@ -139,8 +140,7 @@ def test_first_batch_of_long_documents_is_quick_and_reads_a_prefix(corpus, monke
 
 def test_resume_inside_a_long_document_starts_at_its_window(corpus, monkeypatch):
     glob, data_dir, vocab_path = corpus
-    cfg = pretraining.PretrainingDataConfig(corpus=glob, data_dir=data_dir, vocab_path=vocab_path,
-                                            seed=5)
+    cfg = schema_data_config(corpus=glob, data_dir=data_dir, vocab_path=vocab_path, seed=5)
     iterator = pretraining.make_iterator(cfg, "train", global_batch_size=16)
     for _ in range(12):  # 192 rows: ~24k ids, past the first windows
         next(iterator)
@@ -193,8 +193,8 @@ def test_sentences_by_window_are_those_of_the_whole_text(vocab):
 
 def test_sentence_pairs_resume_inside_a_long_document(corpus):
     glob, data_dir, vocab_path = corpus
-    cfg = pretraining.PretrainingDataConfig(corpus=glob, data_dir=data_dir, vocab_path=vocab_path,
-                                            seed=7, sentence_pairs=True)
+    cfg = schema_data_config(corpus=glob, data_dir=data_dir, vocab_path=vocab_path,
+                             seed=7, sentence_pairs=True)
     iterator = pretraining.make_iterator(cfg, "train", global_batch_size=16)
     for _ in range(6):
         next(iterator)

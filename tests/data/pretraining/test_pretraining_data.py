@@ -18,6 +18,7 @@ from bert_jax.data.pretraining import rows as pretraining_rows
 from bert_jax.data.pretraining import vocab as pretraining_vocab
 from bert_jax.data.tokenizers import load as tok
 from bert_jax.data.tokenizers import wordpiece_training
+from bert_jax.recipes.inputs import schema_data_config
 
 from repo_root import ROOT as REPO
 
@@ -37,7 +38,7 @@ def demo_vocab(demo):
 
 
 def demo_config(demo, **overrides):
-    return pretraining.PretrainingDataConfig(
+    return schema_data_config(
         **{"corpus": "demo", "data_dir": demo[0], "vocab_path": demo[1], **overrides})
 
 
@@ -165,10 +166,8 @@ def test_long_document_is_split_at_word_starts(tmp_path):
     (tmp_path / "docs.txt").write_text(" ".join(words) + "\n\nshort one\n\nshort two")
     vocab_path = wordpiece_training.train_wordpiece([" ".join(words)], 120, str(tmp_path / "vocab"))
     vocab = tok.load_tokenizer(vocab_path)
-    cfg = pretraining.PretrainingDataConfig(corpus=f"text:{tmp_path}/*.txt",
-                                            data_dir=str(tmp_path / "data"),
-                                            vocab_path=vocab_path, seq_len=32,
-                                            validation_fraction=0.0)
+    cfg = schema_data_config(corpus=f"text:{tmp_path}/*.txt", data_dir=str(tmp_path / "data"),
+                             vocab_path=vocab_path, seq_len=32, validation_fraction=0.0)
     source = corpora.load_source(cfg.corpus, "train", cfg.data_dir, **cfg.text_options())
     order = list(grain.MapDataset.source(source).shuffle(seed=cfg.seed))
     expected = [vocab.encode(corpora.document_text(r)) for r in order]
@@ -275,6 +274,7 @@ def test_held_out_rows_mask_at_eval_mask_rate(demo, tmp_path):
     different rates are compared on the same kind of rows. (The demo corpus and vocabulary of
     this module, given as tokenizer.path: the recipe reads them as it would its own.)"""
     from bert_jax.config import run as run_config
+    from bert_jax.config import settings
     from bert_jax.recipes import pretrain
     config = run_config.pretrain_config()
     config.data.data_dir = demo[0]
@@ -283,9 +283,10 @@ def test_held_out_rows_mask_at_eval_mask_rate(demo, tmp_path):
     config.data.mask_rate = 0.3
     config.data.max_predictions = 40
     config.batch_size = config.eval_batch_size = 16
-    vocab_size = pretrain.vocab_size_of(config, str(tmp_path))
+    run = settings.typed(config)  # no step count: the data alone
+    vocab_size = pretrain.vocab_size_of(run, str(tmp_path))
     assert vocab_size == 4096
-    train, make_eval = pretrain.make_data(config, str(tmp_path), vocab_size)
+    train, make_eval = pretrain.make_data(run, str(tmp_path), vocab_size)
     train_rates = [masked_fraction(next(train)) for _ in range(4)]
     eval_rates = [masked_fraction(batch) for batch, _ in zip(make_eval(), range(4))]
     assert 0.27 < np.mean(train_rates) < 0.33, train_rates
@@ -486,9 +487,9 @@ def test_library_parses_no_absl_flags(demo):
 
 def test_bad_configs(demo, tmp_path):
     with pytest.raises(ValueError, match="seq_len=4"):
-        pretraining.PretrainingDataConfig(seq_len=4)
+        schema_data_config(seq_len=4)
     with pytest.raises(ValueError, match="mask_rate"):
-        pretraining.PretrainingDataConfig(mask_rate=1.5)
+        schema_data_config(mask_rate=1.5)
     with pytest.raises(ValueError, match="not divisible"):
         pretraining.make_iterator(demo_config(demo), "train", 10, process_count=4)
     bad_vocab = tmp_path / "vocab.txt"
@@ -496,14 +497,14 @@ def test_bad_configs(demo, tmp_path):
     with pytest.raises(ValueError, match=r"vocab\.txt lacks.*\[MASK\]"):
         pretraining.make_iterator(demo_config(demo, vocab_path=str(bad_vocab)), "train", 8)
     with pytest.raises(ValueError, match="vocab_path is empty"):  # a text: corpus trains one
-        pretraining.make_iterator(pretraining.PretrainingDataConfig(
+        pretraining.make_iterator(schema_data_config(
             corpus="wikipedia/20230601.en", data_dir=str(tmp_path)), "train", 8)
 
 
 def test_corpus_without_tokens_fails_instead_of_hanging(demo, tmp_path):
     (tmp_path / "junk.txt").write_text("\x00\x01\n\n\x02\x03\n\n\x04\x05\n")
-    cfg = pretraining.PretrainingDataConfig(corpus=f"text:{tmp_path}/*.txt",
-                                            data_dir=str(tmp_path / "data"), vocab_path=demo[1])
+    cfg = schema_data_config(corpus=f"text:{tmp_path}/*.txt",
+                             data_dir=str(tmp_path / "data"), vocab_path=demo[1])
     for sentence_pairs in (False, True):
         it = pretraining.make_iterator(dataclasses.replace(cfg, sentence_pairs=sentence_pairs),
                                        "train", 4)

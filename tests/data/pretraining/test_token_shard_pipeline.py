@@ -10,9 +10,9 @@ import pytest
 import token_shard_fixture
 
 from bert_jax.data.pretraining import batch_masking, shard_iterator, shard_rows, shard_source
-from bert_jax.data.pretraining.data_config import PretrainingDataConfig
 from bert_jax.data.pretraining.masking import MaskingSpec
 from bert_jax.data.tokenizers import load
+from bert_jax.recipes.inputs import schema_data_config
 
 
 @pytest.fixture(scope="module")
@@ -26,7 +26,7 @@ def tokenizer():
 
 
 def config(shards, **changes):
-    return PretrainingDataConfig(**{**dict(corpus=f"shards:{shards}", seq_len=32,
+    return schema_data_config(**{**dict(corpus=f"shards:{shards}", seq_len=32,
                                            max_predictions=6, seed=3), **changes})
 
 
