@@ -12,6 +12,7 @@ some fields changed from bert_jax.recipes.inputs.schema_data_config.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import math
 from typing import Any
@@ -93,10 +94,15 @@ class PretrainingDataConfig:
                              f"of {', '.join(text_corpus.DOCUMENT_DELIMITERS)}")
         expected = math.ceil((self.seq_len - 2) * self.mask_rate)
         if self.max_predictions < expected:
-            logging.warning("max_predictions=%d < ceil((seq_len - 2) * mask_rate)=%d: rows of "
-                            "seq_len tokens get fewer masks than the rate asks",
-                            self.max_predictions, expected)
+            _warn_few_masks(self.max_predictions, expected)
 
     def text_options(self) -> dict[str, Any]:
         return dict(document_delimiter=self.document_delimiter, invalid_utf8=self.invalid_utf8,
                     validation_fraction=self.validation_fraction)
+
+
+@functools.cache
+def _warn_few_masks(max_predictions: int, expected: int) -> None:
+    """One warning a process for each setting (a run builds its data config more than once)."""
+    logging.warning("max_predictions=%d < ceil((seq_len - 2) * mask_rate)=%d: rows of seq_len "
+                    "tokens get fewer masks than the rate asks", max_predictions, expected)

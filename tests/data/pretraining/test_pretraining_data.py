@@ -510,3 +510,17 @@ def test_corpus_without_tokens_fails_instead_of_hanging(demo, tmp_path):
                                        "train", 4)
         with pytest.raises(ValueError, match="gave no tokens"):
             next(it)
+
+
+def test_too_few_masks_for_the_rate_warned_once_a_process(caplog):
+    """max_predictions below what mask_rate asks of a full row is said once, however often a run
+    builds its data config (the inputs record builds one beside the pipeline's)."""
+    import logging
+
+    from bert_jax.data.pretraining import data_config
+    data_config._warn_few_masks.cache_clear()
+    with caplog.at_level(logging.WARNING):
+        for _ in range(3):
+            schema_data_config(seq_len=128, max_predictions=5, mask_rate=0.15)
+    warned = [r for r in caplog.records if "max_predictions=5 < ceil" in r.getMessage()]
+    assert len(warned) == 1 and "=19" in warned[0].getMessage()
