@@ -34,8 +34,8 @@ from absl import app, flags, logging
 
 from bert_jax import cli
 from bert_jax.recipes import inputs as run_inputs
-from bert_jax.recipes.evaluation import evaluate_run
 from bert_jax.runtime import distributed, outputs, paths
+from bert_jax.tools.evaluation import evaluate_run
 
 FLAGS = flags.FLAGS
 SCRIPT = "evaluate.py"

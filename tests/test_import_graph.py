@@ -209,6 +209,21 @@ def test_no_two_folders_import_each_other():
     assert not both, "folders that import each other:\n" + _edge_lines(edges)
 
 
+def test_no_two_packages_import_each_other():
+    """The same at every depth: a package (the folder a module is in) and its subpackage too
+    (recipes/ and recipes/finetune/ did: evaluation.py, above the recipes, now in tools/)."""
+    files, graph = module_files(), import_graph()
+
+    def package(module: str) -> str:
+        return module if files[module].name == "__init__.py" else module.rsplit(".", 1)[0]
+
+    arrows = {(package(a), package(b)) for a, targets in graph.items() for b in targets
+              if package(a) != package(b)}
+    both = sorted((a, b) for a, b in arrows if (b, a) in arrows and a < b)
+    assert not both, "packages that import each other: " + ", ".join(
+        f"{a} <-> {b}" for a, b in both)
+
+
 def test_cli_imports_runtime_and_config_only():
     graph = import_graph()
     outside = sorted(t for t in graph[CLI] if folder(t) not in CLI_MAY_IMPORT)

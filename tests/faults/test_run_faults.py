@@ -211,7 +211,7 @@ def test_a_mistaken_rerun_leaves_the_finished_run_intact(finished):
                         ("--config.learning_rate=0.5", "learning_rate: 0.001 -> 0.5")):
         assert named in refusal(finished, *SHORT, flag)
     assert _files(finished, "config.json", "eval_metrics.jsonl", "metrics.jsonl") == before
-    from bert_jax.recipes import evaluation  # what evaluate.py runs, here
+    from bert_jax.tools import evaluation  # what evaluate.py runs, here
     step, metrics, _ = evaluation.evaluate_run(finished, None, None, None)
     assert step == 30 and np.isfinite(metrics["loss"]), (step, metrics)
 

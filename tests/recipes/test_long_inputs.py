@@ -269,7 +269,7 @@ def test_a_long_texts_logits_are_the_mean_of_its_windows(tmp_path):
             assert a["prediction"] == b["prediction"]
             np.testing.assert_allclose(list(a["probabilities"].values()),
                                        list(b["probabilities"].values()), atol=1e-6)
-    from bert_jax.recipes import evaluation as run_evaluation  # what evaluate.py runs, here
+    from bert_jax.tools import evaluation as run_evaluation  # what evaluate.py runs, here
     step, _, _ = run_evaluation.evaluate_run(workdir, None, None, None, "truncate")
     evaluated = read_jsonl(os.path.join(workdir, "evaluation", f"step_{step}",
                                         "predictions.jsonl"))

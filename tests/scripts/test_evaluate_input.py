@@ -6,8 +6,8 @@ import os
 
 import pytest
 
-from bert_jax.recipes import evaluation as run_evaluation
 from bert_jax.recipes.finetune import recipe
+from bert_jax.tools import evaluation as run_evaluation
 from experiments import evaluate
 
 from finetune_runs import text_rows, tiny_config, write_vocab
