@@ -148,11 +148,12 @@ def train_tokenizer(texts: Sequence[str], kind: str, vocab_size: int, out_dir: s
     if kind == "wordpiece":
         return _train_wordpiece(texts, vocab_size, os.fspath(out_dir), norm, min_frequency)
     pipeline = bpe_tokenizer if kind == "bpe" else unigram_tokenizer
-    tokenizer = pipeline(norm)
     # The CJK split finds nothing in a sample without CJK ideographs: training without it learns
     # the same model, without the split's regular expression over every text.
+    trained_norm = norm
     if norm.split_cjk and not any(_is_cjk(c) for c in distinct_characters(texts)):
-        tokenizer = pipeline(dataclasses.replace(norm, split_cjk=False))
+        trained_norm = dataclasses.replace(norm, split_cjk=False)
+    tokenizer = pipeline(trained_norm)
     tokenizer.train_from_iterator(text_batches(texts),
                                   _fairseq_trainer(kind, vocab_size, min_frequency),
                                   length=len(texts))
