@@ -203,24 +203,29 @@ def run_tokenizer_ours(spec: str, kind: str, sample_bytes: int, vocab: int, out:
             "documents": len(sample.texts)}
 
 
-def run_tokenizer_hf(saved_sample: str, kind: str, vocab: int, out: str) -> dict:
-    import datasets
+def hf_tokenizer_and_trainer(kind: str, vocab: int):
+    """The HF route's untrained tokenizer (our pipeline of `kind`, its normaliser included) and
+    the `tokenizers` trainer its training scripts would give it."""
     from tokenizers import trainers
 
     from bert_jax.data.tokenizers import training as tokenizer_training
     from bert_jax.data.tokenizers import wordpiece
-    started = time.perf_counter()
-    dataset = datasets.load_from_disk(saved_sample)
     norm = tokenizer_training.Normalization().resolved(kind)
     if kind == "wordpiece":
-        tokenizer = wordpiece.bert_wordpiece(None, norm.lowercase, norm.strip_accents)
-        trainer = trainers.WordPieceTrainer(vocab_size=vocab, min_frequency=2,
-                                            special_tokens=list(wordpiece.SPECIAL_TOKENS),
-                                            continuing_subword_prefix="##", show_progress=False)
-    else:
-        tokenizer = (tokenizer_training.bpe_tokenizer(norm) if kind == "bpe" else
-                     tokenizer_training.unigram_tokenizer(norm))
-        trainer = tokenizer_training._fairseq_trainer(kind, vocab, 2)
+        return (wordpiece.bert_wordpiece(None, norm.lowercase, norm.strip_accents),
+                trainers.WordPieceTrainer(vocab_size=vocab, min_frequency=2,
+                                          special_tokens=list(wordpiece.SPECIAL_TOKENS),
+                                          continuing_subword_prefix="##", show_progress=False))
+    tokenizer = (tokenizer_training.bpe_tokenizer(norm) if kind == "bpe" else
+                 tokenizer_training.unigram_tokenizer(norm))
+    return tokenizer, tokenizer_training._fairseq_trainer(kind, vocab, 2)
+
+
+def run_tokenizer_hf(saved_sample: str, kind: str, vocab: int, out: str) -> dict:
+    import datasets
+    started = time.perf_counter()
+    dataset = datasets.load_from_disk(saved_sample)
+    tokenizer, trainer = hf_tokenizer_and_trainer(kind, vocab)
 
     def batches():
         for i in range(0, len(dataset), 1000):
@@ -254,23 +259,12 @@ def trainers_on_one_list(saved_sample: str, kinds: list[str], vocab: int, repeat
     import tempfile
 
     import datasets
-    from tokenizers import trainers as trainers_module
 
     from bert_jax.data.tokenizers import training as tokenizer_training
-    from bert_jax.data.tokenizers import wordpiece
     texts = datasets.load_from_disk(saved_sample)["text"]
 
     def hf(kind: str) -> None:
-        norm = tokenizer_training.Normalization().resolved(kind)
-        if kind == "wordpiece":
-            tokenizer = wordpiece.bert_wordpiece(None, norm.lowercase, norm.strip_accents)
-            trainer = trainers_module.WordPieceTrainer(
-                vocab_size=vocab, min_frequency=2, special_tokens=list(wordpiece.SPECIAL_TOKENS),
-                continuing_subword_prefix="##", show_progress=False)
-        else:
-            tokenizer = (tokenizer_training.bpe_tokenizer(norm) if kind == "bpe" else
-                         tokenizer_training.unigram_tokenizer(norm))
-            trainer = tokenizer_training._fairseq_trainer(kind, vocab, 2)
+        tokenizer, trainer = hf_tokenizer_and_trainer(kind, vocab)
         tokenizer.train_from_iterator(
             (texts[i:i + 1000] for i in range(0, len(texts), 1000)), trainer, length=len(texts))
 
